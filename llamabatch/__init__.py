@@ -1,0 +1,17 @@
+"""llamabatch: batched generation of many short prompts on a loaded ``llama_cpp.Llama``.
+
+Public names only. Importing this package loads no native library.
+"""
+
+from .completion import Completion, Stats
+from .errors import (BackendError, BatchUnavailable, DecodeError, GeneratorClosed,
+                     LibraryError, LlamaBatchError)
+from .generator import BatchGenerator
+from .params import BatchConfig, SamplingParams
+
+__all__ = [
+    "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "Completion",
+    "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError", "SamplingParams",
+    "Stats",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,121 @@
+"""The Backend protocol: what the scheduler needs from llama.cpp, in token ids.
+
+The scheduler (``scheduler.py``) drives a backend and never imports ``_ffi``. Two
+backends exist: :class:`llamabatch.llama_backend.LlamaBackend` (llama.cpp through a
+loaded ``llama_cpp.Llama``) and :class:`llamabatch.testing.FakeBackend` (no library).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .params import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A run of consecutive tokens of one sequence inside one decode.
+
+    Attributes:
+        seq_id: the sequence (slot), in [0, n_seq_max).
+        pos: position of ``tokens[0]``; the next positions follow without gaps.
+        tokens: token ids, at least one.
+        logits: request logits on the last token only (then the backend samples the
+            sequence's next token from them).
+    """
+
+    seq_id: int
+    pos: int
+    tokens: Sequence[int]
+    logits: bool
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    """What llama.cpp actually allocated for the batch context (read back after creation).
+
+    Attributes:
+        n_seq_max: sequences (``llama_n_seq_max``).
+        n_ctx_seq: tokens per sequence (``llama_n_ctx_seq``; padded to 256 by llama.cpp).
+        n_batch: most tokens per decode (``llama_n_batch``).
+        n_ctx: tokens of the whole context (``llama_n_ctx``).
+    """
+
+    n_seq_max: int
+    n_ctx_seq: int
+    n_batch: int
+    n_ctx: int
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the scheduler calls. All token ids are Python ints.
+
+    Attributes:
+        n_vocab: size of the vocabulary; valid ids are [0, n_vocab).
+        n_ctx: tokens of the one-at-a-time context (prompt + reply of an item alone).
+        max_slots: most sequences a batch context can hold
+            (``llama_max_parallel_sequences()``).
+        eog_ids: every end-of-generation token (``llama_vocab_is_eog``).
+    """
+
+    n_vocab: int
+    n_ctx: int
+    max_slots: int
+    eog_ids: frozenset[int]
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``, special tokens parsed, BOS as the model wants.
+
+        Raises:
+            BackendError: the text cannot be tokenized.
+        """
+        ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens``, decoded from all their bytes at once."""
+        ...
+
+    def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
+        """Create the batch context (once).
+
+        Raises:
+            BatchUnavailable: it cannot be created; the message says why.
+        """
+        ...
+
+    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
+        """Give sequences [0, n_seqs) an empty KV cache and a fresh sampler chain each."""
+        ...
+
+    def decode(self, spans: Sequence[Span]) -> list[int]:
+        """Decode ``spans`` (<= n_batch tokens in all) in one ``llama_decode``.
+
+        Returns:
+            one sampled token id per span with ``logits=True``, in span order; each is
+            sampled by that span's sequence's chain from the logits of its last token.
+
+        Raises:
+            DecodeError: ``llama_decode`` returned non-zero (``.code``).
+        """
+        ...
+
+    def clear(self, n_seqs: int) -> None:
+        """Remove sequences [0, n_seqs) from the KV cache."""
+        ...
+
+    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
+        """Generate after ``tokens`` one token at a time, outside the batch context.
+
+        The iterator never stops by itself; the caller applies the stop rule and closes it.
+
+        Raises:
+            BackendError: the prompt cannot be decoded (when iterated).
+        """
+        ...
+
+    def close(self) -> None:
+        """Free the batch context (idempotent). The model stays loaded."""
+        ...

@@ -1,0 +1,62 @@
+"""The error hierarchy of llamabatch.
+
+Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError`.
+Errors that come from llama.cpp carry the return code of the C call in ``.code``
+(``None`` when there was no code), in the manner of python-soundfile's ``LibsndfileError``.
+"""
+
+from __future__ import annotations
+
+
+class LlamaBatchError(Exception):
+    """Base class of every error llamabatch raises on purpose."""
+
+
+class BackendError(LlamaBatchError):
+    """A call into the backend (llama.cpp, or the fake) failed.
+
+    Attributes:
+        code: the return code of the failing C call, or ``None``.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DecodeError(BackendError):
+    """``llama_decode`` returned non-zero.
+
+    Codes (llama.h, ``llama_decode``): 1 no KV slot for the batch (state restored),
+    2 aborted, -1 invalid batch, < -1 fatal (already processed ubatches stay in memory).
+    """
+
+
+class BatchUnavailable(BackendError):
+    """The batch context could not be created, so batching is off.
+
+    Raised by ``Backend.open_batch`` (memory exhausted, essential symbol missing, …).
+    """
+
+
+class LibraryError(LlamaBatchError):
+    """llama-cpp-python's shared library or one of its essential symbols is missing."""
+
+
+class GeneratorClosed(LlamaBatchError, ValueError):
+    """A closed :class:`~llamabatch.BatchGenerator` was used."""
+
+
+_DECODE_MEANINGS = {
+    0: "ok",
+    1: "no KV cache slot for the batch (state restored)",
+    2: "aborted",
+    -1: "invalid batch",
+}
+
+
+def decode_meaning(code: int) -> str:
+    """Say what a ``llama_decode`` return code means (llama.h comments)."""
+    if code in _DECODE_MEANINGS:
+        return _DECODE_MEANINGS[code]
+    return "fatal error" if code < -1 else "unknown warning"

@@ -1,0 +1,73 @@
+"""Turning one user prompt into token ids, or into the error that is its result.
+
+A prompt is a ``str`` (tokenized like ``Llama.create_completion``: special tokens parsed),
+``bytes`` holding UTF-8 text, or a sequence of token ids in [0, n_vocab). Anything else,
+or a prompt with no tokens, becomes an error in its own place; it never raises.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .backend import Backend
+from .errors import BackendError
+
+
+@dataclass(slots=True)
+class Item:
+    """One input item on its way through the scheduler.
+
+    Attributes:
+        index: position in the input.
+        tokens: prompt token ids, or ``None`` when ``error`` is set.
+        error: why the prompt cannot be completed, or ``None``.
+    """
+
+    index: int
+    tokens: list[int] | None
+    error: str | None = None
+
+    @property
+    def n_prompt_tokens(self) -> int:
+        return 0 if self.tokens is None else len(self.tokens)
+
+
+def _token_ids(prompt: Sequence[object], n_vocab: int) -> list[int]:
+    tokens = []
+    for k, tok in enumerate(prompt):
+        try:
+            tok = operator.index(tok)
+        except TypeError:
+            raise ValueError(f"token {k} is {type(tok).__name__} {tok!r}; "
+                             f"token ids are integers in [0, {n_vocab})") from None
+        if not 0 <= tok < n_vocab:
+            raise ValueError(f"token {k} is {tok}; token ids are in [0, {n_vocab})")
+        tokens.append(tok)
+    return tokens
+
+
+def prepare(index: int, prompt: object, backend: Backend) -> Item:
+    """Tokenize or check ``prompt``; every failure is returned in the item, never raised."""
+    try:
+        if isinstance(prompt, bytes):
+            prompt = prompt.decode("utf-8")
+        if isinstance(prompt, str):
+            tokens = backend.tokenize(prompt)
+        elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
+            tokens = _token_ids(prompt, backend.n_vocab)
+        else:
+            return Item(index, None, f"prompt is {type(prompt).__name__}; expected str, "
+                                     "UTF-8 bytes or a list of token ids")
+    except UnicodeDecodeError as exc:
+        return Item(index, None, f"prompt is not valid UTF-8: {exc}")
+    except (ValueError, BackendError) as exc:
+        return Item(index, None, f"prompt cannot be tokenized: {exc}")
+    if not tokens:
+        return Item(index, None, "prompt is empty (0 tokens)")
+    if len(tokens) >= backend.n_ctx:
+        return Item(index, None, f"prompt has {len(tokens)} tokens; the model context "
+                                 f"(n_ctx={backend.n_ctx}) holds at most "
+                                 f"{backend.n_ctx - 1} prompt tokens")
+    return Item(index, tokens)

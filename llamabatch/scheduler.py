@@ -1,0 +1,191 @@
+"""The scheduler: groups, lockstep decode, stop rule, fallback to one at a time.
+
+Pure Python over a :class:`~llamabatch.backend.Backend`; never imports ``_ffi``. One call
+of :meth:`Scheduler.run_group` turns a group of prepared items into their completions,
+in input order, whatever fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from .backend import Backend, BatchLimits, Span
+from .completion import Completion, Stats
+from .errors import BackendError, BatchUnavailable, DecodeError, decode_meaning
+from .params import BatchConfig, SamplingParams
+from .plan import plan_prefill
+from .prompts import Item
+from .stop import check_stop
+
+log = logging.getLogger("llamabatch")
+
+
+class Status(IntEnum):
+    """Where a sequence stands; ordered so ``status >= FINISHED`` means done."""
+
+    PREFILL = 0
+    DECODE = 1
+    FINISHED = 2
+
+
+@dataclass(slots=True)
+class SeqState:
+    """One item decoded in a slot of the batch context."""
+
+    item: Item
+    seq_id: int
+    output: list[int] = field(default_factory=list)
+    status: Status = Status.PREFILL
+    finish_reason: str | None = None
+
+    @property
+    def pos(self) -> int:
+        """Position of the last sampled token (the next one to decode)."""
+        return len(self.item.tokens) + len(self.output) - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status >= Status.FINISHED
+
+
+class Scheduler:
+    """Runs groups of items on a backend, batched when it can, alone when it must.
+
+    Args:
+        backend: the backend to drive.
+        config: slots, n_ctx_seq, n_batch, max_tokens.
+        sampling: the sampler chain parameters of every item.
+    """
+
+    def __init__(self, backend: Backend, config: BatchConfig, sampling: SamplingParams):
+        self.backend = backend
+        self.config = config
+        self.sampling = sampling
+        self.stats = Stats()
+        self.limits: BatchLimits | None = None
+        if config.slots < 2:
+            self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
+
+    # -- batch context -----------------------------------------------------------------
+    def _disable(self, reason: str) -> None:
+        log.warning("llamabatch: batching turned off, completing items one at a time: %s",
+                    reason)
+        self.stats.batch_disabled_reason = reason
+
+    def _can_batch(self) -> bool:
+        if not self.stats.batching_enabled:
+            return False
+        if self.limits is None:
+            cfg = self.config
+            try:
+                self.limits = self.backend.open_batch(cfg.slots, cfg.n_ctx_seq, cfg.n_batch)
+            except BatchUnavailable as exc:
+                self._disable(f"the batch context could not be created: {exc}")
+                return False
+        return True
+
+    def _fits(self, item: Item) -> bool:
+        return item.n_prompt_tokens + self.config.max_tokens <= self.limits.n_ctx_seq
+
+    # -- groups -------------------------------------------------------------------------
+    def run_group(self, items: Sequence[Item]) -> list[Completion]:
+        """Complete ``items`` (at most ``slots``); the result is in the items' order."""
+        results: dict[int, Completion] = {}
+        batchable: list[Item] = []
+        if len(items) > 1 and self._can_batch():
+            batchable = [it for it in items if it.error is None and self._fits(it)]
+        if len(batchable) >= 2:
+            results.update(self._run_batched(batchable))
+        for item in items:
+            if item.index not in results:
+                results[item.index] = self.run_alone(item)
+        done = [results[item.index] for item in items]
+        for c in done:
+            self.stats.prompt_tokens += c.n_prompt_tokens
+            self.stats.generated_tokens += c.n_tokens
+            self.stats.items_failed += c.error is not None
+        return done
+
+    def _run_batched(self, items: list[Item]) -> dict[int, Completion]:
+        backend, n = self.backend, len(items)
+        seqs = [SeqState(item, seq_id) for seq_id, item in enumerate(items)]
+        backend.start_group(n, self.sampling)
+        try:
+            for spans in plan_prefill([s.item.tokens for s in seqs], self.limits.n_batch):
+                self._decode(spans, seqs)
+            running = [s for s in seqs if not s.is_finished]
+            while running:
+                step = [Span(s.seq_id, s.pos, (s.output[-1],), True) for s in running]
+                for start in range(0, len(step), self.limits.n_batch):
+                    self._decode(step[start:start + self.limits.n_batch], seqs)
+                running = [s for s in running if not s.is_finished]
+        except DecodeError as exc:
+            backend.clear(n)
+            self._disable(f"llama_decode returned {exc.code} "
+                          f"({decode_meaning(exc.code)}) in a batch of {n}: {exc}")
+            return {}
+        except BackendError as exc:
+            backend.clear(n)
+            self._disable(f"the batch backend failed in a batch of {n}: {exc}")
+            return {}
+        backend.clear(n)
+        self.stats.groups_batched += 1
+        self.stats.items_batched += n
+        return {s.item.index: self._completion(s.item, s.output, s.finish_reason, "batch")
+                for s in seqs}
+
+    def _decode(self, spans: list[Span], seqs: list[SeqState]) -> None:
+        sampled = self.backend.decode(spans)
+        self.stats.decode_calls += 1
+        max_tokens, eog_ids = self.config.max_tokens, self.backend.eog_ids
+        it = iter(sampled)
+        for span in spans:
+            if not span.logits:
+                continue
+            seq = seqs[span.seq_id]
+            token = next(it)
+            reason = check_stop(token, len(seq.output), max_tokens, eog_ids)
+            if reason != "stop":
+                seq.output.append(token)
+            if reason is None:
+                seq.status = Status.DECODE
+            else:
+                seq.status, seq.finish_reason = Status.FINISHED, reason
+
+    # -- one at a time ------------------------------------------------------------------
+    def run_alone(self, item: Item) -> Completion:
+        """Complete one item outside the batch context; failures become its error."""
+        self.stats.items_alone += 1
+        if item.error is not None:
+            return self._error(item, item.error)
+        budget = min(self.config.max_tokens, self.backend.n_ctx - len(item.tokens))
+        output: list[int] = []
+        reason = None
+        tokens = self.backend.generate_alone(item.tokens, self.sampling)
+        try:
+            for token in tokens:
+                reason = check_stop(token, len(output), budget, self.backend.eog_ids)
+                if reason != "stop":
+                    output.append(token)
+                if reason is not None:
+                    break
+        except BackendError as exc:
+            return self._error(item, f"failed even alone: {exc}")
+        finally:
+            close = getattr(tokens, "close", None)
+            if close is not None:
+                close()
+        if reason is None:
+            return self._error(item, "the backend stopped generating without a reason")
+        return self._completion(item, output, reason, "alone")
+
+    # -- results ------------------------------------------------------------------------
+    def _completion(self, item: Item, output: list[int], reason: str, path: str) -> Completion:
+        return Completion(item.index, self.backend.detokenize(output), tuple(output), reason,
+                          None, len(item.tokens), path)
+
+    def _error(self, item: Item, message: str) -> Completion:
+        return Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")
