@@ -1,0 +1,183 @@
+"""The llama.cpp calls llamabatch makes, over typed handles (one :class:`Library`).
+
+Every method cites the llama.h function it calls. The binding is imported on the first
+:func:`load` (not when ``llamabatch`` is imported).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle, expect
+from .memory import MemoryOps, bind_memory
+from .resolve import Symbols, import_binding, resolve
+from .sampling import SamplerChains
+from .views import BatchBuffers
+
+#: Ceiling used when ``llama_max_parallel_sequences`` is absent: ``LLAMA_MAX_SEQ`` of the
+#: llama.cpp builds older than that function (it became 256 later).
+FALLBACK_MAX_PARALLEL_SEQUENCES = 64
+
+#: Roles a batch context needs (checked before one is created).
+BATCH_ROLES = ("context_default_params", "init_context", "free_context", "n_ctx",
+               "n_seq_max", "n_batch", "get_model", "decode", "batch_init", "batch_free",
+               "get_logits_ith", "model_get_vocab", "vocab_n_tokens", "memory")
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> Library:
+    """The process-wide :class:`Library` (imports ``llama_cpp.llama_cpp`` once).
+
+    Raises:
+        LibraryError: llama-cpp-python is missing or its shared library does not load.
+    """
+    module, version = import_binding()
+    return Library(module, resolve(module, version))
+
+
+class Library:
+    """llama.cpp through the installed binding, with renamed symbols resolved.
+
+    Attributes:
+        version: installed llama-cpp-python version.
+        symbols: what was resolved (see :class:`~llamabatch._ffi.resolve.Symbols`).
+        samplers: sampler-chain construction (:class:`SamplerChains`).
+    """
+
+    def __init__(self, module: Any, symbols: Symbols) -> None:
+        self._module = module
+        self.version = symbols.version
+        self.symbols = symbols
+        self.samplers = SamplerChains(symbols)
+        fn = symbols.fn
+        self._decode = fn["decode"]
+        self._logits_ith = fn["get_logits_ith"]
+        self._is_eog = fn["vocab_is_eog"]
+
+    def require_batching(self) -> None:
+        """Raise ``LibraryError`` naming every missing symbol a batch context needs."""
+        self.symbols.require(*BATCH_ROLES)
+
+    # -- limits --------------------------------------------------------------------
+    def max_parallel_sequences(self) -> int:
+        """``llama_max_parallel_sequences()``, else :data:`FALLBACK_MAX_PARALLEL_SEQUENCES`."""
+        if self.symbols.has("max_parallel_sequences"):
+            return int(self.symbols.fn["max_parallel_sequences"]())
+        return FALLBACK_MAX_PARALLEL_SEQUENCES
+
+    # -- contexts ------------------------------------------------------------------
+    def context_params(self, fields: dict[str, Any], like: Any = None,
+                       copy: tuple[str, ...] = ()) -> Any:
+        """``llama_context_default_params()`` with ``fields`` set by name.
+
+        Fields named in ``copy`` are first copied from ``like`` (another params struct)
+        when both have them; fields the installed struct lacks are skipped
+        (e.g. ``kv_unified`` before it existed: the cache was unified then).
+        """
+        params = self.symbols.fn["context_default_params"]()
+        have = {name for name, *_ in type(params)._fields_}
+        if like is not None:
+            like_have = {name for name, *_ in type(like)._fields_}
+            for name in copy:
+                if name in have and name in like_have:
+                    setattr(params, name, getattr(like, name))
+        for name, value in fields.items():
+            if name in have:
+                setattr(params, name, value)
+        return params
+
+    def init_context(self, model: ModelHandle, params: Any) -> ContextHandle | None:
+        """``llama_init_from_model(model, params)``; ``None`` when llama.cpp returns NULL."""
+        expect(model, ModelHandle)
+        ptr = self.symbols.fn["init_context"](model.model, params)
+        return ContextHandle(int(ptr)) if ptr else None
+
+    def free_context(self, ctx: ContextHandle) -> None:
+        """``llama_free(ctx)``."""
+        expect(ctx, ContextHandle)
+        self.symbols.fn["free_context"](ctx.ctx)
+
+    def context_sizes(self, ctx: ContextHandle) -> dict[str, int]:
+        """``llama_n_ctx``, ``llama_n_ctx_seq`` (else n_ctx // n_seq_max),
+        ``llama_n_seq_max`` and ``llama_n_batch`` of ``ctx``, in tokens / sequences."""
+        expect(ctx, ContextHandle)
+        fn = self.symbols.fn
+        n_ctx, n_seq_max = int(fn["n_ctx"](ctx.ctx)), int(fn["n_seq_max"](ctx.ctx))
+        n_ctx_seq = (int(fn["n_ctx_seq"](ctx.ctx)) if self.symbols.has("n_ctx_seq")
+                     else n_ctx // max(n_seq_max, 1))
+        return {"n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "n_seq_max": n_seq_max,
+                "n_batch": int(fn["n_batch"](ctx.ctx))}
+
+    def get_model(self, ctx: ContextHandle) -> ModelHandle:
+        """``llama_get_model(ctx)``: the model the context runs."""
+        expect(ctx, ContextHandle)
+        return ModelHandle(int(self.symbols.fn["get_model"](ctx.ctx)))
+
+    def memory(self, ctx: ContextHandle) -> MemoryOps | None:
+        """The context's memory (KV cache) operations; ``None`` if it has no memory."""
+        expect(ctx, ContextHandle)
+        return bind_memory(self.symbols, ctx.ctx)
+
+    def decode(self, ctx: ContextHandle, buffers: BatchBuffers) -> int:
+        """``llama_decode(ctx, batch)``: 0 ok, 1 no KV slot, 2 aborted, -1 invalid, < -1 fatal."""
+        return int(self._decode(ctx.ctx, buffers.struct))
+
+    def logits(self, ctx: ContextHandle, i: int, n_vocab: int) -> np.ndarray | None:
+        """A copy of ``llama_get_logits_ith(ctx, i)`` (float32[n_vocab]); ``None`` if NULL."""
+        expect(ctx, ContextHandle)
+        ptr = self._logits_ith(ctx.ctx, i)
+        if not ptr:
+            return None
+        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+
+    def set_abort_callback(self, ctx: ContextHandle,
+                           fn: Callable[[], bool] | None) -> Any:
+        """``llama_set_abort_callback``: llama.cpp calls ``fn()`` during compute and aborts
+        the decode (return code 2) when it returns True. ``None`` removes it.
+
+        Returns:
+            the C callback object; the caller must keep it alive while it is set.
+
+        Raises:
+            LibraryError: the binding lacks ``llama_set_abort_callback``.
+        """
+        expect(ctx, ContextHandle)
+        set_cb = self.symbols.fn["set_abort_callback"]
+        if fn is None:
+            callback = ctypes.cast(None, self._module.ggml_abort_callback)
+        else:
+            callback = self._module.ggml_abort_callback(lambda _data: bool(fn()))
+        set_cb(ctx.ctx, callback, None)
+        return callback
+
+    # -- batches -------------------------------------------------------------------
+    def batch_buffers(self, capacity: int) -> BatchBuffers:
+        """``llama_batch_init(capacity, 0, 1)`` with numpy views (:class:`BatchBuffers`)."""
+        fn = self.symbols.fn
+        return BatchBuffers(fn["batch_init"], fn["batch_free"], capacity)
+
+    # -- vocabulary ----------------------------------------------------------------
+    def vocab(self, model: ModelHandle) -> VocabHandle:
+        """``llama_model_get_vocab(model)``."""
+        expect(model, ModelHandle)
+        return VocabHandle(int(self.symbols.fn["model_get_vocab"](model.model)))
+
+    def n_vocab(self, vocab: VocabHandle) -> int:
+        """``llama_vocab_n_tokens(vocab)``: valid token ids are [0, n_vocab)."""
+        expect(vocab, VocabHandle)
+        return int(self.symbols.fn["vocab_n_tokens"](vocab.vocab))
+
+    def eog_ids(self, vocab: VocabHandle) -> frozenset[int]:
+        """Every id with ``llama_vocab_is_eog(vocab, id)`` (one pass over the vocabulary)."""
+        n_vocab, is_eog, ptr = self.n_vocab(vocab), self._is_eog, vocab.vocab
+        return frozenset(t for t in range(n_vocab) if is_eog(ptr, t))
+
+    # -- samplers ------------------------------------------------------------------
+    def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:
+        """``llama_sampler_sample(chain, ctx, i)``: sample *and accept* from output row of
+        batch index ``i`` of the last decode."""
+        return self.samplers.sample(chain, ctx, i)

@@ -1,0 +1,52 @@
+"""What llamabatch reads from a loaded ``llama_cpp.Llama`` (0.3.x internals, in one place).
+
+``Llama._model`` is llama-cpp-python's ``_internals.LlamaModel``; its ``.model`` is the
+``llama_model *`` (an int, ``None`` after ``Llama.close()``). ``Llama.context_params`` is
+the binding's ``llama_context_params`` the ``Llama`` created its own context with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BatchUnavailable, LibraryError
+from .handles import ModelHandle
+
+#: ``llama_context_params`` fields copied from the ``Llama``'s own context so that both
+#: contexts compute the same way (RoPE, attention kernel, KV types, offloading).
+SHARED_CONTEXT_FIELDS = (
+    "rope_scaling_type", "rope_freq_base", "rope_freq_scale", "yarn_ext_factor",
+    "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx",
+    "flash_attn_type", "flash_attn", "type_k", "type_v", "offload_kqv", "op_offload",
+    "swa_full",
+)
+
+
+def model_of(llm: Any) -> ModelHandle:
+    """The ``llama_model *`` a ``llama_cpp.Llama`` loaded.
+
+    Raises:
+        LibraryError: this llama-cpp-python keeps its model elsewhere (``Llama._model.model``).
+        BatchUnavailable: the ``Llama`` was closed (no model any more).
+    """
+    holder = getattr(llm, "_model", None)
+    if holder is None or not hasattr(holder, "model"):
+        raise LibraryError(f"cannot find the model pointer of {type(llm).__name__} "
+                           "(expected Llama._model.model, llama-cpp-python 0.3.x)")
+    if not holder.model:
+        raise BatchUnavailable("the Llama's model is not loaded (was Llama.close() called?)")
+    return ModelHandle(int(holder.model))
+
+
+def threads_of(llm: Any) -> tuple[int, int]:
+    """(n_threads, n_threads_batch) the ``Llama`` computes with (>= 1 each)."""
+    params = getattr(llm, "context_params", None)
+    n_threads = getattr(params, "n_threads", None) or getattr(llm, "n_threads", None) or 1
+    n_batch = (getattr(params, "n_threads_batch", None)
+               or getattr(llm, "n_threads_batch", None) or n_threads)
+    return max(int(n_threads), 1), max(int(n_batch), 1)
+
+
+def context_params_of(llm: Any) -> Any:
+    """The ``Llama``'s ``llama_context_params`` (or ``None`` if it has none)."""
+    return getattr(llm, "context_params", None)

@@ -1,0 +1,171 @@
+"""Find the binding and the symbols llamabatch needs on the installed llama-cpp-python.
+
+Functions are taken from ``llama_cpp.llama_cpp`` (its own ctypes declarations, so the
+argument types are the binding's), trying the current name first and the older names
+after it. A symbol that no candidate provides becomes a :class:`Missing` stub: calling
+it raises :class:`~llamabatch.errors.LibraryError` naming every candidate and the
+installed version, and :meth:`Symbols.require` reports all missing ones up front.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+from ..errors import LibraryError
+
+#: Role → candidate names in ``llama_cpp.llama_cpp``, newest first (llama.h names).
+CANDIDATES: dict[str, tuple[str, ...]] = {
+    "context_default_params": ("llama_context_default_params",),
+    "init_context": ("llama_init_from_model", "llama_new_context_with_model"),
+    "free_context": ("llama_free",),
+    "n_ctx": ("llama_n_ctx",),
+    "n_ctx_seq": ("llama_n_ctx_seq",),  # optional: else n_ctx // n_seq_max
+    "n_seq_max": ("llama_n_seq_max",),
+    "n_batch": ("llama_n_batch",),
+    "get_model": ("llama_get_model",),
+    "max_parallel_sequences": ("llama_max_parallel_sequences",),  # optional
+    "decode": ("llama_decode",),
+    "batch_init": ("llama_batch_init",),
+    "batch_free": ("llama_batch_free",),
+    "get_logits_ith": ("llama_get_logits_ith",),
+    "set_abort_callback": ("llama_set_abort_callback",),  # optional
+    "model_get_vocab": ("llama_model_get_vocab",),
+    "vocab_n_tokens": ("llama_vocab_n_tokens", "llama_n_vocab"),
+    "vocab_is_eog": ("llama_vocab_is_eog", "llama_token_is_eog"),
+    "chain_default_params": ("llama_sampler_chain_default_params",),
+    "chain_init": ("llama_sampler_chain_init",),
+    "chain_add": ("llama_sampler_chain_add",),
+    "chain_n": ("llama_sampler_chain_n",),
+    "chain_get": ("llama_sampler_chain_get",),
+    "sampler_name": ("llama_sampler_name",),
+    "sampler_sample": ("llama_sampler_sample",),
+    "sampler_free": ("llama_sampler_free",),
+    "init_penalties": ("llama_sampler_init_penalties",),
+    "init_top_k": ("llama_sampler_init_top_k",),
+    "init_typical": ("llama_sampler_init_typical",),
+    "init_top_p": ("llama_sampler_init_top_p",),
+    "init_min_p": ("llama_sampler_init_min_p",),
+    "init_temp": ("llama_sampler_init_temp",),
+    "init_dist": ("llama_sampler_init_dist",),
+    "init_greedy": ("llama_sampler_init_greedy",),
+}
+
+#: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.
+#: ``llama_memory_*`` take the ``llama_memory_t`` of ``llama_get_memory(ctx)``; the two
+#: older ones take the context itself, and their ``clear`` has no ``data`` argument.
+MEMORY_APIS: tuple[tuple[str, str, str, str], ...] = (
+    ("llama_memory", "llama_memory_clear", "llama_memory_seq_rm", "llama_memory_seq_pos_max"),
+    ("llama_kv_self", "llama_kv_self_clear", "llama_kv_self_seq_rm",
+     "llama_kv_self_seq_pos_max"),
+    ("llama_kv_cache", "llama_kv_cache_clear", "llama_kv_cache_seq_rm",
+     "llama_kv_cache_seq_pos_max"),
+)
+
+def import_binding() -> tuple[ModuleType, str]:
+    """Import ``llama_cpp.llama_cpp`` (loads the shared library) and read the version.
+
+    Raises:
+        LibraryError: llama-cpp-python is not installed or its library does not load.
+    """
+    try:
+        module = importlib.import_module("llama_cpp.llama_cpp")
+    except ImportError as exc:
+        raise LibraryError(f"llama-cpp-python is not installed ({exc}); "
+                           "install it with `pip install llama-cpp-python`") from exc
+    except (OSError, RuntimeError) as exc:  # the binding's "Failed to load shared library"
+        raise LibraryError(f"llama-cpp-python's shared library failed to load: {exc}") from exc
+    return module, _version()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError:  # e.g. a source checkout on sys.path
+        package = importlib.import_module("llama_cpp")
+        return str(getattr(package, "__version__", "(unknown version)"))
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """Stands for a symbol the installed binding lacks; calling it raises."""
+
+    names: tuple[str, ...]
+    version: str
+
+    def __call__(self, *args: Any) -> Any:
+        raise LibraryError(self.message())
+
+    def message(self) -> str:
+        return (f"llama-cpp-python {self.version} has no {' / '.join(self.names)} "
+                "(needed by llamabatch)")
+
+
+#: (prefix, llama_get_memory or None, clear, seq_rm, seq_pos_max).
+MemoryFns = tuple[str, Any, Callable[..., Any], Callable[..., Any], Callable[..., Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Symbols:
+    """The resolved functions by role, the memory API generation and the version.
+
+    Attributes:
+        fn: role → the binding's function, or a :class:`Missing` stub.
+        names: role → the name actually found (absent when missing).
+        memory: (prefix, ``llama_get_memory`` or None, clear, seq_rm, seq_pos_max); a
+            :class:`Missing` stub stands for each function when no generation is
+            complete.
+        version: installed llama-cpp-python version.
+    """
+
+    fn: dict[str, Callable[..., Any]]
+    names: dict[str, str]
+    memory: MemoryFns
+    version: str
+
+    def has(self, role: str) -> bool:
+        """True when ``role`` resolved to a real function."""
+        return role in self.names
+
+    def require(self, *roles: str) -> None:
+        """Raise one ``LibraryError`` listing every role of ``roles`` that is missing.
+
+        The pseudo-role ``"memory"`` stands for the memory API.
+        """
+        missing = [self.fn[r].message() for r in roles
+                   if r != "memory" and not self.has(r)]
+        if "memory" in roles and isinstance(self.memory[2], Missing):
+            missing.append(self.memory[2].message())
+        if missing:
+            raise LibraryError("; ".join(missing))
+
+
+def resolve(module: ModuleType, version: str) -> Symbols:
+    """Look every role of :data:`CANDIDATES` and the memory API up in ``module``."""
+    fn: dict[str, Callable[..., Any]] = {}
+    names: dict[str, str] = {}
+    for role, candidates in CANDIDATES.items():
+        for name in candidates:
+            found = getattr(module, name, None)
+            if callable(found):
+                fn[role], names[role] = found, name
+                break
+        else:
+            fn[role] = Missing(candidates, version)
+    return Symbols(fn=fn, names=names, memory=_resolve_memory(module, version),
+                   version=version)
+
+
+def _resolve_memory(module: ModuleType, version: str) -> MemoryFns:
+    get_memory = getattr(module, "llama_get_memory", None)
+    for prefix, *names in MEMORY_APIS:
+        found = [getattr(module, n, None) for n in names]
+        if prefix == "llama_memory" and not callable(get_memory):
+            continue
+        if all(callable(f) for f in found):
+            return (prefix, get_memory if prefix == "llama_memory" else None, *found)
+    stub = Missing(tuple(api[2] for api in MEMORY_APIS), version)
+    return ("", None, stub, stub, stub)

@@ -1,0 +1,116 @@
+"""Sampler chains (llama.h ``llama_sampler_*``), built stage by stage.
+
+``llama_sampler_init_penalties`` takes ``(n_vocab, last_n, repeat, freq, present)`` in
+llama-cpp-python >= 0.3.35 and ``(last_n, repeat, freq, present)`` before: the bound
+``argtypes`` (or, for a Python wrapper, its signature) says which.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ..errors import LibraryError
+from .handles import ContextHandle, SamplerHandle, expect
+from .resolve import Symbols
+
+
+def _arity(fn: Any) -> int:
+    argtypes = getattr(fn, "argtypes", None)
+    if argtypes is not None:
+        return len(argtypes)
+    return len(inspect.signature(fn).parameters)
+
+
+class SamplerChains:
+    """Create, fill, inspect, sample from and free sampler chains."""
+
+    def __init__(self, symbols: Symbols) -> None:
+        self._fn = symbols.fn
+        self._symbols = symbols
+        self._sample = symbols.fn["sampler_sample"]
+
+    def new_chain(self) -> SamplerHandle:
+        """``llama_sampler_chain_init(llama_sampler_chain_default_params())``.
+
+        Raises:
+            LibraryError: a sampler symbol is missing.
+            MemoryError: llama.cpp returned NULL.
+        """
+        self._symbols.require("chain_default_params", "chain_init", "chain_add",
+                              "sampler_sample", "sampler_free")
+        chain = self._fn["chain_init"](self._fn["chain_default_params"]())
+        if not chain:
+            raise MemoryError("llama_sampler_chain_init returned NULL")
+        return SamplerHandle(chain)
+
+    def _add(self, chain: SamplerHandle, stage: Any, what: str) -> None:
+        if not stage:
+            raise MemoryError(f"llama_sampler_init_{what} returned NULL")
+        self._fn["chain_add"](chain.chain, stage)  # the chain now owns the stage
+
+    def add_penalties(self, chain: SamplerHandle, n_vocab: int, last_n: int,
+                      repeat: float, freq: float, present: float) -> None:
+        """Append ``llama_sampler_init_penalties`` (history of the last ``last_n`` tokens)."""
+        expect(chain, SamplerHandle)
+        fn = self._fn["init_penalties"]
+        arity = _arity(fn)
+        if arity == 5:
+            stage = fn(n_vocab, last_n, repeat, freq, present)
+        elif arity == 4:
+            stage = fn(last_n, repeat, freq, present)
+        else:
+            raise LibraryError(f"llama-cpp-python {self._symbols.version}: "
+                               f"llama_sampler_init_penalties takes {arity} arguments; "
+                               "llamabatch knows the 4- and 5-argument forms")
+        self._add(chain, stage, "penalties")
+
+    def add_top_k(self, chain: SamplerHandle, k: int) -> None:
+        """Append ``llama_sampler_init_top_k(k)``."""
+        self._add(chain, self._fn["init_top_k"](k), "top_k")
+
+    def add_typical(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
+        """Append ``llama_sampler_init_typical(p, min_keep)``."""
+        self._add(chain, self._fn["init_typical"](p, min_keep), "typical")
+
+    def add_top_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
+        """Append ``llama_sampler_init_top_p(p, min_keep)``."""
+        self._add(chain, self._fn["init_top_p"](p, min_keep), "top_p")
+
+    def add_min_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
+        """Append ``llama_sampler_init_min_p(p, min_keep)``."""
+        self._add(chain, self._fn["init_min_p"](p, min_keep), "min_p")
+
+    def add_temp(self, chain: SamplerHandle, t: float) -> None:
+        """Append ``llama_sampler_init_temp(t)``."""
+        self._add(chain, self._fn["init_temp"](t), "temp")
+
+    def add_dist(self, chain: SamplerHandle, seed: int) -> None:
+        """Append ``llama_sampler_init_dist(seed)`` (0xFFFFFFFF = a random seed)."""
+        self._add(chain, self._fn["init_dist"](seed), "dist")
+
+    def add_greedy(self, chain: SamplerHandle) -> None:
+        """Append ``llama_sampler_init_greedy()`` (argmax)."""
+        self._add(chain, self._fn["init_greedy"](), "greedy")
+
+    def stage_names(self, chain: SamplerHandle) -> list[str]:
+        """``llama_sampler_name`` of each ``llama_sampler_chain_get(chain, i)``, in order.
+
+        A stage whose parameters make it a no-op may be named with a leading ``?``
+        (e.g. ``?penalties``: llama.cpp put an empty stage in its place).
+        """
+        expect(chain, SamplerHandle)
+        self._symbols.require("chain_n", "chain_get", "sampler_name")
+        n = int(self._fn["chain_n"](chain.chain))
+        names = (self._fn["sampler_name"](self._fn["chain_get"](chain.chain, i))
+                 for i in range(n))
+        return [name.decode("utf-8", errors="replace") for name in names]
+
+    def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:
+        """``llama_sampler_sample(chain, ctx, i)``: samples *and accepts* the token."""
+        return int(self._sample(chain.chain, ctx.ctx, i))
+
+    def free(self, chain: SamplerHandle) -> None:
+        """``llama_sampler_free(chain)`` (frees every stage the chain owns)."""
+        expect(chain, SamplerHandle)
+        self._fn["sampler_free"](chain.chain)

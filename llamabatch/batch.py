@@ -1,0 +1,143 @@
+"""LlamaBatch: a fixed-capacity builder of one ``llama_batch`` (llama.h).
+
+Rows are filled through numpy views of the batch arrays (one slice assignment per array
+per run of tokens, not one ctypes store per field per token). The builder refuses what
+would make ``llama_decode`` fail or abort: more rows than the capacity (submitting more
+than ``n_batch`` tokens is a C assert that kills the process), a sequence id outside
+[0, n_seq_max), a negative position, an empty run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import _ffi
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value >= high):
+        valid = f"[{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"{name}={value!r} is out of range: valid is an integer {valid}")
+    return int(value)
+
+
+class LlamaBatch:
+    """One ``llama_batch_init(capacity, 0, 1)`` allocation, reused across decodes.
+
+    Args:
+        capacity: most tokens per decode (use the context's ``n_batch``), >= 1.
+        n_seq_max: sequence ids are in [0, n_seq_max) (the context's ``n_seq_max``).
+
+    Raises:
+        ValueError: ``capacity`` or ``n_seq_max`` < 1.
+        LibraryError: llama-cpp-python or ``llama_batch_init`` is missing.
+    """
+
+    def __init__(self, capacity: int, n_seq_max: int) -> None:
+        self.capacity = _check_int("capacity", capacity, 1)
+        self.n_seq_max = _check_int("n_seq_max", n_seq_max, 1)
+        lib = _ffi.load()
+        lib.symbols.require("batch_init", "batch_free")
+        self._buf = lib.batch_buffers(self.capacity)
+        self._n = 0
+        self._arange = np.arange(self.capacity, dtype=np.int32)
+
+    @property
+    def n_tokens(self) -> int:
+        """Rows filled since the last :meth:`clear`."""
+        return self._n
+
+    @property
+    def free(self) -> int:
+        """Rows still available (``capacity - n_tokens``)."""
+        return self.capacity - self._n
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._buf.closed
+
+    @property
+    def native(self) -> _ffi.BatchBuffers:
+        """The underlying buffers (for ``BatchContext.decode``)."""
+        return self._buf
+
+    def _need(self, k: int) -> int:
+        if self._buf.closed:
+            raise ValueError("the LlamaBatch is closed")
+        if k > self.capacity - self._n:
+            raise ValueError(f"{k} more token(s) would exceed the batch capacity: "
+                             f"{self._n} of {self.capacity} rows are used")
+        return self._n
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token of sequence ``seq_id`` at position ``pos`` (>= 0).
+
+        Returns:
+            its batch index (pass it to ``llama_sampler_sample`` when ``logits``).
+
+        Raises:
+            ValueError: the batch is full, ``seq_id`` outside [0, n_seq_max), ``pos`` < 0.
+        """
+        seq_id = _check_int("seq_id", seq_id, 0, self.n_seq_max)
+        pos = _check_int("pos", pos, 0)
+        i = self._need(1)
+        buf = self._buf
+        buf.token[i], buf.pos[i], buf.seq_id[i], buf.logits[i] = token, pos, seq_id, logits
+        self._n = i + 1
+        buf.set_n_tokens(self._n)
+        return i
+
+    def add_run(self, tokens: Sequence[int] | np.ndarray, pos0: int, seq_id: int,
+                logits_last: bool) -> int:
+        """Append ``tokens`` of sequence ``seq_id`` at positions pos0, pos0 + 1, ...
+
+        Only the last token may request logits (``logits_last``).
+
+        Returns:
+            the batch index of the run's last token.
+
+        Raises:
+            ValueError: empty run, not enough room, ``seq_id`` outside [0, n_seq_max),
+                ``pos0`` < 0.
+        """
+        seq_id = _check_int("seq_id", seq_id, 0, self.n_seq_max)
+        pos0 = _check_int("pos0", pos0, 0)
+        k = len(tokens)
+        if k == 0:
+            raise ValueError("tokens is empty: a run needs at least one token")
+        i = self._need(k)
+        j = i + k
+        buf = self._buf
+        buf.token[i:j] = tokens
+        np.add(self._arange[:k], pos0, out=buf.pos[i:j])
+        buf.seq_id[i:j] = seq_id
+        buf.logits[i:j - 1] = 0
+        buf.logits[j - 1] = logits_last
+        self._n = j
+        buf.set_n_tokens(j)
+        return j - 1
+
+    def clear(self) -> None:
+        """Forget every row; the allocation is kept for the next decode."""
+        self._n = 0
+        if not self._buf.closed:
+            self._buf.set_n_tokens(0)
+
+    def close(self) -> None:
+        """Free the ``llama_batch`` (``llama_batch_free``); idempotent."""
+        self._n = 0
+        self._buf.close()
+
+    def __enter__(self) -> LlamaBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self._n}/{self.capacity} rows"
+        return f"LlamaBatch({state}, n_seq_max={self.n_seq_max})"

@@ -1,0 +1,223 @@
+"""BatchContext: a second llama.cpp context on the model a ``llama_cpp.Llama`` loaded.
+
+The weights are shared (``llama_init_from_model`` on the ``Llama``'s own
+``llama_model *``; no second copy is read). The context has ``slots`` sequences
+(``n_seq_max``) and a non-unified KV cache of ``n_ctx_seq`` tokens each, which llama.cpp
+pads up to a multiple of 256: :attr:`BatchContext.limits` holds what it actually
+allocated (``llama_n_ctx``, ``llama_n_ctx_seq``, ``llama_n_seq_max``, ``llama_n_batch``).
+
+Ownership: the context keeps a strong reference to the ``Llama`` (so the model outlives
+it) and is freed by :meth:`close` or, failing that, by a ``weakref.finalize`` (never a
+``__del__``). Close it before closing the ``Llama``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from . import _ffi
+from .backend import BatchLimits
+from .batch import LlamaBatch
+from .errors import BatchUnavailable
+
+#: Called before each decode with the batch's token count; an int it returns is used as
+#: the return code instead of calling ``llama_decode`` (to inject failures in tests).
+DecodeHook = Callable[[int], "int | None"]
+
+
+def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
+    """``llama_free`` the context; ``llm`` is an argument so the model outlives it."""
+    lib.free_context(handle)
+    del llm
+
+
+def _positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= 1")
+    return value
+
+
+class BatchContext:
+    """A multi-sequence context sharing the ``Llama``'s model.
+
+    Args:
+        llm: a loaded ``llama_cpp.Llama``.
+        slots: sequences (``n_seq_max``), 1 .. ``llama_max_parallel_sequences()``.
+        n_ctx_seq: KV cache tokens per sequence requested (padded up to 256 by llama.cpp).
+        n_batch: most tokens per ``llama_decode`` (``n_batch`` = ``n_ubatch``).
+        decode_hook: optional :data:`DecodeHook`.
+
+    Raises:
+        ValueError: a size < 1.
+        LibraryError: llama-cpp-python lacks a symbol a batch context needs.
+        BatchUnavailable: ``slots`` is over the ceiling, the ``Llama`` is closed, or
+            llama.cpp could not create the context (NULL; e.g. out of memory).
+    """
+
+    def __init__(self, llm: Any, slots: int, n_ctx_seq: int = 4096, n_batch: int = 512,
+                 *, decode_hook: DecodeHook | None = None) -> None:
+        slots, n_ctx_seq = _positive("slots", slots), _positive("n_ctx_seq", n_ctx_seq)
+        n_batch = _positive("n_batch", n_batch)
+        lib = _ffi.load()
+        lib.require_batching()
+        ceiling = lib.max_parallel_sequences()
+        if slots > ceiling:
+            raise BatchUnavailable(f"slots={slots} is over llama_max_parallel_sequences()"
+                                   f" = {ceiling}")
+        model = _ffi.model_of(llm)
+        n_threads, n_threads_batch = _ffi.threads_of(llm)
+        params = lib.context_params(
+            {"n_ctx": n_ctx_seq * slots, "n_batch": n_batch, "n_ubatch": n_batch,
+             "n_seq_max": slots, "kv_unified": False, "n_threads": n_threads,
+             "n_threads_batch": n_threads_batch, "no_perf": True, "embeddings": False},
+            like=_ffi.context_params_of(llm), copy=_ffi.SHARED_CONTEXT_FIELDS)
+        handle = lib.init_context(model, params)
+        if handle is None:
+            raise BatchUnavailable(
+                f"llama.cpp could not create a context with {slots} sequences of "
+                f"{n_ctx_seq} tokens (n_ctx={n_ctx_seq * slots}, n_batch={n_batch}); "
+                "out of memory?")
+        self._finalizer = weakref.finalize(self, _free, lib, handle, llm)
+        self._llm, self._lib, self._handle = llm, lib, handle
+        self._hook = decode_hook
+        self._abort_cb: Any = None
+        self._outputs: frozenset[int] = frozenset()  # rows with logits, last decode
+        memory = lib.memory(handle)
+        if memory is None:
+            self.close()
+            raise BatchUnavailable("the batch context has no memory (KV cache)")
+        self._memory = memory
+        self.limits = BatchLimits(**lib.context_sizes(handle))
+        self.n_vocab = lib.n_vocab(lib.vocab(model))
+
+    # -- properties --------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return not self._finalizer.alive
+
+    @property
+    def handle(self) -> _ffi.ContextHandle:
+        """The ``llama_context *`` (for ``SeqSampler.sample``).
+
+        Raises:
+            ValueError: the context is closed.
+        """
+        self._check_open()
+        return self._handle
+
+    @property
+    def model(self) -> _ffi.ModelHandle:
+        """``llama_get_model(ctx)``: the model this context runs (the ``Llama``'s)."""
+        self._check_open()
+        return self._lib.get_model(self._handle)
+
+    @property
+    def memory_api(self) -> str:
+        """The memory API generation in use (``"llama_memory"`` on current versions)."""
+        return self._memory.api
+
+    def _check_open(self) -> None:
+        if not self._finalizer.alive:
+            raise ValueError("the BatchContext is closed")
+
+    # -- memory ------------------------------------------------------------------
+    def _seq(self, seq_id: int) -> int:
+        n = self.limits.n_seq_max
+        if not isinstance(seq_id, int) or isinstance(seq_id, bool) or not 0 <= seq_id < n:
+            raise ValueError(f"seq_id={seq_id!r} is out of range: valid is [0, {n})")
+        return seq_id
+
+    def clear(self, seq_ids: Iterable[int]) -> None:
+        """Remove whole sequences from the KV cache (``llama_memory_seq_rm(mem, s, -1, -1)``).
+
+        Raises:
+            ValueError: a sequence id outside [0, n_seq_max), or the context is closed.
+        """
+        self._check_open()
+        for seq_id in seq_ids:
+            self._memory.seq_rm(self._seq(seq_id), -1, -1)  # whole sequence: never refused
+
+    def clear_all(self) -> None:
+        """Empty the KV cache (``llama_memory_clear(mem, true)``)."""
+        self._check_open()
+        self._memory.clear(True)
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position of ``seq_id`` in the KV cache, -1 when empty."""
+        self._check_open()
+        return self._memory.seq_pos_max(self._seq(seq_id))
+
+    # -- compute -----------------------------------------------------------------
+    def decode(self, batch: LlamaBatch) -> int:
+        """``llama_decode`` of ``batch``'s rows; returns llama.cpp's code (0 = ok;
+        see :func:`llamabatch.errors.decode_meaning`).
+
+        Raises:
+            ValueError: the context or batch is closed, the batch is empty, holds more
+                than ``limits.n_batch`` tokens, or allows ids >= ``limits.n_seq_max``.
+        """
+        self._check_open()
+        n, limits = batch.n_tokens, self.limits
+        if not 0 < n <= limits.n_batch:
+            raise ValueError(f"batch has {n} tokens: valid is [1, {limits.n_batch}]")
+        if batch.n_seq_max > limits.n_seq_max or batch.closed:
+            raise ValueError(f"{batch!r} does not fit this context (n_seq_max="
+                             f"{limits.n_seq_max})")
+        self._outputs = frozenset()
+        code = self._hook(n) if self._hook is not None else None
+        if code is None:
+            code = self._lib.decode(self._handle, batch.native)
+        if code == 0:
+            self._outputs = frozenset(np.flatnonzero(batch.native.logits[:n]).tolist())
+        return int(code)
+
+    def check_output(self, i: int) -> None:
+        """Raise ``IndexError`` unless batch row ``i`` requested logits in the last decode
+        and that decode succeeded. (``llama_sampler_sample`` on any other row is a C
+        assert that kills the process.)"""
+        if i not in self._outputs:
+            raise IndexError(f"batch row {i!r} has no logits from the last decode "
+                             f"(rows with logits: {sorted(self._outputs)})")
+
+    def logits(self, i: int) -> np.ndarray:
+        """A copy of the logits of batch row ``i`` of the last decode (float32[n_vocab],
+        ``llama_get_logits_ith``).
+
+        Raises:
+            IndexError: row ``i`` requested no logits in the last successful decode.
+        """
+        self._check_open()
+        self.check_output(i)
+        row = self._lib.logits(self._handle, i, self.n_vocab)
+        if row is None:
+            raise IndexError(f"llama_get_logits_ith returned NULL for batch row {i}")
+        return row
+
+    def set_abort_callback(self, fn: Callable[[], bool] | None) -> None:
+        """Have llama.cpp poll ``fn()`` during compute; True aborts the decode (code 2).
+
+        Raises:
+            LibraryError: the binding lacks ``llama_set_abort_callback``.
+        """
+        self._check_open()
+        self._abort_cb = self._lib.set_abort_callback(self._handle, fn)
+
+    # -- lifetime ----------------------------------------------------------------
+    def close(self) -> None:
+        """Free the context (``llama_free``); idempotent. The model stays loaded."""
+        self._finalizer()
+
+    def __enter__(self) -> BatchContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else repr(self.limits)
+        return f"BatchContext({state})"

@@ -1,0 +1,195 @@
+"""LlamaBackend: the :class:`~llamabatch.backend.Backend` over a loaded ``llama_cpp.Llama``.
+
+Batched work runs in a :class:`~llamabatch.context.BatchContext` (a second context on
+the ``Llama``'s model) with one :class:`~llamabatch.batch.LlamaBatch` and one
+:class:`~llamabatch.sampler.SeqSampler` per sequence. Work done alone runs through the
+``Llama`` itself (``Llama.generate``), with the same sampler chain.
+
+Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tokens_size``
+(``Llama(last_n_tokens_size=64)``), not from an argument. :meth:`generate_alone` sets it
+to ``sampling.penalty_last_n`` while ``Llama.generate`` builds its sampler and restores it
+right after, so both paths penalize the same window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from . import _ffi
+from .backend import BatchLimits, Span
+from .batch import LlamaBatch
+from .context import BatchContext, DecodeHook
+from .errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
+                     decode_meaning)
+from .params import SamplingParams
+from .sampler import SeqSampler
+
+
+class LlamaBackend:
+    """The real backend.
+
+    Args:
+        llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
+        decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
+
+    Attributes:
+        n_vocab, n_ctx, max_slots, eog_ids: see :class:`~llamabatch.backend.Backend`.
+
+    Raises:
+        LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
+            (``llama_model_get_vocab``, ``llama_vocab_is_eog``).
+    """
+
+    def __init__(self, llm: Any, *, decode_hook: DecodeHook | None = None) -> None:
+        lib = _ffi.load()
+        lib.symbols.require("model_get_vocab", "vocab_n_tokens", "vocab_is_eog")
+        self._llm, self._hook = llm, decode_hook
+        self.n_vocab = int(llm.n_vocab())
+        self.n_ctx = int(llm.n_ctx())
+        self.max_slots = lib.max_parallel_sequences()
+        self.eog_ids = lib.eog_ids(lib.vocab(_ffi.model_of(llm)))
+        self._ctx: BatchContext | None = None
+        self._batch: LlamaBatch | None = None
+        self._samplers: list[SeqSampler] = []
+
+    # -- text --------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """``Llama.tokenize(text, add_bos=True, special=True)`` (as ``create_completion``).
+
+        Raises:
+            BackendError: llama-cpp-python could not tokenize it.
+        """
+        try:
+            return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
+        except (RuntimeError, ValueError, UnicodeError) as exc:
+            raise BackendError(f"cannot tokenize the prompt: {exc}") from exc
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced."""
+        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+
+    # -- the batch context -------------------------------------------------------
+    def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
+        """Create the batch context and its batch (closing any previous one).
+
+        Raises:
+            BatchUnavailable: it cannot be created (the reason is the message: missing
+                symbol, too many slots, out of memory, ...).
+        """
+        self.close()
+        try:
+            ctx = BatchContext(self._llm, slots, n_ctx_seq, n_batch, decode_hook=self._hook)
+        except BatchUnavailable:
+            raise
+        except (LibraryError, ValueError, MemoryError) as exc:
+            raise BatchUnavailable(f"cannot create the batch context: {exc}") from exc
+        try:
+            batch = LlamaBatch(ctx.limits.n_batch, ctx.limits.n_seq_max)
+        except (LibraryError, ValueError, MemoryError) as exc:
+            ctx.close()
+            raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
+        self._ctx, self._batch = ctx, batch
+        return ctx.limits
+
+    def _open(self) -> tuple[BatchContext, LlamaBatch]:
+        if self._ctx is None or self._batch is None:
+            raise ValueError("no batch context: call open_batch first")
+        return self._ctx, self._batch
+
+    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
+        """Empty sequences [0, n_seqs) and give each a fresh :class:`SeqSampler`.
+
+        Raises:
+            ValueError: no batch context, or ``n_seqs`` outside [1, n_seq_max].
+        """
+        ctx, _ = self._open()
+        if not 1 <= n_seqs <= ctx.limits.n_seq_max:
+            raise ValueError(f"n_seqs={n_seqs} is out of range: valid is "
+                             f"[1, {ctx.limits.n_seq_max}]")
+        ctx.clear(range(n_seqs))
+        self._close_samplers()
+        self._samplers = [SeqSampler(self._llm, sampling) for _ in range(n_seqs)]
+
+    def decode(self, spans: Sequence[Span]) -> list[int]:
+        """One ``llama_decode`` of ``spans``; sample each span with ``logits=True``.
+
+        Returns:
+            the sampled token of each logits span, in span order.
+
+        Raises:
+            ValueError: no tokens, more than ``n_batch`` tokens, a span of a sequence
+                outside the current group.
+            DecodeError: ``llama_decode`` returned non-zero (``.code``).
+        """
+        ctx, batch = self._open()
+        total = sum(len(span.tokens) for span in spans)
+        if not 0 < total <= batch.capacity:
+            raise ValueError(f"spans hold {total} tokens: valid is [1, {batch.capacity}]")
+        samplers, n_group = self._samplers, len(self._samplers)
+        batch.clear()
+        rows: list[tuple[SeqSampler, int]] = []
+        for span in spans:
+            last = batch.add_run(span.tokens, span.pos, span.seq_id, span.logits)
+            if span.logits:
+                if span.seq_id >= n_group:
+                    raise ValueError(f"seq_id={span.seq_id} is not in the group "
+                                     f"[0, {n_group}): call start_group first")
+                rows.append((samplers[span.seq_id], last))
+        code = ctx.decode(batch)
+        if code != 0:
+            raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}",
+                              code=code)
+        return [sampler.sample(ctx, i) for sampler, i in rows]
+
+    def clear(self, n_seqs: int) -> None:
+        """Remove sequences [0, n_seqs) from the KV cache (no-op without a context)."""
+        if self._ctx is not None and not self._ctx.closed:
+            self._ctx.clear(range(min(n_seqs, self._ctx.limits.n_seq_max)))
+
+    # -- one at a time -----------------------------------------------------------
+    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
+        """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
+
+        Raises:
+            BackendError: llama-cpp-python refused the prompt (when iterated).
+        """
+        llm = self._llm
+        llm.set_seed(sampling.effective_seed)
+        stream = llm.generate(
+            list(tokens), top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
+            typical_p=sampling.typical_p, temp=sampling.temperature,
+            repeat_penalty=sampling.repeat_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            presence_penalty=sampling.presence_penalty, reset=True)
+        window = llm.last_n_tokens_size
+        llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+        try:
+            while True:
+                try:
+                    token = next(stream)
+                except StopIteration:
+                    return
+                except (RuntimeError, ValueError) as exc:
+                    raise BackendError(f"llama-cpp-python: {exc}") from exc
+                finally:
+                    llm.last_n_tokens_size = window  # the chain exists after 1st next()
+                yield token
+        finally:
+            stream.close()
+
+    # -- lifetime ----------------------------------------------------------------
+    def _close_samplers(self) -> None:
+        for sampler in self._samplers:
+            sampler.close()
+        self._samplers = []
+
+    def close(self) -> None:
+        """Free samplers, batch and context, in that order (idempotent)."""
+        self._close_samplers()
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None

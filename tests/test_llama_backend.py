@@ -1,0 +1,120 @@
+"""LlamaBackend on the real model: the Backend contract, batched == alone at temperature 0."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from llamabatch.backend import Backend, BatchLimits, Span
+from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
+from llamabatch.llama_backend import LlamaBackend
+from llamabatch.params import SamplingParams
+
+pytestmark = pytest.mark.real_model
+
+GREEDY = SamplingParams(temperature=0)
+
+
+def chat(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture
+def backend(llm):
+    b = LlamaBackend(llm)
+    yield b
+    b.close()
+
+
+def test_is_a_backend_with_the_model_s_sizes(backend, llm):
+    assert isinstance(backend, Backend)
+    assert backend.n_vocab == llm.n_vocab() and backend.n_ctx == llm.n_ctx()
+    assert backend.max_slots >= 4
+
+
+def test_eog_ids_contain_im_end(backend, llm):
+    (im_end,) = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    assert im_end in backend.eog_ids
+    assert llm.token_eos() in backend.eog_ids
+
+
+def test_tokenize_parses_special_tokens(backend, llm):
+    tokens = backend.tokenize(chat("Hi"))
+    assert tokens == llm.tokenize(chat("Hi").encode(), add_bos=True, special=True)
+    assert tokens.count(llm.tokenize(b"<|im_start|>", add_bos=False, special=True)[0]) == 2
+    assert backend.detokenize(backend.tokenize("héllo wörld")).endswith("héllo wörld")
+
+
+def test_batched_greedy_equals_alone(backend):
+    prompts = [backend.tokenize(chat("Name a fruit.")),
+               backend.tokenize(chat("Write one word about the sea, then a short poem."))]
+    limits = backend.open_batch(slots=2, n_ctx_seq=256, n_batch=16)  # prefill in chunks
+    assert limits == BatchLimits(n_seq_max=2, n_ctx_seq=256, n_batch=16, n_ctx=512)
+    backend.start_group(2, GREEDY)
+    # prefill in chunks of <= 16 tokens, both prompts in each decode, then lockstep steps
+    replies: list[list[int]] = [[], []]
+    pos = [0, 0]
+    n_decodes = 0
+    while any(p < len(t) for p, t in zip(pos, prompts)):
+        n_decodes += 1
+        spans, room = [], limits.n_batch
+        for seq, tokens in enumerate(prompts):
+            take = min(len(tokens) - pos[seq], room // (2 - seq))
+            if take > 0:
+                end = pos[seq] + take
+                spans.append(Span(seq, pos[seq], tokens[pos[seq]:end], end == len(tokens)))
+                pos[seq], room = end, room - take
+        sampled = iter(backend.decode(spans))
+        for span in spans:
+            if span.logits:
+                replies[span.seq_id].append(next(sampled))
+    assert n_decodes > 2
+    for _ in range(7):
+        spans = [Span(s, len(prompts[s]) + len(replies[s]) - 1, [replies[s][-1]], True)
+                 for s in range(2)]
+        for seq, token in zip(range(2), backend.decode(spans)):
+            replies[seq].append(token)
+    backend.clear(2)
+    for tokens, reply in zip(prompts, replies):
+        alone = list(itertools.islice(backend.generate_alone(tokens, GREEDY), 8))
+        assert reply == alone
+
+
+def test_decode_failure_raises_with_its_code(llm):
+    backend = LlamaBackend(llm, decode_hook=lambda n_tokens: -1)
+    try:
+        backend.open_batch(slots=2, n_ctx_seq=256, n_batch=64)
+        backend.start_group(1, GREEDY)
+        with pytest.raises(DecodeError, match="invalid batch") as info:
+            backend.decode([Span(0, 0, backend.tokenize(chat("Hi")), True)])
+        assert info.value.code == -1
+    finally:
+        backend.close()
+
+
+def test_decode_refuses_empty_and_oversized(backend):
+    backend.open_batch(slots=1, n_ctx_seq=256, n_batch=8)
+    backend.start_group(1, GREEDY)
+    with pytest.raises(ValueError, match=r"0 tokens"):
+        backend.decode([])
+    with pytest.raises(ValueError, match=r"9 tokens: valid is \[1, 8\]"):
+        backend.decode([Span(0, 0, list(range(1, 10)), True)])
+
+
+def test_too_many_slots_is_batch_unavailable(backend):
+    with pytest.raises(BatchUnavailable, match="llama_max_parallel_sequences"):
+        backend.open_batch(slots=backend.max_slots + 1, n_ctx_seq=256, n_batch=64)
+
+
+def test_generate_alone_reports_a_bad_prompt_as_backend_error(backend):
+    with pytest.raises(BackendError):
+        next(backend.generate_alone([backend.n_vocab + 5], GREEDY))
+
+
+def test_close_is_idempotent(llm):
+    backend = LlamaBackend(llm)
+    backend.open_batch(slots=2, n_ctx_seq=256, n_batch=64)
+    backend.close()
+    backend.close()
+    backend.clear(2)  # no context: nothing to clear

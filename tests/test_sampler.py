@@ -1,0 +1,84 @@
+"""SeqSampler on the real model: Llama.generate's chain order, greedy, seeded dist."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamabatch.batch import LlamaBatch
+from llamabatch.context import BatchContext
+from llamabatch.params import SamplingParams
+from llamabatch.sampler import SeqSampler
+
+pytestmark = pytest.mark.real_model
+
+#: ``Llama._init_sampler`` (llama-cpp-python 0.3.x), llama.cpp's stage names.
+FULL_CHAIN = ["penalties", "top-k", "typical", "top-p", "min-p", "temp", "dist"]
+
+
+@pytest.fixture(scope="module")
+def decoded(llm):
+    """A context whose last decode left logits at batch row ``row``."""
+    chat = b"<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n"
+    tokens = llm.tokenize(chat, add_bos=True, special=True)
+    with BatchContext(llm, slots=1, n_ctx_seq=256) as ctx, LlamaBatch(512, 1) as batch:
+        row = batch.add_run(tokens, 0, 0, True)
+        assert ctx.decode(batch) == 0
+        yield ctx, row
+
+
+def names(sampler: SeqSampler) -> list[str]:
+    return [name.lstrip("?") for name in sampler.stage_names()]  # "?x": a no-op stage
+
+
+def test_chain_order_is_llama_generate_s(llm):
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, typical_p=0.8,
+                            repeat_penalty=1.1, seed=1)
+    with SeqSampler(llm, params) as sampler:
+        assert sampler.stage_names() == FULL_CHAIN
+    with SeqSampler(llm, SamplingParams()) as sampler:  # defaults: no-op stages kept
+        assert names(sampler) == FULL_CHAIN
+
+
+def test_temperature_zero_is_penalties_then_greedy(llm):
+    with SeqSampler(llm, SamplingParams(temperature=0)) as sampler:
+        assert names(sampler) == ["penalties", "greedy"]
+
+
+def test_greedy_is_argmax_of_the_logits(llm, decoded):
+    ctx, row = decoded
+    logits = ctx.logits(row)
+    assert logits.shape == (llm.n_vocab(),) and logits.dtype == np.float32
+    with SeqSampler(llm, SamplingParams(temperature=0)) as sampler:
+        assert sampler.sample(ctx, row) == int(np.argmax(logits))
+
+
+def test_seeded_dist_is_reproducible(llm, decoded):
+    ctx, row = decoded
+    hot = dict(temperature=2.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def draws(seed: int) -> list[int]:
+        with SeqSampler(llm, SamplingParams(seed=seed, **hot)) as sampler:
+            return [sampler.sample(ctx, row) for _ in range(12)]
+
+    assert draws(42) == draws(42)
+    assert draws(42) != draws(43)
+
+
+def test_a_row_without_logits_is_refused_not_aborted(llm, decoded):
+    ctx, row = decoded
+    with SeqSampler(llm, SamplingParams(temperature=0)) as sampler:
+        with pytest.raises(IndexError, match=f"rows with logits: \\[{row}\\]"):
+            sampler.sample(ctx, row - 1)
+        with pytest.raises(IndexError):
+            ctx.logits(row + 1)
+
+
+def test_close_is_idempotent(llm, decoded):
+    ctx, row = decoded
+    sampler = SeqSampler(llm, SamplingParams())
+    sampler.close()
+    sampler.close()
+    assert sampler.closed
+    with pytest.raises(ValueError, match="closed"):
+        sampler.sample(ctx, row)
