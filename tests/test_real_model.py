@@ -1,0 +1,123 @@
+"""Issue 2 on the real model (SmolLM2-135M-Instruct Q4_1): batching keeps results right.
+
+Each test builds its own BatchGenerator on the session's ``llm`` and closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+
+pytestmark = pytest.mark.real_model
+
+FRUITS = ("apple", "banana", "grape", "mango", "pear", "orange", "cherry", "berry",
+          "peach", "lemon", "lime", "citrus", "pineapple", "kiwi", "plum", "melon",
+          "coconut", "avocado", "papaya", "fig")
+
+QUESTIONS = (
+    "Which fruit is used to make wine?",
+    "What is the most popular fruit in the world?",
+    "List three fruits.",
+    "Name three fruits that are red.",
+    "Give an example of a tropical fruit.",
+)
+
+
+def chat(question: str) -> str:
+    return ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
+
+
+FRUIT_PROMPTS = [chat(q) for q in QUESTIONS]
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def names_a_fruit(text: str) -> bool:
+    return any(fruit in text.lower() for fruit in FRUITS)
+
+
+def complete(llm, prompts, **kwargs):
+    with BatchGenerator(llm, **kwargs) as gen:
+        return gen.complete_many(prompts), gen.stats
+
+
+@pytest.mark.parametrize("slots", [4, 1])
+def test_fruit_prompts_name_a_fruit_in_a_batch_and_alone(llm, slots):
+    sampling = SamplingParams(temperature=0.1, seed=7)
+    results, stats = complete(llm, FRUIT_PROMPTS, slots=slots, n_ctx_seq=512,
+                              max_tokens=32, sampling=sampling)
+    assert [c.index for c in results] == list(range(5))
+    for c in results:
+        assert c.error is None and names_a_fruit(c.text), (c.index, c.text)
+    if slots == 4:
+        assert stats.groups_batched == 1 and stats.items_batched == 4
+        assert [c.path for c in results] == ["batch"] * 4 + ["alone"]  # a group of one
+    else:
+        assert stats.groups_batched == 0 and {c.path for c in results} == {"alone"}
+
+
+def test_greedy_batch_equals_alone_on_the_first_8_tokens(llm):
+    batched, stats = complete(llm, FRUIT_PROMPTS, slots=4, n_ctx_seq=512, max_tokens=8,
+                              sampling=GREEDY)
+    alone, _ = complete(llm, FRUIT_PROMPTS, slots=1, max_tokens=8, sampling=GREEDY)
+    assert stats.groups_batched == 1
+    for b, a in zip(batched, alone):
+        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+        assert b.text == llm.detokenize(list(b.token_ids)).decode("utf-8", "replace")
+
+
+def test_mixed_lengths_keep_input_order(llm):
+    padding = "Here is some context that makes the prompt longer. " * 30
+    questions = [q if k % 2 else padding + q for k, q in enumerate(QUESTIONS * 2)]
+    prompts = [chat(q) for q in questions]
+    results, stats = complete(llm, prompts, slots=3, n_ctx_seq=1024, n_batch=256,
+                              max_tokens=8, sampling=GREEDY)
+    alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
+    assert [c.index for c in results] == list(range(len(prompts)))
+    assert stats.groups_batched >= 3
+    lengths = [c.n_prompt_tokens for c in results]
+    assert lengths == [len(llm.tokenize(p.encode(), special=True)) for p in prompts]
+    for b, a in zip(results, alone):
+        assert b.token_ids[:4] == a.token_ids[:4], b.index
+
+
+def test_too_long_and_empty_prompts_keep_their_places(llm):
+    too_long_for_seq = chat("Tell me about fruit. " * 120)     # ~700 tokens > 512 - 16
+    too_long_for_model = "fruit " * 3000                         # > the Llama's n_ctx
+    prompts = [FRUIT_PROMPTS[0], "", too_long_for_seq, FRUIT_PROMPTS[1],
+               too_long_for_model, FRUIT_PROMPTS[2]]
+    results, stats = complete(llm, prompts, slots=3, n_ctx_seq=512, max_tokens=16,
+                              sampling=GREEDY)
+    assert [c.index for c in results] == list(range(6))
+    assert results[1].finish_reason == "error" and "empty" in results[1].error
+    assert results[2].error is None and results[2].path == "alone"
+    assert results[4].finish_reason == "error" and "n_ctx" in results[4].error
+    for k in (0, 3, 5):
+        assert results[k].error is None and results[k].text
+    assert results[3].path == "batch" and results[5].path == "batch"
+
+
+def test_a_batch_that_cannot_be_created_falls_back_once(llm, caplog):
+    huge = 1 << 22   # tokens per sequence: a KV cache of hundreds of GB, refused
+    with caplog.at_level(logging.WARNING, logger="llamabatch"):
+        results, stats = complete(llm, FRUIT_PROMPTS * 2, slots=4, n_ctx_seq=huge,
+                                  max_tokens=4, sampling=GREEDY)
+    assert stats.groups_batched == 0 and stats.items_alone == 10
+    assert "could not be created" in stats.batch_disabled_reason
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert all(c.error is None and c.path == "alone" for c in results)
+
+
+def test_nothing_leaks_between_groups(llm):
+    probe = FRUIT_PROMPTS[4]
+    fresh, _ = complete(llm, [probe, FRUIT_PROMPTS[0]], slots=2, n_ctx_seq=512,
+                        max_tokens=12, sampling=GREEDY)
+    after, stats = complete(llm, FRUIT_PROMPTS[:4] + [probe, FRUIT_PROMPTS[0]], slots=2,
+                            n_ctx_seq=512, max_tokens=12, sampling=GREEDY)
+    assert stats.groups_batched == 3
+    assert after[4].path == "batch"
+    assert after[4].token_ids == fresh[0].token_ids
