@@ -56,7 +56,7 @@ class Stats:
         items_failed: items whose ``finish_reason`` is ``"error"``.
         prompt_tokens: prompt tokens of all items.
         generated_tokens: reply tokens of all items.
-        decode_calls: ``llama_decode`` calls made in the batch context.
+        decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
     """
 

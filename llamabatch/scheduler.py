@@ -37,6 +37,7 @@ class SeqState:
 
     item: Item
     seq_id: int
+    budget: int
     output: list[int] = field(default_factory=list)
     status: Status = Status.PREFILL
     finish_reason: str | None = None
@@ -111,7 +112,8 @@ class Scheduler:
 
     def _run_batched(self, items: list[Item]) -> dict[int, Completion]:
         backend, n = self.backend, len(items)
-        seqs = [SeqState(item, seq_id) for seq_id, item in enumerate(items)]
+        seqs = [SeqState(item, seq_id, self._budget(item))
+                for seq_id, item in enumerate(items)]
         backend.start_group(n, self.sampling)
         try:
             for spans in plan_prefill([s.item.tokens for s in seqs], self.limits.n_batch):
@@ -140,14 +142,14 @@ class Scheduler:
     def _decode(self, spans: list[Span], seqs: list[SeqState]) -> None:
         sampled = self.backend.decode(spans)
         self.stats.decode_calls += 1
-        max_tokens, eog_ids = self.config.max_tokens, self.backend.eog_ids
+        eog_ids = self.backend.eog_ids
         it = iter(sampled)
         for span in spans:
             if not span.logits:
                 continue
             seq = seqs[span.seq_id]
             token = next(it)
-            reason = check_stop(token, len(seq.output), max_tokens, eog_ids)
+            reason = check_stop(token, len(seq.output), seq.budget, eog_ids)
             if reason != "stop":
                 seq.output.append(token)
             if reason is None:
@@ -161,11 +163,12 @@ class Scheduler:
         self.stats.items_alone += 1
         if item.error is not None:
             return self._error(item, item.error)
-        budget = min(self.config.max_tokens, self.backend.n_ctx - len(item.tokens))
+        budget = self._budget(item)
         output: list[int] = []
         reason = None
-        tokens = self.backend.generate_alone(item.tokens, self.sampling)
+        tokens = iter(())
         try:
+            tokens = self.backend.generate_alone(item.tokens, self.sampling)
             for token in tokens:
                 reason = check_stop(token, len(output), budget, self.backend.eog_ids)
                 if reason != "stop":
@@ -181,6 +184,11 @@ class Scheduler:
         if reason is None:
             return self._error(item, "the backend stopped generating without a reason")
         return self._completion(item, output, reason, "alone")
+
+    def _budget(self, item: Item) -> int:
+        """Most tokens ``item`` may generate: ``max_tokens``, or less when the one-at-a-time
+        context (``n_ctx``) is shorter, so a reply never depends on its path."""
+        return min(self.config.max_tokens, self.backend.n_ctx - len(item.tokens))
 
     # -- results ------------------------------------------------------------------------
     def _completion(self, item: Item, output: list[int], reason: str, path: str) -> Completion:
