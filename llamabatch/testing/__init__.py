@@ -1,0 +1,34 @@
+"""Test helpers for programs that use llamabatch: a fake backend and hypothesis strategies.
+
+:class:`FakeBackend` implements the :class:`~llamabatch.backend.Backend` protocol with no
+library loaded, so ``BatchGenerator(backend=FakeBackend(...))`` runs the whole scheduler
+in a plain unit test. Each prompt gets a deterministic reply (a function of the prompt's
+token ids, or a mapping), the same in a batch and alone; faults can be injected (the
+batch context cannot be created, the k-th batched decode fails with a llama.cpp return
+code, an item fails even alone); every call is logged, and by default every decode plan
+is checked against llama.cpp's rules (a broken rule raises :class:`FakeBackendViolation`).
+
+The strategies (:func:`prompts`, :func:`fault_plans`, :func:`fake_backends`) need
+hypothesis, imported only when they are called. Importing this package loads neither
+llama-cpp-python nor hypothesis.
+
+The default vocabulary: ids 0-255 are the bytes of UTF-8 text (``tokenize`` gives one
+token per byte, the empty string none), ids from 256 up are special tokens written
+``<|id|>``; 256 (:data:`EOG_ID`) is the default end-of-generation token.
+
+Modules: ``fake`` (the backend), ``records`` (its call log), ``replies`` (replies and
+fault plans), ``strategies`` (hypothesis).
+"""
+
+from .fake import FakeBackend, FakeBackendViolation
+from .records import (AloneCall, ClearCall, CloseCall, DecodeCall, Expected, GroupLog,
+                      OpenBatchCall, SpanRecord, StartGroupCall, read_groups)
+from .replies import DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan, HashReply, Reply
+from .strategies import fake_backends, fault_plans, prompts
+
+__all__ = [
+    "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "DecodeCall",
+    "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan", "GroupLog",
+    "HashReply", "OpenBatchCall", "Reply", "SpanRecord", "StartGroupCall", "fake_backends",
+    "fault_plans", "prompts", "read_groups",
+]

@@ -1,0 +1,438 @@
+"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backend import BatchLimits, Span
+from ..errors import BackendError, BatchUnavailable, DecodeError
+from ..params import SamplingParams
+from .records import (AloneCall, ClearCall, CloseCall, DecodeCall, Expected, GroupLog,
+                      OpenBatchCall, SpanRecord, StartGroupCall, Tokens, read_groups)
+from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
+
+
+class FakeBackendViolation(AssertionError):
+    """The scheduler broke a rule that llama.cpp enforces (or crashes on).
+
+    It derives from ``AssertionError`` so that no ``except BackendError`` swallows it;
+    every violation is also appended to :attr:`FakeBackend.violations`.
+    """
+
+
+@dataclass(slots=True)
+class _Seq:
+    """What the fake knows of one slot of the batch context."""
+
+    kv: int = 0
+    prompt: list[int] = field(default_factory=list)
+    reply: Tokens | None = None      # set when the prompt ended (first logits)
+    n_sampled: int = 0
+    last: int = -1                   # the last sampled token (to be decoded next)
+    is_done: bool = False            # sampled an EOG token or its max_tokens-th token
+
+
+class FakeBackend:
+    """A :class:`~llamabatch.backend.Backend` with deterministic replies and no library.
+
+    Sequence ``s`` of a group (and an item alone) generates ``reply(prompt)[0]``,
+    ``reply(prompt)[1]``, … where ``prompt`` is the token ids it was fed before its first
+    logits, then ``min(eog_ids)`` forever (``filler`` when ``eog_ids`` is empty) —
+    independent of batching and of the sampling parameters.
+
+    Args:
+        reply: see :data:`Reply`; default :class:`HashReply` ``(seed=0, max_len=12)``.
+        eog_ids: end-of-generation ids (``Backend.eog_ids``).
+        n_vocab: vocabulary size; the default tokenizer needs >= 256.
+        n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
+        max_slots: the most sequences ``open_batch`` accepts.
+        max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that
+            already sampled that many tokens is then a violation.
+        ctx_pad: ``open_batch`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
+        n_batch_cap: ``open_batch`` allocates at most this n_batch (``None``: as asked).
+        filler: the token emitted after the reply when ``eog_ids`` is empty.
+        tokenizer, detokenizer: replace the byte-level defaults.
+        fail_open: ``open_batch`` raises ``BatchUnavailable``.
+        fail_decode_at, fail_code: the ``fail_decode_at``-th decode call (1-based) raises
+            ``DecodeError(code=fail_code)``; with code 2 or < -1 its tokens stay in the KV
+            cache (as in llama.cpp), with 1 or -1 nothing changes. Settable later.
+        fail_alone: prompts (token tuples) or a predicate on them whose
+            ``generate_alone`` raises ``BackendError`` when iterated. Settable later.
+        check: check every call against llama.cpp's rules and log it. ``False`` is a fast
+            mode for benchmarks: no checks, no log (``num_decode_calls`` still counts).
+
+    Attributes:
+        log: every call, in order (:class:`OpenBatchCall`, :class:`StartGroupCall`,
+            :class:`DecodeCall`, :class:`ClearCall`, :class:`AloneCall`,
+            :class:`CloseCall`).
+        violations: the message of every :class:`FakeBackendViolation` raised.
+        limits: what ``open_batch`` returned, or ``None``.
+
+    Raises:
+        FakeBackendViolation (from ``decode``, ``start_group``, ``clear``, ``open_batch``,
+            the iterators of ``generate_alone``): more than n_batch tokens or none in a
+            decode; a seq id outside [0, n_seqs of the group); a position that does not
+            continue the sequence without gaps from 0; a sequence past n_ctx_seq; a token
+            outside [0, n_vocab); prompt tokens fed after the prompt ended; a decoded token
+            other than the one just sampled, or without logits; a sequence decoded after
+            it finished; a decode with no group started or after ``close``; a second
+            ``open_batch``; a token pulled alone after an EOG, past ``max_tokens`` or past
+            the context.
+    """
+
+    def __init__(self, reply: Reply | None = None, *, eog_ids: Collection[int] = (EOG_ID,),
+                 n_vocab: int = 260, n_ctx: int = 4096, max_slots: int = 64,
+                 max_tokens: int | None = None, ctx_pad: int = 1,
+                 n_batch_cap: int | None = None, filler: int | None = None,
+                 tokenizer: Callable[[str], list[int]] | None = None,
+                 detokenizer: Callable[[Sequence[int]], str] | None = None,
+                 fail_open: bool = False, fail_decode_at: int | None = None,
+                 fail_code: int = -1,
+                 fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
+                 check: bool = True) -> None:
+        self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.max_slots = max_slots
+        self.eog_ids = frozenset(eog_ids)
+        self.max_tokens = max_tokens
+        self.ctx_pad = ctx_pad
+        self.n_batch_cap = n_batch_cap
+        self.filler = n_vocab - 1 if filler is None else filler
+        self._tokenizer = tokenizer
+        self._detokenizer = detokenizer
+        self.reply = HashReply(0, 12, n_vocab) if reply is None else reply
+        self.fail_open = fail_open
+        self.fail_decode_at = fail_decode_at
+        self.fail_code = fail_code
+        self.fail_alone = fail_alone
+        self.check = check
+        self.log: list[object] = []
+        self.violations: list[str] = []
+        self.limits: BatchLimits | None = None
+        self.num_decode_calls = 0
+        self.closed = False
+        self._seqs: list[_Seq] = []
+        self._n_group = 0             # sequences of the group in flight (0: none)
+        self._open_tried = False
+
+    def __repr__(self) -> str:
+        defaults = FakeBackend.__init__.__kwdefaults__
+        args = [repr(self._kwargs["reply"])] + [
+            f"{k}={v!r}" for k, v in self._kwargs.items()
+            if k != "reply" and defaults.get(k) != v]
+        return f"FakeBackend({', '.join(args)})"
+
+    # -- text ------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """One token per UTF-8 byte (or the given tokenizer); ``""`` gives ``[]``.
+
+        Raises:
+            BackendError: a token id would not be below ``n_vocab``.
+        """
+        tokens = (self._tokenizer or byte_tokens)(text)
+        if any(not 0 <= t < self.n_vocab for t in tokens):
+            raise BackendError(f"fake: {text!r} has a token outside [0, {self.n_vocab})")
+        return tokens
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Bytes for ids < 256 and ``<|id|>`` for the others, decoded at once (UTF-8,
+        invalid bytes replaced), or the given detokenizer."""
+        return (self._detokenizer or byte_text)(tokens)
+
+    # -- replies ---------------------------------------------------------------------
+    def _as_tokens(self, value: str | Sequence[int]) -> Tokens:
+        return tuple(self.tokenize(value) if isinstance(value, str) else value)
+
+    def reply_of(self, prompt: Sequence[int]) -> Tokens:
+        """The configured reply to the prompt ``prompt`` (token ids), before the stop rule."""
+        key = tuple(prompt)
+        if isinstance(self.reply, Mapping):
+            value = self.reply.get(key)
+            if value is None:
+                value = next((v for k, v in self.reply.items()
+                              if isinstance(k, str) and self._as_tokens(k) == key), ())
+            return self._as_tokens(value)
+        return self._as_tokens(self.reply(key))
+
+    def _token_at(self, reply: Tokens, i: int) -> int:
+        if i < len(reply):
+            return reply[i]
+        return min(self.eog_ids) if self.eog_ids else self.filler
+
+    def prompt_tokens(self, prompt: object) -> Tokens:
+        """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
+
+        Raises:
+            ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
+                untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
+        """
+        if isinstance(prompt, bytes):
+            prompt = prompt.decode("utf-8")      # UnicodeDecodeError is a ValueError
+        if isinstance(prompt, str):
+            try:
+                tokens = self.tokenize(prompt)
+            except BackendError as exc:
+                raise ValueError(str(exc)) from None
+        elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
+            try:
+                tokens = [operator.index(t) for t in prompt]
+            except TypeError:
+                raise ValueError(f"not token ids: {prompt!r}") from None
+        else:
+            raise ValueError(f"not a prompt: {type(prompt).__name__}")
+        if not tokens or any(not 0 <= t < self.n_vocab for t in tokens):
+            raise ValueError("empty prompt or a token id outside the vocabulary")
+        if len(tokens) >= self.n_ctx:
+            raise ValueError(f"{len(tokens)} prompt tokens do not fit n_ctx={self.n_ctx}")
+        return tuple(tokens)
+
+    def expected(self, prompt: object, max_tokens: int) -> Expected:
+        """What the scheduler should return for ``prompt`` completed alone.
+
+        The stop rule on the reply stream: an EOG id stops (``"stop"``, not kept); else
+        the token is kept and the ``min(max_tokens, n_ctx - n_prompt)``-th ends it
+        (``"length"``). ``fail_alone`` is not considered (see :meth:`fails_alone`).
+
+        Raises:
+            ValueError: the item is an error (see :meth:`prompt_tokens`).
+        """
+        tokens = self.prompt_tokens(prompt)
+        budget = min(max_tokens, self.n_ctx - len(tokens))
+        reply, out = self.reply_of(tokens), []
+        while True:
+            token = self._token_at(reply, len(out))
+            if token in self.eog_ids:
+                reason = "stop"
+                break
+            out.append(token)
+            if len(out) >= budget:
+                reason = "length"
+                break
+        return Expected(tuple(out), reason, self.detokenize(out))
+
+    # -- checks ----------------------------------------------------------------------
+    def _violation(self, message: str) -> FakeBackendViolation:
+        self.violations.append(message)
+        return FakeBackendViolation(message)
+
+    def _require(self, ok: bool, message: str) -> None:
+        if not ok:
+            raise self._violation(message)
+
+    def _require_open(self, what: str) -> None:
+        self._require(not self.closed, f"{what} after close()")
+        self._require(self.limits is not None, f"{what} without a batch context")
+
+    # -- the batch context -----------------------------------------------------------
+    def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
+        """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``.
+
+        Raises:
+            BatchUnavailable: ``fail_open``, or ``slots`` above ``max_slots``.
+            FakeBackendViolation: called twice, after ``close``, or with a value < 1.
+        """
+        self._require(not self._open_tried, "open_batch called twice")
+        self._require(not self.closed, "open_batch after close()")
+        self._require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
+        self._open_tried = True
+        if self.fail_open or slots > self.max_slots:
+            if self.check:
+                self.log.append(OpenBatchCall(slots, n_ctx_seq, n_batch, None))
+            why = "fail_open=True" if self.fail_open else f"slots > {self.max_slots}"
+            raise BatchUnavailable(f"fake: the batch context cannot be created ({why})")
+        n_ctx_seq = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
+        n_ctx = n_ctx_seq * slots
+        n_batch = min(n_batch, n_ctx, self.n_batch_cap or n_batch)
+        self.limits = BatchLimits(slots, n_ctx_seq, n_batch, n_ctx)
+        self._seqs = [_Seq() for _ in range(slots)]
+        if self.check:
+            self.log.append(OpenBatchCall(slots, n_ctx_seq, n_batch, self.limits))
+        return self.limits
+
+    @property
+    def kv_lengths(self) -> tuple[int, ...]:
+        """Tokens in each slot's KV cache (empty before ``open_batch``)."""
+        return tuple(s.kv for s in self._seqs)
+
+    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
+        """Empty sequences [0, n_seqs) and start a group of them.
+
+        Raises:
+            FakeBackendViolation: no batch context, or n_seqs outside [1, n_seq_max].
+        """
+        self._require_open("start_group")
+        self._require(1 <= n_seqs <= self.limits.n_seq_max,
+                      f"start_group({n_seqs}) outside [1, {self.limits.n_seq_max}]")
+        if self.check:
+            self.log.append(StartGroupCall(n_seqs, sampling, self.kv_lengths))
+        for i in range(n_seqs):
+            self._seqs[i] = _Seq()
+        self._n_group = n_seqs
+
+    def clear(self, n_seqs: int) -> None:
+        """Remove sequences [0, n_seqs) from the KV cache; the group (if all) ends.
+
+        Raises:
+            FakeBackendViolation: no batch context, or n_seqs outside [0, n_seq_max].
+        """
+        self._require_open("clear")
+        self._require(0 <= n_seqs <= self.limits.n_seq_max, f"clear({n_seqs}) out of range")
+        if self.check:
+            self.log.append(ClearCall(n_seqs))
+        for i in range(n_seqs):
+            self._seqs[i] = _Seq()
+        if n_seqs >= self._n_group:
+            self._n_group = 0
+
+    def decode(self, spans: Sequence[Span]) -> list[int]:
+        """Decode ``spans`` and sample one token per span with logits (see the class).
+
+        Raises:
+            DecodeError: this is the ``fail_decode_at``-th call (code ``fail_code``).
+            FakeBackendViolation: the plan breaks a rule (see the class).
+        """
+        self.num_decode_calls += 1
+        if self.check:
+            self._check_plan(spans)
+        if self.num_decode_calls == self.fail_decode_at:
+            return self._fail(spans)
+        seqs, sampled = self._seqs, []
+        for span in spans:
+            seq = seqs[span.seq_id]
+            seq.kv += len(span.tokens)
+            if seq.reply is None:
+                seq.prompt.extend(span.tokens)
+            if span.logits:
+                if seq.reply is None:
+                    seq.reply = self.reply_of(seq.prompt)
+                token = self._token_at(seq.reply, seq.n_sampled)
+                seq.n_sampled += 1
+                seq.last = token
+                seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
+                sampled.append(token)
+        if self.check:
+            self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
+                                       tuple(sampled), None))
+        return sampled
+
+    def _fail(self, spans: Sequence[Span]) -> list[int]:
+        code = self.fail_code
+        if code == 2 or code < -1:          # processed ubatches stay in memory
+            for span in spans:
+                self._seqs[span.seq_id].kv += len(span.tokens)
+        if self.check:
+            self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
+        raise DecodeError(f"fake: llama_decode returned {code} "
+                          f"(fault at decode call {self.num_decode_calls})", code)
+
+    @staticmethod
+    def _records(spans: Sequence[Span]) -> tuple[SpanRecord, ...]:
+        return tuple(SpanRecord(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
+
+    def _check_plan(self, spans: Sequence[Span]) -> None:
+        self._require_open("decode")
+        self._require(self._n_group > 0, "decode with no group started (or after clear)")
+        n_tokens = sum(len(s.tokens) for s in spans)
+        self._require(n_tokens > 0, "decode of zero tokens")
+        self._require(n_tokens <= self.limits.n_batch,
+                      f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}")
+        kv: dict[int, int] = {}
+        waiting: set[int] = set()           # sampled in this call: not yet known
+        for span in spans:
+            s = span.seq_id
+            self._require(isinstance(s, int) and 0 <= s < self._n_group,
+                          f"seq id {s} outside [0, {self._n_group})")
+            seq = self._seqs[s]
+            self._require(not seq.is_done, f"seq {s} decoded after it finished")
+            self._require(s not in waiting, f"seq {s} decoded again after its logits "
+                                            "in the same call")
+            self._require(len(span.tokens) > 0, f"an empty span of seq {s}")
+            pos = kv.get(s, seq.kv)
+            self._require(span.pos == pos, f"seq {s}: position {span.pos}, expected {pos}")
+            kv[s] = pos + len(span.tokens)
+            self._require(kv[s] <= self.limits.n_ctx_seq,
+                          f"seq {s}: {kv[s]} tokens > n_ctx_seq={self.limits.n_ctx_seq}")
+            self._require(all(0 <= t < self.n_vocab for t in span.tokens),
+                          f"seq {s}: a token outside [0, {self.n_vocab})")
+            if seq.reply is not None:
+                self._require(len(span.tokens) == 1 and span.logits,
+                              f"seq {s}: after its prompt, one token with logits per call")
+                self._require(span.tokens[0] == seq.last,
+                              f"seq {s}: decoded {span.tokens[0]}, sampled {seq.last}")
+            if span.logits:
+                waiting.add(s)
+
+    # -- one at a time ---------------------------------------------------------------
+    def fails_alone(self, prompt: Sequence[int]) -> bool:
+        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
+        prompt = tuple(prompt)
+        rule = self.fail_alone
+        if rule is None:
+            return False
+        return rule(prompt) if callable(rule) else prompt in rule
+
+    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
+        """The reply stream of ``tokens``, one token per ``next``.
+
+        Raises (when iterated):
+            BackendError: ``fail_alone`` matches, the prompt is empty, has an id outside
+                [0, n_vocab) or does not fit ``n_ctx``.
+            FakeBackendViolation: a token pulled after an EOG token, past ``max_tokens``
+                or past the context (``n_ctx - n_prompt + 1`` tokens at most).
+        """
+        call = AloneCall(tuple(tokens), sampling)
+        if self.check:
+            self.log.append(call)
+        return self._alone(call)
+
+    def _alone(self, call: AloneCall) -> Iterator[int]:
+        prompt = call.tokens
+        try:
+            problem = ("fail_alone" if self.fails_alone(prompt) else
+                       "empty prompt" if not prompt else
+                       "token outside the vocabulary" if any(
+                           not 0 <= t < self.n_vocab for t in prompt) else
+                       f"{len(prompt)} tokens >= n_ctx={self.n_ctx}"
+                       if len(prompt) >= self.n_ctx else None)
+            if problem is not None:
+                call.error = f"fake: cannot complete alone ({problem})"
+                raise BackendError(call.error)
+            reply, last = self.reply_of(prompt), None
+            while True:
+                i = call.n_pulled
+                if self.check:
+                    self._require(last not in self.eog_ids, "alone: pulled after an EOG")
+                    self._require(self.max_tokens is None or i < self.max_tokens,
+                                  f"alone: pulled token {i + 1} > max_tokens")
+                    self._require(len(prompt) + i <= self.n_ctx,
+                                  f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}")
+                last = self._token_at(reply, i)
+                call.n_pulled += 1
+                yield last
+        finally:
+            call.closed = True
+
+    def close(self) -> None:
+        """Free the batch context (idempotent)."""
+        if self.check:
+            self.log.append(CloseCall())
+        self.closed = True
+        self._n_group = 0
+
+    # -- reading the log -------------------------------------------------------------
+    def copy(self, **changes: Any) -> FakeBackend:
+        """A fresh fake (empty log, no batch context) with this one's arguments, some
+        replaced: ``fake.copy(fail_decode_at=None)``."""
+        return FakeBackend(**{**self._kwargs, **changes})
+
+    def calls(self, kind: type) -> list[Any]:
+        """The logged calls of one kind, e.g. ``fake.calls(DecodeCall)``."""
+        return [c for c in self.log if isinstance(c, kind)]
+
+    def groups(self) -> list[GroupLog]:
+        """The batched groups, read back from the log (see :func:`read_groups`)."""
+        return read_groups(self.log)

@@ -1,0 +1,89 @@
+"""Hypothesis strategies for prompts, fault plans and fake backends.
+
+hypothesis is imported when a strategy is asked for, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+from .fake import FakeBackend
+from .replies import DECODE_FAULT_CODES, FailWhen, FaultPlan, HashReply
+
+
+def _st():
+    from hypothesis import strategies as st  # only when a strategy is asked for
+    return st
+
+
+def prompts(*, min_items: int = 0, max_items: int = 100, max_len: int = 80,
+            n_vocab: int = 260, invalid: bool = True):
+    """Lists of ``min_items`` to ``max_items`` prompts for a :class:`FakeBackend` with the
+    default vocabulary.
+
+    Items: ``str`` (ASCII and multi-byte characters, 0 to ``max_len`` characters, so up
+    to 4 * ``max_len`` tokens), UTF-8 ``bytes``, token-id lists (0 to ``max_len`` ids in
+    [0, n_vocab)); with ``invalid`` also ids outside [0, n_vocab), invalid UTF-8, and
+    objects that are not prompts (None, numbers, dicts, lists of non-integers).
+
+    Returns:
+        a hypothesis ``SearchStrategy[list[object]]``.
+    """
+    st = _st()
+    text = st.text(st.sampled_from("abc xyz\n.é€🙂"), max_size=max_len)
+    ids = st.lists(st.integers(0, n_vocab - 1), max_size=max_len)
+    valid = text | ids | text.map(lambda s: s.encode("utf-8"))
+    item = valid
+    if invalid:
+        bad = (st.lists(st.integers(-3, n_vocab + 3), min_size=1, max_size=max_len)
+               | st.sampled_from([None, 42, 3.5, {"a": 1}, [1, "x"], [1.5], [[1]],
+                                  b"\xff\xfe", ""]))
+        item = st.one_of(valid, valid, valid, bad)
+    return st.lists(item, min_size=min_items, max_size=max_items)
+
+
+def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
+    """:class:`FaultPlan` s: mostly none; sometimes the batch cannot be created
+    (``fail_open``), the k-th decode fails with a code of :data:`DECODE_FAULT_CODES`,
+    or the prompts matching a :class:`FailWhen` fail alone.
+
+    Returns:
+        a hypothesis ``SearchStrategy[FaultPlan]``.
+    """
+    st = _st()
+    return st.builds(
+        FaultPlan,
+        fail_open=st.sampled_from([False] * 5 + [True]) if fail_open else st.just(False),
+        fail_decode_at=st.none() | st.integers(1, max_decode_at),
+        fail_code=st.sampled_from(DECODE_FAULT_CODES),
+        fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1)))
+
+
+def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int = 40):
+    """:class:`FakeBackend` s with random replies (:class:`HashReply`, sometimes with an
+    EOG in the middle), 0-3 EOG ids, n_vocab 260-300, n_ctx 2-4096, ctx_pad 1/8/256, an
+    optional n_batch cap, and faults drawn from ``faults`` (default :func:`fault_plans`).
+
+    Args:
+        faults: a ``SearchStrategy[FaultPlan]``.
+        max_tokens: passed to each fake (decodes past it are violations).
+        max_reply: longest reply before the stop rule.
+
+    Returns:
+        a hypothesis ``SearchStrategy[FakeBackend]``.
+    """
+    st = _st()
+    faults = fault_plans() if faults is None else faults
+
+    @st.composite
+    def build(draw):
+        n_vocab = draw(st.integers(260, 300))
+        eog = tuple(sorted(draw(st.sets(st.integers(256, n_vocab - 1), max_size=3))))
+        reply = HashReply(draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, max_reply)),
+                          n_vocab, eog, draw(st.sampled_from([0.0, 0.3])))
+        n_ctx = draw(st.integers(2, 64) | st.integers(64, 4096))
+        return FakeBackend(
+            reply, eog_ids=eog, n_vocab=n_vocab, n_ctx=n_ctx,
+            max_slots=draw(st.integers(8, 64)), max_tokens=max_tokens,
+            ctx_pad=draw(st.sampled_from([1, 1, 8, 256])),
+            n_batch_cap=draw(st.none() | st.integers(1, 64)), **draw(faults).kwargs())
+
+    return build()

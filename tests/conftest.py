@@ -1,0 +1,45 @@
+"""Session fixtures for the real-model tests (SmolLM2-135M-Instruct Q4_1).
+
+``LLAMABATCH_TEST_GGUF`` names the GGUF file; without it the default model is used
+(fetched once into the user cache by :func:`llamabatch.model.default_model_path`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """The test model's GGUF file."""
+    env = os.environ.get("LLAMABATCH_TEST_GGUF")
+    if env:
+        return Path(env)
+    from llamabatch.model import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def llm(model_path):
+    """One ``llama_cpp.Llama`` on the test model for the whole session (2048 tokens, 2 threads)."""
+    import llama_cpp
+
+    model = llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=2, verbose=False)
+    yield model
+    model.close()
+
+
+# -- hypothesis profiles for the property tests (tests/test_properties.py) -------------
+# HYPOTHESIS_PROFILE=ci (default: all property tests in under a minute on 2 cores) or
+# dev (more examples and longer stateful runs, for a local hunt: about 3 minutes).
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("ci", max_examples=300, stateful_step_count=30, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile("dev", max_examples=1000, stateful_step_count=50, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -1,0 +1,167 @@
+"""The fake backend's own checks: each rule it enforces fires on a plan that breaks it.
+
+Without these, a scheduler bug could hide behind a checker that never complains.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llamabatch import SamplingParams
+from llamabatch.backend import Backend, Span
+from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
+from llamabatch.testing import (AloneCall, DecodeCall, FakeBackend, FakeBackendViolation,
+                                HashReply)
+
+SAMPLING = SamplingParams()
+
+
+def opened(n_seqs: int = 2, **kw) -> FakeBackend:
+    """A fake with a batch context of 4 slots (n_ctx_seq 16, n_batch 8), a group started."""
+    fake = FakeBackend({(1, 2): [5, 6, 7], (3,): [9]}, **kw)
+    fake.open_batch(4, 16, 8)
+    fake.start_group(n_seqs, SAMPLING)
+    return fake
+
+
+def test_it_is_a_backend() -> None:
+    assert isinstance(FakeBackend(), Backend)
+
+
+def test_tokenize_is_one_token_per_byte_and_detokenize_inverts_it() -> None:
+    fake = FakeBackend()
+    assert fake.tokenize("") == []
+    assert fake.tokenize("é") == [0xC3, 0xA9]
+    assert fake.detokenize([0xC3, 0xA9, 300]) == "é<|300|>"
+    with pytest.raises(BackendError):
+        FakeBackend(n_vocab=100).tokenize("z")
+
+
+def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
+    fake = opened()
+    assert fake.decode([Span(0, 0, (1,), False), Span(1, 0, (3,), True)]) == [9]
+    assert fake.decode([Span(0, 1, (2,), True), Span(1, 1, (9,), True)]) == [5, 256]
+    assert fake.decode([Span(0, 2, (5,), True)]) == [6]
+    assert fake.kv_lengths == (3, 2, 0, 0)
+    fake.clear(2)
+    assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
+    assert fake.calls(DecodeCall)[0].sampled == (9,)
+
+
+@pytest.mark.parametrize("spans, message", [
+    ([], "zero tokens"),
+    ([Span(0, 0, tuple(range(1, 10)), True)], "n_batch"),
+    ([Span(2, 0, (1,), True)], "seq id 2"),
+    ([Span(-1, 0, (1,), True)], "seq id -1"),
+    ([Span(0, 1, (1,), True)], "position 1, expected 0"),
+    ([Span(0, 0, (), True), Span(1, 0, (1,), True)], "empty span"),
+    ([Span(0, 0, (400,), True)], "outside"),
+    ([Span(0, 0, (1,), True), Span(0, 1, (2,), True)], "same call"),
+])
+def test_a_broken_plan_is_a_violation(spans, message) -> None:
+    fake = opened()
+    with pytest.raises(FakeBackendViolation, match=message):
+        fake.decode(spans)
+    assert fake.violations
+
+
+def test_feeding_anything_but_the_sampled_token_is_a_violation() -> None:
+    fake = opened()
+    fake.decode([Span(0, 0, (1, 2), True)])                      # samples 5
+    with pytest.raises(FakeBackendViolation, match="sampled 5"):
+        fake.decode([Span(0, 2, (6,), True)])
+    with pytest.raises(FakeBackendViolation, match="one token with logits"):
+        fake.decode([Span(0, 2, (5,), False)])
+
+
+def test_decoding_a_finished_sequence_is_a_violation() -> None:
+    fake = opened()
+    fake.decode([Span(1, 0, (3,), True)])
+    fake.decode([Span(1, 1, (9,), True)])                        # samples the EOG
+    with pytest.raises(FakeBackendViolation, match="finished"):
+        fake.decode([Span(1, 2, (256,), True)])
+    capped = opened(max_tokens=1)
+    capped.decode([Span(0, 0, (1, 2), True)])
+    with pytest.raises(FakeBackendViolation, match="finished"):
+        capped.decode([Span(0, 2, (5,), True)])
+
+
+def test_overflowing_the_sequence_context_is_a_violation() -> None:
+    fake = opened()
+    fake.decode([Span(0, 0, tuple(range(8)), False)])
+    fake.decode([Span(0, 8, tuple(range(8)), False)])
+    with pytest.raises(FakeBackendViolation, match="n_ctx_seq"):
+        fake.decode([Span(0, 16, (1,), True)])
+
+
+def test_decoding_without_a_group_or_after_close_is_a_violation() -> None:
+    fake = opened()
+    fake.clear(2)
+    with pytest.raises(FakeBackendViolation, match="no group"):
+        fake.decode([Span(0, 0, (1,), True)])
+    fake.close()
+    fake.close()
+    with pytest.raises(FakeBackendViolation, match="after close"):
+        fake.decode([Span(0, 0, (1,), True)])
+    with pytest.raises(FakeBackendViolation, match="without a batch context"):
+        FakeBackend().start_group(2, SAMPLING)
+
+
+def test_open_batch_pads_caps_and_refuses_a_second_call() -> None:
+    fake = FakeBackend(ctx_pad=256, n_batch_cap=32)
+    limits = fake.open_batch(3, 300, 512)
+    assert (limits.n_seq_max, limits.n_ctx_seq, limits.n_batch, limits.n_ctx) == (
+        3, 512, 32, 1536)
+    with pytest.raises(FakeBackendViolation, match="twice"):
+        fake.open_batch(3, 300, 512)
+    with pytest.raises(BatchUnavailable):
+        FakeBackend(fail_open=True).open_batch(2, 16, 8)
+    with pytest.raises(BatchUnavailable):
+        FakeBackend(max_slots=2).open_batch(3, 16, 8)
+
+
+@pytest.mark.parametrize("code, kept", [(1, 0), (-1, 0), (2, 2), (-3, 2)])
+def test_an_injected_decode_fault_raises_with_its_code(code: int, kept: int) -> None:
+    fake = opened(fail_decode_at=1, fail_code=code)
+    with pytest.raises(DecodeError) as info:
+        fake.decode([Span(0, 0, (1, 2), True)])
+    assert info.value.code == code
+    assert fake.kv_lengths[0] == kept
+    assert fake.calls(DecodeCall)[0].error_code == code
+
+
+def test_generate_alone_streams_the_reply_and_polices_the_caller() -> None:
+    fake = FakeBackend({(1, 2): [5, 6]}, n_ctx=5, max_tokens=3)
+    stream = fake.generate_alone([1, 2], SAMPLING)
+    assert [next(stream) for _ in range(3)] == [5, 6, 256]
+    with pytest.raises(FakeBackendViolation, match="after an EOG"):
+        next(stream)
+    call = fake.calls(AloneCall)[0]
+    assert (call.n_pulled, call.closed) == (3, True)
+    filler = FakeBackend({(1, 2): []}, eog_ids=(), n_ctx=4, filler=7).generate_alone(
+        [1, 2], SAMPLING)
+    assert [next(filler) for _ in range(3)] == [7, 7, 7]     # n_ctx - n_prompt + 1
+    with pytest.raises(FakeBackendViolation, match="past n_ctx"):
+        next(filler)
+
+
+@pytest.mark.parametrize("tokens", [[], [1] * 5, [7]])
+def test_generate_alone_fails_when_iterated(tokens) -> None:
+    fake = FakeBackend(n_ctx=5, fail_alone=lambda t: t == (7,))
+    stream = fake.generate_alone(tokens, SAMPLING)           # lazy: no error yet
+    with pytest.raises(BackendError):
+        next(stream)
+
+
+def test_replies_by_mapping_text_or_function_agree() -> None:
+    by_text = FakeBackend({"hi": "yo"})
+    assert by_text.reply_of(by_text.tokenize("hi")) == tuple(b"yo")
+    assert by_text.reply_of([1]) == ()
+    reply = HashReply(seed=3, max_len=5, n_vocab=260)
+    assert FakeBackend(reply).reply_of([1, 2]) == tuple(reply((1, 2)))
+
+
+def test_fast_mode_logs_nothing_and_gives_the_same_replies() -> None:
+    fake = opened(check=False)
+    assert fake.decode([Span(0, 0, (1, 2), True)]) == [5]
+    assert fake.calls(DecodeCall) == [] and fake.num_decode_calls == 1
