@@ -2,43 +2,45 @@
 
 Input (PROMPTS):
 
-- JSONL: one JSON object per line, ``{"prompt": "...", "id": ...}``; ``id`` (a string or
-  an integer) is optional and defaults to the 1-based line number. Chosen for a
+- JSONL: one JSON object per line with an optional ``id`` (a string or an integer;
+  default: the 1-based line number) and either ``prompt`` (a ready string) or
+  ``messages`` (a list of {"role": ..., "content": ...}, formatted with the model's own
+  chat template from its GGUF metadata, generation prompt appended). Chosen for a
   ``.jsonl`` file, or for any file whose non-blank lines all parse as JSON objects.
-- Text: one prompt per line, id = the 1-based line number. A prompt cannot contain a
-  newline in this format (chat-formatted prompts need JSONL, with ``\\n`` in the string).
+- Text: one prompt per line, id = the 1-based line number.
 
-Blank lines are skipped in both formats (line numbers still count them). Ids must be
-unique. Every line is checked before any model work; a bad line stops the job with its
-line number.
+Blank lines are skipped. Ids must be unique. Every line is checked before any model
+work: a malformed line stops the job, named by its line number, or with --skip-bad
+becomes an error line in its place (id = its line number).
 
-Output: one JSON object per prompt, in input order, written, flushed and fsynced after
-each group:
-``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens", "path"}``.
+Output: one JSON object per item, in input order, written, flushed and fsynced after
+each group: ``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens",
+"path"}``. An existing non-empty output file needs --resume (skip the ids it already
+holds and append the rest; a cut-off last line left by a killed job is removed) or
+--overwrite.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, error_line
-from .cli_input import FORMATS, PromptItem, read_prompts
+from .cli_input import FORMATS, Entry, PromptItem, model_prompts, read_prompts, with_chat_prompts
+from .cli_output import Output, completion_record, error_record, open_output
+from .cli_report import JobTally, batching_note, progress_bar, summary_line
+from .cli_signals import Interrupts
 from .completion import Completion
 from .errors import LlamaBatchError
 from .model import ModelFetchError, ModelFileError
 from .params import BatchConfig, SamplingParams
+from .resume import id_key
 
 PROG = "llamabatch complete"
 
@@ -46,56 +48,6 @@ PROG = "llamabatch complete"
 DEFAULT_TEMPERATURE = 0.1
 _SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
 _BATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BatchConfig)}
-
-def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any]:
-    """The output object of one item: id, text, finish_reason, error, token counts, path."""
-    return {
-        "id": item.id,
-        "text": completion.text,
-        "finish_reason": completion.finish_reason,
-        "error": completion.error,
-        "n_prompt_tokens": completion.n_prompt_tokens,
-        "n_tokens": completion.n_tokens,
-        "path": completion.path,
-    }
-
-
-@dataclass(slots=True)
-class JobTally:
-    """Counts for the summary line, taken from the completions written."""
-
-    items: int = 0
-    errors: int = 0
-    alone: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-
-    def add(self, completion: Completion) -> None:
-        self.items += 1
-        self.errors += completion.finish_reason == "error"
-        self.alone += completion.path == "alone"
-        self.tokens_in += completion.n_prompt_tokens
-        self.tokens_out += completion.n_tokens
-
-
-def batching_note(slots: int, stats: Any) -> str:
-    """Say whether batching was on, and why not when it was off."""
-    if slots == 1:
-        return "batching off (--slots 1)"
-    reason = getattr(stats, "batch_disabled_reason", None) if stats is not None else None
-    if reason:
-        return f"batching off: {reason}"
-    groups = getattr(stats, "groups_batched", 0) if stats is not None else 0
-    return f"batching on ({slots} slots, {groups} groups decoded together)"
-
-
-def summary_line(tally: JobTally, total: int, wall_s: float, gen_s: float, note: str) -> str:
-    """The one-line summary printed on stderr at the end of a job."""
-    rate = tally.tokens_out / gen_s if gen_s > 0 else 0.0
-    done = f"{tally.items} items" if tally.items == total else f"{tally.items} of {total} items"
-    return (f"llamabatch: {done}, {tally.errors} errors, {tally.alone} completed alone; "
-            f"tokens in {tally.tokens_in}, out {tally.tokens_out}; wall {wall_s:.1f} s "
-            f"(generation {gen_s:.1f} s), {rate:.1f} tokens/s out; {note}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -106,10 +58,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompts", metavar="PROMPTS", type=Path,
-                   help="input file: JSONL ({\"prompt\": ..., \"id\": ...} per line) or text "
-                        "(one prompt per line)")
+                   help="input file: JSONL (an object per line with \"prompt\" or "
+                        "\"messages\", and \"id\") or text (one prompt per line)")
     p.add_argument("-o", "--output", metavar="OUT", type=Path, default=None,
-                   help="output JSONL file, overwritten (default: standard output)")
+                   help="output JSONL file; if it exists and is not empty, --resume or "
+                        "--overwrite is needed (default: standard output)")
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the job in OUT: skip the items whose id is already "
+                            "in it, append the others (default: off)")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace a non-empty OUT (default: off: refuse)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="write an error line in place of each malformed input line and "
+                        "go on (default: off: a malformed line stops the job before any "
+                        "model work)")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format (default: %(default)s: JSONL for *.jsonl or when every "
                         "non-blank line is a JSON object, else text)")
@@ -138,10 +101,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="drop tokens below P times the likeliest one's probability, in [0, 1] "
                         "(default: %(default)s)")
     p.add_argument("--repeat-penalty", type=float, default=s["repeat_penalty"], metavar="X",
-                   help=f"penalty on tokens among the last {s['penalty_last_n']} generated, "
-                        "> 0; 1 = off (default: %(default)s)")
+                   help=f"penalty factor on tokens among the last {s['penalty_last_n']} "
+                        "generated, > 0; 1 = off (default: %(default)s)")
     p.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="sampling seed, in [0, 2**32 - 1] (default: random)")
+                   help="sampling seed, an integer in [0, 2**32 - 1] (default: random)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="CPU threads (default: llama-cpp-python's: half the cores to "
                         "generate, all of them for prompts)")
@@ -149,7 +112,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="model layers offloaded to the GPU, -1 = all; no effect with a "
                         "CPU-only llama-cpp-python (default: %(default)s)")
     p.add_argument("--quiet", action="store_true",
-                   help="no progress bar, no summary, no notes on stderr (errors only)")
+                   help="no progress bar, summary or notes on stderr; warnings and errors "
+                        "only (default: off)")
     p.set_defaults(func=run)
 
 
@@ -170,74 +134,18 @@ def _model_path(args: argparse.Namespace) -> Path:
     if args.model is not None:
         return check_model_file(args.model)
     path = default_model_path(quiet=args.quiet)
-    if not args.quiet:
-        print(f"llamabatch: no --model given, using the default model "
-              f"SmolLM2-135M-Instruct Q4_1: {path}", file=sys.stderr, flush=True)
+    _note(args, f"no --model given, using the default model SmolLM2-135M-Instruct Q4_1: "
+                f"{path}")
     return path
 
 
-@contextlib.contextmanager
-def _open_output(args: argparse.Namespace) -> Iterator[IO[str]]:
-    if args.output is None:
-        yield sys.stdout
-        return
-    out = args.output
-    with contextlib.suppress(OSError):
-        if out.resolve() == args.prompts.resolve():
-            raise UsageError(f"output {out} is the prompts file")
-    try:
-        f = open(out, "w", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write output {out}: {exc.strerror or exc}") from None
-    with f:
-        yield f
+def _note(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
 
 
-def _sync(f: IO[str]) -> None:
-    f.flush()
-    if f is not sys.stdout:
-        os.fsync(f.fileno())
-
-
-class _Interrupts:
-    """SIGINT and SIGTERM raise KeyboardInterrupt, except while a group is being written.
-
-    A signal that arrives while :meth:`held` is active is kept and raised when it ends,
-    so the output never holds part of a group and the count of items written is exact.
-    """
-
-    def __init__(self) -> None:
-        self.holding = False
-        self.pending = False
-
-    def _handler(self, signum: int, frame: object) -> None:
-        if self.holding:
-            self.pending = True
-        else:
-            raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self._handler)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.holding = True
-        try:
-            yield
-        finally:
-            self.holding = False
-        if self.pending:
-            raise KeyboardInterrupt
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -255,78 +163,131 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
 
+@dataclasses.dataclass(slots=True)
+class _Job:
+    """One run: what it has to write (``todo``, input order), where, and its counts."""
+
+    args: argparse.Namespace
+    todo: list[Entry]
+    out: Output
+    skipped: int
+    t0: float
+    tally: JobTally = dataclasses.field(default_factory=JobTally)
+    next_entry: int = 0
+
+    def records(self, items: list[PromptItem], positions: list[int],
+                group: list[Completion]) -> Iterator[dict[str, Any]]:
+        """The records of one group, after the bad lines that come before it."""
+        for completion in group:
+            position = positions[completion.index]
+            yield from self.rest(position)
+            self.tally.add(completion)
+            self.next_entry = position + 1
+            yield completion_record(items[completion.index], completion)
+
+    def rest(self, stop: int | None = None) -> Iterator[dict[str, Any]]:
+        """The records of the bad lines from the next entry to ``stop`` (default: all)."""
+        stop = len(self.todo) if stop is None else stop
+        while self.next_entry < stop:
+            bad = self.todo[self.next_entry]  # a BadLine: records() writes the items
+            self.tally.add_bad()
+            self.next_entry += 1
+            yield error_record(bad)
+
+    def summary(self, gen_s: float, note: str) -> None:
+        if not self.args.quiet:
+            print(summary_line(self.tally, len(self.todo), time.perf_counter() - self.t0,
+                               gen_s, note, self.skipped, self.out.where),
+                  file=sys.stderr, flush=True)
+
+    def interrupted(self) -> int:
+        before = f" (after the {self.skipped} already there)" if self.skipped else ""
+        how = ("run the same command with --resume to continue" if self.out.is_file else
+               "to be able to resume, write to a file (-o OUT) and use --resume")
+        error_line(PROG, f"interrupted: {self.tally.items} of {len(self.todo)} items were "
+                         f"written to {self.out.where}{before}, in input order; {how}")
+        return EXIT_INTERRUPTED
+
+
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         sampling, config = _params(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    items = read_prompts(args.prompts, args.format)
-    tally = JobTally()
-    with _open_output(args) as out:
-        if not items:
-            if not args.quiet:
-                print(summary_line(tally, 0, time.perf_counter() - t0, 0.0,
-                                   f"no prompts in {args.prompts}"), file=sys.stderr)
-            return EXIT_OK
-        path = _model_path(args)
+    entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad)
+    interrupts = Interrupts()
+    with open_output(args.output, args.prompts, resume=args.resume,
+                     overwrite=args.overwrite, warn=_warn) as out, interrupts.installed():
+        todo = [e for e in entries if id_key(e.id) not in out.done]
+        job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
+        foreign = len(out.done - {id_key(e.id) for e in entries})
+        if foreign:
+            _note(args, f"{out.where} holds {foreign} ids that are not in {args.prompts} "
+                        "(kept as they are)")
+        if not any(isinstance(e, PromptItem) for e in todo):
+            return _finish_without_model(job, interrupts, entries)
         from .model import load_llama
 
-        llm = load_llama(path, n_ctx=config.n_ctx_seq, n_threads=args.threads,
+        llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
         try:
-            return _generate(args, items, llm, sampling, config, out, tally, t0)
+            job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
+            return _generate(job, llm, sampling, config, interrupts)
         finally:
             close = getattr(llm, "close", None)
             if close is not None:
                 close()
 
 
-def _generate(args: argparse.Namespace, items: list[PromptItem], llm: Any,
-              sampling: SamplingParams, config: BatchConfig, out: IO[str],
-              tally: JobTally, t0: float) -> int:
-    from tqdm import tqdm
+def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
+    try:
+        with interrupts.held():
+            job.out.write(job.rest())
+    except KeyboardInterrupt:
+        return job.interrupted()
+    if not entries:
+        note = f"no prompts in {job.args.prompts}"
+    elif not job.todo:
+        note = f"nothing to do: all {len(entries)} items are already in {job.out.where}"
+    else:
+        note = "no item for the model"
+    job.summary(0.0, note)
+    return EXIT_OK
 
+
+def _generate(job: _Job, llm: Any, sampling: SamplingParams, config: BatchConfig,
+              interrupts: Interrupts) -> int:
     from . import BatchGenerator
 
     t_gen = time.perf_counter()
-    stats = None
-    where = "standard output" if args.output is None else str(args.output)
+    items = [e for e in job.todo if isinstance(e, PromptItem)]
+    positions = [k for k, e in enumerate(job.todo) if isinstance(e, PromptItem)]
     try:
         gen = BatchGenerator(llm, slots=config.slots, n_ctx_seq=config.n_ctx_seq,
                              n_batch=config.n_batch, max_tokens=config.max_tokens,
                              sampling=sampling, page_size=config.page_size)
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
         raise UsageError(str(exc)) from None
-    bar = tqdm(total=len(items), unit="item", file=sys.stderr, disable=args.quiet,
-               dynamic_ncols=True, desc="complete")
+    bar = progress_bar(len(job.todo), job.args.quiet)
     try:
-        interrupts = _Interrupts()
-        with gen, interrupts.installed():
-            stats = gen.stats
-            for group in gen.iter_groups(item.prompt for item in items):
+        with gen:
+            for group in gen.iter_groups(model_prompts(llm, items)):
                 with interrupts.held():
-                    for completion in group:
-                        record = completion_record(items[completion.index], completion)
-                        out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                        tally.add(completion)
-                    _sync(out)
-                bar.update(len(group))
-                bar.set_postfix(alone=f"{100 * tally.alone // max(tally.items, 1)}%",
-                                refresh=False)
+                    job.out.write(job.records(items, positions, group))
+                bar.set_postfix(alone=job.tally.alone_share, refresh=False)
+                bar.update(job.tally.items - bar.n)
+            with interrupts.held():
+                job.out.write(job.rest())
+            bar.update(job.tally.items - bar.n)
     except KeyboardInterrupt:
         bar.close()
-        error_line(PROG, f"interrupted: {tally.items} of {len(items)} items were written "
-                         f"to {where}, in input order")
-        return EXIT_INTERRUPTED
+        return job.interrupted()
     except BrokenPipeError:
         bar.close()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     bar.close()
-    if not args.quiet:
-        now = time.perf_counter()
-        print(summary_line(tally, len(items), now - t0, now - t_gen,
-                           batching_note(config.slots, stats)), file=sys.stderr, flush=True)
+    job.summary(time.perf_counter() - t_gen, batching_note(config.slots, gen.stats))
     return EXIT_OK

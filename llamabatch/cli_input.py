@@ -1,22 +1,30 @@
 """Reading the input of ``llamabatch complete``: a JSONL or text file of prompts.
 
-- JSONL: one JSON object per line, ``{"prompt": "...", "id": ...}``; ``id`` (a string or
-  an integer) is optional and defaults to the 1-based line number. Chosen for a
-  ``.jsonl`` file, or for any file whose non-blank lines all parse as JSON objects.
+- JSONL: one JSON object per line with either ``"prompt"`` (a ready string) or
+  ``"messages"`` (a list of ``{"role", "content"}`` objects, formatted later with the
+  model's chat template) and an optional ``"id"`` (a string or an integer; default: the
+  1-based line number). Chosen for a ``.jsonl`` file, or for any file whose non-blank
+  lines all parse as JSON objects.
 - Text: one prompt per line, id = the 1-based line number. A prompt cannot contain a
   newline in this format (chat-formatted prompts need JSONL, with ``\\n`` in the string).
 
 Blank lines are skipped in both formats (line numbers still count them). Ids must be
-unique. Every problem is a :class:`~llamabatch.cli.UsageError` naming the line.
+unique. A bad line (malformed JSON, wrong types, invalid UTF-8) is a
+:class:`~llamabatch.cli.UsageError` naming the line, or, with ``skip_bad``, a
+:class:`BadLine` in its place whose id is its line number.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from .chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
 from .cli import UsageError
 
 FORMATS = ("auto", "jsonl", "text")
@@ -28,17 +36,43 @@ class PromptItem:
 
     Attributes:
         id: the ``id`` of the JSONL object, else the 1-based line number.
-        prompt: the prompt text (special tokens such as ``<|im_start|>`` are parsed).
+        prompt: the prompt text (special tokens such as ``<|im_start|>`` are parsed);
+            ``None`` for a ``messages`` item until its chat template is applied.
         line: 1-based line number in the input file.
+        messages: the chat messages of a ``messages`` item, else ``None``.
     """
 
     id: str | int
-    prompt: str
+    prompt: str | None
     line: int
+    messages: list[dict[str, Any]] | None = None
 
 
-def _decoded_lines(path: Path) -> list[tuple[int, str]]:
-    """The non-blank lines of ``path`` as (1-based line number, text), UTF-8 checked."""
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """An input line that cannot be completed, kept in its place (``--skip-bad``).
+
+    Attributes:
+        id: the line number for a malformed line; the item's own id when only the chat
+            template refused its messages.
+        line: 1-based line number in the input file.
+        error: what is wrong, starting with ``line N:``.
+    """
+
+    id: str | int
+    line: int
+    error: str
+
+
+Entry = PromptItem | BadLine
+
+
+class _Bad(ValueError):
+    """One line is bad; the message says why (without the path and line)."""
+
+
+def _decoded_lines(path: Path) -> list[tuple[int, str | None, str | None]]:
+    """The non-blank lines of ``path`` as (line number, text, UTF-8 error), BOM skipped."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -49,49 +83,24 @@ def _decoded_lines(path: Path) -> list[tuple[int, str]]:
         raise UsageError(f"cannot read prompts file {path}: {exc.strerror or exc}") from None
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    lines = []
+    lines: list[tuple[int, str | None, str | None]] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         try:
-            text = raw.decode("utf-8")
+            text = raw.decode("utf-8").removesuffix("\r")
         except UnicodeDecodeError as exc:
-            raise UsageError(f"{path}:{number}: not valid UTF-8 ({exc.reason} at byte "
-                             f"{exc.start})") from None
-        text = text.removesuffix("\r")
+            lines.append((number, None, f"not valid UTF-8 ({exc.reason} at byte "
+                                        f"{exc.start})"))
+            continue
         if text.strip():
-            lines.append((number, text))
+            lines.append((number, text, None))
     return lines
 
 
-def _is_json_object(text: str) -> bool:
+def _is_json_object(text: str | None) -> bool:
     try:
-        return isinstance(json.loads(text), dict)
+        return text is not None and isinstance(json.loads(text), dict)
     except ValueError:
         return False
-
-
-def _jsonl_item(path: Path, number: int, text: str) -> PromptItem:
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{path}:{number}: malformed JSON on line {number}: {exc}") from None
-    if not isinstance(obj, dict):
-        raise UsageError(f"{path}:{number}: line {number} is not a JSON object")
-    if "prompt" not in obj:
-        hint = " ('messages' input is not supported yet)" if "messages" in obj else ""
-        raise UsageError(f"{path}:{number}: line {number} has no \"prompt\" string{hint}")
-    prompt = obj["prompt"]
-    if not isinstance(prompt, str):
-        raise UsageError(f"{path}:{number}: \"prompt\" on line {number} is "
-                         f"{type(prompt).__name__}, not a string")
-    item_id = obj.get("id", number)
-    if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
-        raise UsageError(f"{path}:{number}: \"id\" on line {number} must be a string or an "
-                         f"integer, not {json.dumps(item_id)}")
-    for name, value in (("prompt", prompt), ("id", item_id)):
-        if isinstance(value, str) and not _is_encodable(value):
-            raise UsageError(f"{path}:{number}: \"{name}\" on line {number} holds a lone "
-                             "surrogate escape (not valid Unicode text)")
-    return PromptItem(id=item_id, prompt=prompt, line=number)
 
 
 def _is_encodable(text: str) -> bool:
@@ -102,20 +111,88 @@ def _is_encodable(text: str) -> bool:
     return True
 
 
-def read_prompts(path: str | os.PathLike[str], fmt: str = "auto") -> list[PromptItem]:
+def _check_text(name: str, value: object) -> None:
+    if isinstance(value, str) and not _is_encodable(value):
+        raise _Bad(f"{name} holds a lone surrogate escape (not valid Unicode text)")
+
+
+def _jsonl_item(number: int, text: str) -> PromptItem:
+    try:
+        obj = json.loads(text)
+    except ValueError as exc:
+        raise _Bad(f"malformed JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _Bad("not a JSON object")
+    item_id = obj.get("id", number)
+    if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
+        raise _Bad(f"\"id\" must be a string or an integer, not {json.dumps(item_id)}")
+    _check_text('"id"', item_id)
+    has_prompt, has_messages = "prompt" in obj, "messages" in obj
+    if has_prompt == has_messages:
+        raise _Bad("has both \"prompt\" and \"messages\"; give one" if has_prompt else
+                   "has neither a \"prompt\" string nor a \"messages\" list")
+    if has_messages:
+        try:
+            messages = check_messages(obj["messages"])
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+        for k, message in enumerate(messages):
+            for key in ("role", "content"):
+                _check_text(f'"messages"[{k}]["{key}"]', message[key])
+        return PromptItem(id=item_id, prompt=None, line=number, messages=messages)
+    prompt = obj["prompt"]
+    if not isinstance(prompt, str):
+        raise _Bad(f"\"prompt\" is {type(prompt).__name__}, not a string")
+    _check_text('"prompt"', prompt)
+    return PromptItem(id=item_id, prompt=prompt, line=number)
+
+
+def _entry(path: Path, number: int, text: str | None, error: str | None, fmt: str,
+           skip_bad: bool) -> Entry:
+    try:
+        if error is not None:
+            raise _Bad(error)
+        if fmt == "text":
+            return PromptItem(id=number, prompt=text, line=number)
+        return _jsonl_item(number, text)
+    except _Bad as exc:
+        if skip_bad:
+            return BadLine(id=number, line=number, error=f"line {number}: {exc}")
+        raise UsageError(f"{path}:{number}: line {number}: {exc} (--skip-bad writes an "
+                         "error line in its place and goes on)") from None
+
+
+def _check_unique(path: Path, entries: list[Entry]) -> None:
+    first: dict[str, Entry] = {}
+    for entry in entries:
+        key = json.dumps(entry.id)
+        other = first.setdefault(key, entry)
+        if other is not entry:
+            bad = [e.line for e in (other, entry) if isinstance(e, BadLine)]
+            why = (f" (line {bad[0]} is malformed: its error line takes its line number "
+                   "as id)") if bad else ""
+            raise UsageError(f"{path}:{entry.line}: duplicate id {key} on lines "
+                             f"{other.line} and {entry.line}{why}")
+
+
+def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
+                 skip_bad: bool = False) -> list[Entry]:
     """Read the prompts of a JSONL or text file (see the module doc for the formats).
 
     Args:
         path: the input file (UTF-8; a BOM is ignored; ``\\r\\n`` line ends accepted).
         fmt: ``"jsonl"``, ``"text"`` or ``"auto"`` (JSONL for a ``.jsonl`` name or when
             every non-blank line is a JSON object, else text).
+        skip_bad: a bad line becomes a :class:`BadLine` in its place instead of an error.
 
     Returns:
-        the prompts in file order, blank lines skipped.
+        the entries in file order, blank lines skipped: :class:`PromptItem`, and
+        :class:`BadLine` only with ``skip_bad``.
 
     Raises:
-        UsageError: the file is missing or unreadable, a line is not valid UTF-8, a
-            JSONL line is malformed (named by its line number), or an id is repeated.
+        UsageError: the file is missing or unreadable; without ``skip_bad``, a line is
+            not valid UTF-8 or (JSONL) is malformed, named by its line number; an id is
+            repeated (also with ``skip_bad``).
         ValueError: ``fmt`` is not one of :data:`FORMATS`.
     """
     if fmt not in FORMATS:
@@ -124,16 +201,68 @@ def read_prompts(path: str | os.PathLike[str], fmt: str = "auto") -> list[Prompt
     lines = _decoded_lines(p)
     if fmt == "auto":
         is_jsonl = p.suffix.lower() == ".jsonl" or (
-            bool(lines) and all(_is_json_object(text) for _, text in lines))
+            bool(lines) and all(_is_json_object(text) for _, text, _ in lines))
         fmt = "jsonl" if is_jsonl else "text"
-    if fmt == "text":
-        return [PromptItem(id=number, prompt=text, line=number) for number, text in lines]
-    items = [_jsonl_item(p, number, text) for number, text in lines]
-    first_line: dict[str, int] = {}
+    entries = [_entry(p, number, text, error, fmt, skip_bad) for number, text, error in lines]
+    _check_unique(p, entries)
+    return entries
+
+
+def apply_chat_template(entries: list[Entry], template: ChatTemplate, path: Path, *,
+                        skip_bad: bool = False) -> list[Entry]:
+    """Give every ``messages`` item its prompt, rendered with ``template``.
+
+    Returns:
+        ``entries`` with each ``messages`` item's ``prompt`` set; with ``skip_bad``, an
+        item the template refuses becomes a :class:`BadLine` that keeps the item's id.
+
+    Raises:
+        UsageError: without ``skip_bad``, the template refused an item (named by line).
+    """
+    result: list[Entry] = []
+    for entry in entries:
+        if isinstance(entry, PromptItem) and entry.messages is not None:
+            try:
+                entry = dataclasses.replace(entry, prompt=template.render(entry.messages))
+            except ValueError as exc:
+                if not skip_bad:
+                    raise UsageError(f"{path}:{entry.line}: line {entry.line}: {exc} "
+                                     "(--skip-bad writes an error line in its place and "
+                                     "goes on)") from None
+                entry = BadLine(id=entry.id, line=entry.line, error=f"line {entry.line}: {exc}")
+        result.append(entry)
+    return result
+
+
+def with_chat_prompts(llm: Any, entries: list[Entry], path: Path, *,
+                      skip_bad: bool = False) -> list[Entry]:
+    """:func:`apply_chat_template` with the chat template of ``llm`` (a loaded
+    ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
+
+    Raises:
+        UsageError: the model has no chat template (named with the first line that needs
+            one), or (without ``skip_bad``) the template refused an item.
+    """
+    first = next((e.line for e in entries if isinstance(e, PromptItem) and e.messages), None)
+    if first is None:
+        return entries
+    try:
+        template = ChatTemplate.from_llama(llm)
+    except ChatTemplateError as exc:
+        raise UsageError(f"{path}:{first}: line {first} has \"messages\", but {exc}") from None
+    return apply_chat_template(entries, template, path, skip_bad=skip_bad)
+
+
+def model_prompts(llm: Any, items: list[PromptItem]) -> Iterator[object]:
+    """What the generator gets for each item: its prompt string, or for a ``messages``
+    item the token ids of its chat prompt, made as llama-cpp-python's chat handlers make
+    them (:func:`~llamabatch.chat.chat_tokens`); if that fails, the string, so the item
+    gets the library's own tokenization error in its place."""
     for item in items:
-        key = json.dumps(item.id)
-        if key in first_line:
-            raise UsageError(f"{p}:{item.line}: duplicate id {key} on lines "
-                             f"{first_line[key]} and {item.line}")
-        first_line[key] = item.line
-    return items
+        if item.messages is None:
+            yield item.prompt
+            continue
+        try:
+            yield chat_tokens(llm, item.prompt)
+        except (RuntimeError, ValueError, UnicodeError):
+            yield item.prompt

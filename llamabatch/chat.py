@@ -1,0 +1,142 @@
+"""Chat messages to a prompt with the model's own chat template, as llama-cpp-python does.
+
+A model's GGUF metadata may hold its chat template (``tokenizer.chat_template``, Jinja).
+:class:`ChatTemplate` renders a list of ``{"role", "content"}`` messages with it through
+llama-cpp-python's own ``llama_cpp.llama_llama_chat_format.Jinja2ChatFormatter``, built the way
+``Llama.__init__`` builds its chat handler from the metadata (``eos_token`` and
+``bos_token`` are the texts of the vocabulary's EOS and BOS tokens), with the generation
+prompt appended (the text that opens the assistant's turn).
+
+:func:`chat_tokens` tokenizes the result the way llama-cpp-python's chat handlers do:
+special tokens parsed, no BOS added (a template that wants a BOS writes ``bos_token``).
+
+Nothing here imports llama_cpp until a template is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import LibraryError, LlamaBatchError
+
+#: The GGUF metadata key of the default chat template.
+TEMPLATE_KEY = "tokenizer.chat_template"
+
+
+class ChatTemplateError(LlamaBatchError, ValueError):
+    """The model has no chat template, or its template is not valid Jinja."""
+
+
+def check_messages(value: object) -> list[dict[str, Any]]:
+    """Check chat messages as read from JSON: a non-empty list of objects whose ``role``
+    and ``content`` are strings (a role is not empty). Other keys are kept.
+
+    Returns:
+        the messages (the same dicts).
+
+    Raises:
+        ValueError: what is wrong, naming the message by its 0-based index.
+    """
+    if not isinstance(value, list):
+        raise ValueError(f'"messages" is {_json_type(value)}, not a list of '
+                         '{"role", "content"} objects')
+    if not value:
+        raise ValueError('"messages" is an empty list')
+    for k, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise ValueError(f'"messages"[{k}] is {_json_type(message)}, not an object '
+                             'with "role" and "content"')
+        for key in ("role", "content"):
+            if key not in message:
+                raise ValueError(f'"messages"[{k}] has no "{key}"')
+            if not isinstance(message[key], str):
+                raise ValueError(f'"messages"[{k}]["{key}"] is '
+                                 f'{_json_type(message[key])}, not a string')
+        if not message["role"].strip():
+            raise ValueError(f'"messages"[{k}]["role"] is empty')
+    return value
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+class ChatTemplate:
+    """A model's chat template, ready to render messages.
+
+    Args:
+        template: the Jinja source (as in ``tokenizer.chat_template``).
+        eos_token: text of the EOS token, as the template's ``eos_token``.
+        bos_token: text of the BOS token, as the template's ``bos_token``.
+
+    Raises:
+        ChatTemplateError: the template is not valid Jinja.
+        LibraryError: llama-cpp-python (with jinja2) cannot be imported.
+    """
+
+    def __init__(self, template: str, *, eos_token: str = "", bos_token: str = "") -> None:
+        try:
+            import jinja2
+            from llama_cpp import llama_chat_format
+        except (ImportError, OSError) as exc:
+            raise LibraryError(f"cannot import llama_cpp.llama_chat_format (pip install "
+                               f"llama-cpp-python): {exc}") from exc
+
+        self.template = template
+        self._jinja_error = jinja2.TemplateError
+        try:
+            self._formatter = llama_chat_format.Jinja2ChatFormatter(
+                template=template, eos_token=eos_token, bos_token=bos_token,
+                add_generation_prompt=True)
+        except jinja2.TemplateError as exc:
+            raise ChatTemplateError(f"the model's chat template is not valid Jinja: "
+                                    f"{exc}") from None
+
+    @classmethod
+    def from_llama(cls, llm: Any) -> ChatTemplate:
+        """The default chat template of a loaded ``llama_cpp.Llama`` (GGUF metadata).
+
+        Raises:
+            ChatTemplateError: the model has no ``tokenizer.chat_template``, or it is not
+                valid Jinja.
+        """
+        template = (getattr(llm, "metadata", None) or {}).get(TEMPLATE_KEY)
+        if not template:
+            raise ChatTemplateError(f"the model has no chat template in its GGUF metadata "
+                                    f"({TEMPLATE_KEY}); give ready \"prompt\" strings "
+                                    "instead of \"messages\"")
+        return cls(template, eos_token=_token_text(llm, llm.token_eos()),
+                   bos_token=_token_text(llm, llm.token_bos()))
+
+    def render(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The prompt for ``messages``, generation prompt appended.
+
+        Raises:
+            ValueError: the template refused the messages (its ``raise_exception``, e.g.
+                "roles must alternate", or a Jinja error while rendering).
+        """
+        try:
+            return self._formatter(messages=list(messages)).prompt
+        except self._jinja_error as exc:
+            raise ValueError(f"the chat template failed: {exc}") from None
+        except (ValueError, TypeError, LookupError, ArithmeticError) as exc:
+            raise ValueError(f"the chat template refused the messages: {exc}") from None
+
+
+def _token_text(llm: Any, token_id: int) -> str:
+    """A token's text in the vocabulary, as ``Llama.__init__`` passes it to templates."""
+    if token_id < 0:
+        return ""
+    model = getattr(llm, "_model", None)
+    if model is not None and hasattr(model, "token_get_text"):
+        return model.token_get_text(token_id)
+    return llm.detokenize([token_id], special=True).decode("utf-8", errors="replace")
+
+
+def chat_tokens(llm: Any, prompt: str) -> list[int]:
+    """Token ids of a rendered chat prompt, as llama-cpp-python's chat handlers make
+    them: ``llm.tokenize(prompt, add_bos=False, special=True)``."""
+    return list(llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))

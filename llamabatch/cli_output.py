@@ -1,0 +1,156 @@
+"""The output of ``llamabatch complete``: opening it (new, ``--overwrite``, ``--resume``)
+and writing records, one JSON object per line, flushed and fsynced after each batch.
+
+An existing non-empty output file is never overwritten by accident: the job refuses to
+start unless ``--resume`` (continue it: skip the ids already there, after removing a
+cut-off last line) or ``--overwrite`` (replace it) is given. The file is locked
+(``flock``) while the job runs, so two jobs cannot write one output at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .cli import UsageError
+from .cli_input import BadLine, PromptItem
+from .completion import Completion
+from .resume import OutputCorrupt, scan_output
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock
+    fcntl = None  # type: ignore[assignment]
+
+
+def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any]:
+    """The output object of one item: id, text, finish_reason, error, token counts, path."""
+    return {
+        "id": item.id,
+        "text": completion.text,
+        "finish_reason": completion.finish_reason,
+        "error": completion.error,
+        "n_prompt_tokens": completion.n_prompt_tokens,
+        "n_tokens": completion.n_tokens,
+        "path": completion.path,
+    }
+
+
+def error_record(bad: BadLine) -> dict[str, Any]:
+    """The output object of a bad input line (``--skip-bad``), same keys as an item's;
+    ``path`` is ``"alone"`` as for every item that failed before any decode."""
+    return {"id": bad.id, "text": "", "finish_reason": "error", "error": bad.error,
+            "n_prompt_tokens": 0, "n_tokens": 0, "path": "alone"}
+
+
+@dataclass(slots=True)
+class Output:
+    """An open output.
+
+    Attributes:
+        stream: where records go.
+        where: its name for messages (the path, or ``"standard output"``).
+        is_file: True for a file given with ``-o`` (a job on it can be resumed).
+        done: :func:`~llamabatch.resume.id_key` of the ids already in it (``--resume``).
+        n_existing: whole lines already in it (``--resume``).
+    """
+
+    stream: IO[str]
+    where: str
+    is_file: bool
+    done: frozenset[str] = frozenset()
+    n_existing: int = 0
+    _fsync: bool = False
+
+    def write(self, records: Iterable[dict[str, Any]]) -> None:
+        """Write records, one JSON line each, then flush and (for a file) fsync."""
+        for record in records:
+            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.stream.flush()
+        if self._fsync:
+            os.fsync(self.stream.fileno())
+
+
+@contextlib.contextmanager
+def open_output(path: Path | None, prompts: Path, *, resume: bool = False,
+                overwrite: bool = False,
+                warn: Callable[[str], None] = lambda message: None) -> Iterator[Output]:
+    """Open the output of a job (``path``, or standard output when ``None``).
+
+    Args:
+        path: the output file, created if missing.
+        prompts: the input file (the output must not be it).
+        resume: keep what the file holds and report its ids in ``Output.done``; a cut-off
+            last line is removed, and said with ``warn``.
+        overwrite: empty a non-empty file.
+        warn: called with a one-line message when the file is repaired.
+
+    Raises:
+        UsageError: the output is the prompts file, cannot be opened, is locked by another
+            job, is not empty and neither ``resume`` nor ``overwrite`` is given, or (with
+            ``resume``) holds a whole line that is not a JSON object with an id;
+            ``resume`` with standard output.
+    """
+    if path is None:
+        if resume:
+            raise UsageError("--resume needs an output file (-o OUT): standard output "
+                             "cannot be resumed")
+        yield Output(sys.stdout, "standard output", is_file=False)
+        return
+    with contextlib.suppress(OSError):
+        if path.resolve() == prompts.resolve():
+            raise UsageError(f"output {path} is the prompts file")
+    try:
+        f = open(path, "a", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write output {path}: {exc.strerror or exc}") from None
+    with f:
+        _lock(f, path)
+        yield _prepare(f, path, resume=resume, overwrite=overwrite, warn=warn)
+
+
+def _lock(f: IO[str], path: Path) -> None:
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UsageError(f"output {path} is locked: another job is writing it") from None
+    except OSError:  # a file system without locks: go on unlocked
+        pass
+
+
+def _prepare(f: IO[str], path: Path, *, resume: bool, overwrite: bool,
+             warn: Callable[[str], None]) -> Output:
+    info = os.fstat(f.fileno())
+    is_regular = stat.S_ISREG(info.st_mode)
+    out = Output(f, str(path), is_file=True, _fsync=is_regular)
+    if not is_regular or info.st_size == 0:
+        return out
+    if overwrite:
+        os.ftruncate(f.fileno(), 0)
+        return out
+    if not resume:
+        raise UsageError(f"output {path} already exists and is not empty "
+                         f"({info.st_size} bytes); add --resume to continue the job it "
+                         "holds, or --overwrite to replace it")
+    try:
+        with open(path, "rb") as existing:
+            scan = scan_output(existing, str(path))
+    except OutputCorrupt as exc:
+        raise UsageError(str(exc)) from None
+    if scan.is_cut:
+        os.ftruncate(f.fileno(), scan.good_size)
+        os.fsync(f.fileno())
+        warn(f"{path}: removed its cut-off last line ({scan.cut_bytes} bytes without a "
+             "newline, left by a job that was killed while writing); that item will be "
+             "done again")
+    out.done, out.n_existing = scan.done, scan.n_lines
+    return out
