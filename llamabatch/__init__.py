@@ -7,11 +7,12 @@ from .completion import Completion, Stats
 from .errors import (BackendError, BatchUnavailable, DecodeError, GeneratorClosed,
                      LibraryError, LlamaBatchError)
 from .generator import BatchGenerator
+from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
 
 __all__ = [
     "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "Completion",
     "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError", "SamplingParams",
-    "Stats",
+    "Stats", "llm_lock",
 ]
 __version__ = "0.1.0"

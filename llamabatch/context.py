@@ -8,7 +8,9 @@ allocated (``llama_n_ctx``, ``llama_n_ctx_seq``, ``llama_n_seq_max``, ``llama_n_
 
 Ownership: the context keeps a strong reference to the ``Llama`` (so the model outlives
 it) and is freed by :meth:`close` or, failing that, by a ``weakref.finalize`` (never a
-``__del__``). Close it before closing the ``Llama``.
+``__del__``; it also runs at interpreter exit). If ``Llama.close()`` is called while the
+context is open, the context is freed first (a hook on the ``Llama``'s model, see
+:func:`llamabatch._ffi.on_model_close`), and then reports itself closed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from .errors import BatchUnavailable
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).
 DecodeHook = Callable[[int], "int | None"]
+
+#: ``llama_context_params.n_ctx`` is a ``uint32_t``: a larger total would wrap around.
+MAX_N_CTX = 2**32 - 1
 
 
 def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
@@ -68,6 +73,9 @@ class BatchContext:
         if slots > ceiling:
             raise BatchUnavailable(f"slots={slots} is over llama_max_parallel_sequences()"
                                    f" = {ceiling}")
+        if n_ctx_seq * slots > MAX_N_CTX:
+            raise BatchUnavailable(f"{slots} sequences of {n_ctx_seq} tokens exceed "
+                                   f"llama.cpp's largest context ({MAX_N_CTX} tokens)")
         model = _ffi.model_of(llm)
         n_threads, n_threads_batch = _ffi.threads_of(llm)
         params = lib.context_params(
@@ -82,6 +90,9 @@ class BatchContext:
                 f"{n_ctx_seq} tokens (n_ctx={n_ctx_seq * slots}, n_batch={n_batch}); "
                 "out of memory?")
         self._finalizer = weakref.finalize(self, _free, lib, handle, llm)
+        # Llama.close() frees the model: free this context first (a dead finalizer is a
+        # no-op, and it holds nothing once called, so the Llama is not kept alive).
+        _ffi.on_model_close(llm, self._finalizer)
         self._llm, self._lib, self._handle = llm, lib, handle
         self._hook = decode_hook
         self._abort_cb: Any = None

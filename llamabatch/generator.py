@@ -11,7 +11,7 @@ import itertools
 import threading
 from collections.abc import Iterable, Iterator
 
-from .backend import Backend
+from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
 from .errors import GeneratorClosed
 from .params import BatchConfig, SamplingParams
@@ -43,8 +43,16 @@ class BatchGenerator:
         llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
             for completing alone.
 
-    Thread safety: one lock serializes every call that uses llama.cpp; a generator may be
-    shared by threads, each call completing as if run alone.
+    Attributes:
+        lock: the lock held around every use of llama.cpp (each group, ``close``): for a
+            ``Llama``, :func:`llamabatch.llm_lock` ``(llm)``, shared with every other
+            generator on that ``Llama`` and with your own calls of it.
+
+    Thread safety: a generator may be shared by threads; each group runs under
+    :attr:`lock`, between groups other threads may use the ``Llama``. The ``Llama``
+    itself is not thread-safe: wrap your own calls of it (``create_completion``,
+    ``close`` ...) in ``with llamabatch.llm_lock(llm):`` when generators run in other
+    threads.
     """
 
     def __init__(self, llm: object = None, *, backend: Backend | None = None,
@@ -69,7 +77,7 @@ class BatchGenerator:
                              f"{backend.max_slots} (llama_max_parallel_sequences())")
         self.backend = backend
         self._scheduler = Scheduler(backend, self.config, sampling)
-        self._lock = threading.RLock()
+        self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
 
     # -- lifetime ---------------------------------------------------------------------
@@ -80,7 +88,7 @@ class BatchGenerator:
 
     def close(self) -> None:
         """Free the batch context (callable many times). The ``Llama`` stays usable."""
-        with self._lock:
+        with self.lock:
             if not self._closed:
                 self._closed = True
                 self.backend.close()
@@ -94,12 +102,22 @@ class BatchGenerator:
     def _check_open(self) -> None:
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
+        if getattr(self.backend, "llm_closed", False):
+            raise GeneratorClosed("the Llama of this BatchGenerator was closed "
+                                  "(Llama.close()); close the generator before the Llama")
 
     # -- work -------------------------------------------------------------------------
     @property
     def stats(self) -> Stats:
         """Counters so far: groups batched, items alone, why batching is off, …"""
         return self._scheduler.stats
+
+    @property
+    def limits(self) -> BatchLimits | None:
+        """What llama.cpp allocated for the batch context (``n_ctx_seq`` padded up to a
+        multiple of 256, ``n_seq_max``, ``n_batch``, ``n_ctx``); ``None`` until the first
+        group of two or more items created it, and when it could not be created."""
+        return self._scheduler.limits
 
     def iter_groups(self, prompts: Iterable[object]) -> Iterator[list[Completion]]:
         """Complete ``prompts`` group by group, yielding each group as soon as it is done.
@@ -114,7 +132,7 @@ class BatchGenerator:
             Closing the iterator between groups loses nothing already yielded.
 
         Raises:
-            GeneratorClosed: the generator was closed.
+            GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
         self._check_open()
         numbered = enumerate(prompts)
@@ -124,7 +142,7 @@ class BatchGenerator:
             if not page:
                 return
             for start in range(0, len(page), slots):
-                with self._lock:
+                with self.lock:
                     self._check_open()
                     items = [prepare(i, p, self.backend) for i, p in page[start:start + slots]]
                     done = self._scheduler.run_group(items)
@@ -134,6 +152,6 @@ class BatchGenerator:
         """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
 
         Raises:
-            GeneratorClosed: the generator was closed.
+            GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
         return [c for group in self.iter_groups(prompts) for c in group]

@@ -9,6 +9,11 @@ Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tok
 (``Llama(last_n_tokens_size=64)``), not from an argument. :meth:`generate_alone` sets it
 to ``sampling.penalty_last_n`` while ``Llama.generate`` builds its sampler and restores it
 right after, so both paths penalize the same window.
+
+Threads: the backend does not lock; :class:`~llamabatch.BatchGenerator` holds
+:attr:`LlamaBackend.lock` (:func:`llamabatch.llm_lock` of the ``Llama``) around every call.
+After ``Llama.close()`` every call that would reach llama.cpp raises
+:class:`~llamabatch.errors.BackendError` instead of touching freed memory.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
 from .errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
+from .locks import llm_lock
 from .params import SamplingParams
 from .sampler import SeqSampler
 
@@ -52,6 +58,22 @@ class LlamaBackend:
         self._ctx: BatchContext | None = None
         self._batch: LlamaBatch | None = None
         self._samplers: list[SeqSampler] = []
+        self.lock = llm_lock(llm)
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def llm_closed(self) -> bool:
+        """True once the ``Llama``'s model was freed (``Llama.close()``)."""
+        return not _ffi.is_loaded(self._llm)
+
+    @property
+    def batch_context(self) -> BatchContext | None:
+        """The open :class:`BatchContext` (read its ``limits``, ``seq_pos_max``), or None."""
+        return self._ctx
+
+    def _check_llm(self) -> None:
+        if not _ffi.is_loaded(self._llm):
+            raise BackendError("the Llama was closed (Llama.close()); its model is freed")
 
     # -- text --------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -60,13 +82,19 @@ class LlamaBackend:
         Raises:
             BackendError: llama-cpp-python could not tokenize it.
         """
+        self._check_llm()
         try:
             return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
         except (RuntimeError, ValueError, UnicodeError) as exc:
             raise BackendError(f"cannot tokenize the prompt: {exc}") from exc
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced."""
+        """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced.
+
+        Raises:
+            BackendError: the ``Llama`` was closed.
+        """
+        self._check_llm()
         return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
 
     # -- the batch context -------------------------------------------------------
@@ -95,6 +123,8 @@ class LlamaBackend:
     def _open(self) -> tuple[BatchContext, LlamaBatch]:
         if self._ctx is None or self._batch is None:
             raise ValueError("no batch context: call open_batch first")
+        if self._ctx.closed:  # freed by Llama.close() (see BatchContext)
+            raise BackendError("the batch context was freed: the Llama was closed")
         return self._ctx, self._batch
 
     def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
@@ -102,6 +132,7 @@ class LlamaBackend:
 
         Raises:
             ValueError: no batch context, or ``n_seqs`` outside [1, n_seq_max].
+            BackendError: the ``Llama`` was closed.
         """
         ctx, _ = self._open()
         if not 1 <= n_seqs <= ctx.limits.n_seq_max:
@@ -121,6 +152,7 @@ class LlamaBackend:
             ValueError: no tokens, more than ``n_batch`` tokens, a span of a sequence
                 outside the current group.
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
+            BackendError: the ``Llama`` was closed.
         """
         ctx, batch = self._open()
         total = sum(len(span.tokens) for span in spans)
@@ -152,8 +184,10 @@ class LlamaBackend:
         """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
 
         Raises:
-            BackendError: llama-cpp-python refused the prompt (when iterated).
+            BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
+                closed (when iterated).
         """
+        self._check_llm()
         llm = self._llm
         llm.set_seed(sampling.effective_seed)
         stream = llm.generate(

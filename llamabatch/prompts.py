@@ -1,8 +1,9 @@
 """Turning one user prompt into token ids, or into the error that is its result.
 
 A prompt is a ``str`` (tokenized like ``Llama.create_completion``: special tokens parsed),
-``bytes`` holding UTF-8 text, or a sequence of token ids in [0, n_vocab). Anything else,
-or a prompt with no tokens, becomes an error in its own place; it never raises.
+``bytes`` (or ``bytearray``) holding UTF-8 text, or a sequence of token ids in
+[0, n_vocab). Anything else, or a prompt with no tokens, becomes an error in its own
+place; it never raises.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def _token_ids(prompt: Sequence[object], n_vocab: int) -> list[int]:
 def prepare(index: int, prompt: object, backend: Backend) -> Item:
     """Tokenize or check ``prompt``; every failure is returned in the item, never raised."""
     try:
-        if isinstance(prompt, bytes):
-            prompt = prompt.decode("utf-8")
+        if isinstance(prompt, (bytes, bytearray)):
+            prompt = bytes(prompt).decode("utf-8")
         if isinstance(prompt, str):
             tokens = backend.tokenize(prompt)
         elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
@@ -62,7 +63,7 @@ def prepare(index: int, prompt: object, backend: Backend) -> Item:
                                      "UTF-8 bytes or a list of token ids")
     except UnicodeDecodeError as exc:
         return Item(index, None, f"prompt is not valid UTF-8: {exc}")
-    except (ValueError, BackendError) as exc:
+    except (ValueError, TypeError, BackendError) as exc:  # TypeError: e.g. a 0-d array
         return Item(index, None, f"prompt cannot be tokenized: {exc}")
     if not tokens:
         return Item(index, None, "prompt is empty (0 tokens)")

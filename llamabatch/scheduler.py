@@ -86,6 +86,10 @@ class Scheduler:
             except BatchUnavailable as exc:
                 self._disable(f"the batch context could not be created: {exc}")
                 return False
+            lim = self.limits
+            log.info("llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
+                     "requested), n_batch %d, n_ctx %d", lim.n_seq_max, lim.n_ctx_seq,
+                     cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
         return True
 
     def _fits(self, item: Item) -> bool:
@@ -114,8 +118,8 @@ class Scheduler:
         backend, n = self.backend, len(items)
         seqs = [SeqState(item, seq_id, self._budget(item))
                 for seq_id, item in enumerate(items)]
-        backend.start_group(n, self.sampling)
         try:
+            backend.start_group(n, self.sampling)
             for spans in plan_prefill([s.item.tokens for s in seqs], self.limits.n_batch):
                 self._decode(spans, seqs)
             running = [s for s in seqs if not s.is_finished]
@@ -125,15 +129,14 @@ class Scheduler:
                     self._decode(step[start:start + self.limits.n_batch], seqs)
                 running = [s for s in running if not s.is_finished]
         except DecodeError as exc:
-            backend.clear(n)
             self._disable(f"llama_decode returned {exc.code} "
                           f"({decode_meaning(exc.code)}) in a batch of {n}: {exc}")
             return {}
         except BackendError as exc:
-            backend.clear(n)
             self._disable(f"the batch backend failed in a batch of {n}: {exc}")
             return {}
-        backend.clear(n)
+        finally:  # whatever happened (even KeyboardInterrupt), no slot stays filled
+            backend.clear(n)
         self.stats.groups_batched += 1
         self.stats.items_batched += n
         return {s.item.index: self._completion(s.item, s.output, s.finish_reason, "batch")

@@ -3,11 +3,15 @@
 ``Llama._model`` is llama-cpp-python's ``_internals.LlamaModel``; its ``.model`` is the
 ``llama_model *`` (an int, ``None`` after ``Llama.close()``). ``Llama.context_params`` is
 the binding's ``llama_context_params`` the ``Llama`` created its own context with.
+``Llama._model._exit_stack`` is the ``contextlib.ExitStack`` that ``Llama.close()`` (and
+the ``Llama``'s garbage collection) unwinds to free the model; llama-cpp-python's own
+context registers its ``close`` there so it is freed before the model, and so does
+llamabatch's batch context (:func:`on_model_close`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import BatchUnavailable, LibraryError
 from .handles import ModelHandle
@@ -36,6 +40,29 @@ def model_of(llm: Any) -> ModelHandle:
     if not holder.model:
         raise BatchUnavailable("the Llama's model is not loaded (was Llama.close() called?)")
     return ModelHandle(int(holder.model))
+
+
+def is_loaded(llm: Any) -> bool:
+    """True while the ``Llama``'s model is loaded (False after ``Llama.close()``)."""
+    holder = getattr(llm, "_model", None)
+    return bool(getattr(holder, "model", None))
+
+
+def on_model_close(llm: Any, fn: Callable[[], object]) -> bool:
+    """Have ``fn()`` called when the ``Llama``'s model is about to be freed
+    (``Llama.close()``, or the ``Llama`` collected), before ``llama_model_free``.
+
+    Callbacks run last-registered first, so ``fn`` runs before the model is freed.
+
+    Returns:
+        False when this llama-cpp-python offers no such hook (then nothing is registered).
+    """
+    stack = getattr(getattr(llm, "_model", None), "_exit_stack", None)
+    callback = getattr(stack, "callback", None)
+    if not callable(callback):
+        return False
+    callback(fn)
+    return True
 
 
 def threads_of(llm: Any) -> tuple[int, int]:
