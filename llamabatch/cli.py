@@ -21,7 +21,7 @@ from typing import NoReturn
 from .errors import LlamaBatchError
 
 #: Modules that each add one subcommand, in the order they appear in ``--help``.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("llamabatch.cli_complete",)
+SUBCOMMAND_MODULES: tuple[str, ...] = ("llamabatch.cli_complete", "llamabatch.cli_bench")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

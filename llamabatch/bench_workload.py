@@ -1,0 +1,231 @@
+"""The tagging workload: seconds per item, one at a time against batches of B.
+
+N chat-formatted (ChatML) tagging prompts of varied lengths around ``prompt_tokens``
+(:func:`tagging_prompts`, deterministic for a seed) are completed with natural stops
+(end of generation or ``max_tokens``), greedily, through ``BatchGenerator(slots=1)``
+(every item alone, through the ``Llama`` object) and ``BatchGenerator(slots=B)`` for each
+B. Rounds alternate the runs (alone, B1, B2, …, then again), so slow drift of the
+machine hits all of them alike; each round's per-item time of B is divided by the same
+round's per-item time alone (the *ratio*; below 1 means batching saves time).
+
+The generators are made by a caller-supplied factory (a real ``Llama`` or a fake
+backend), created once, warmed up with one short untimed group, and reused by every
+round.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .generator import BatchGenerator
+
+Clock = Callable[[], float]
+Progress = Callable[[int], None]
+
+SYSTEM = "You are a helpful assistant that labels customer support tickets."
+#: The request after each ticket: a short reply that ends by itself, as a tagger's label.
+REQUEST = "Summarize this support ticket in one short sentence."
+
+_SUBJECTS = [
+    "Cannot log in after the password reset", "Invoice shows the wrong VAT number",
+    "App crashes when I open the camera", "Refund for a duplicate charge",
+    "Printer offline since the firmware update", "Shipping label was never emailed",
+    "Two-factor codes arrive late", "Export to CSV drops the last column",
+    "Dark mode makes the charts unreadable", "Cancel my subscription, please",
+    "Webhook retries flood our endpoint", "The mobile sync loses offline edits",
+]
+_SENTENCES = [
+    "I have tried restarting the device twice and nothing changed.",
+    "This started on Monday morning, right after the update was installed.",
+    "Our whole team of twelve people is affected, not just my account.",
+    "The error message says something about an expired session token.",
+    "I attached a screenshot of the settings page to this ticket.",
+    "Support chat told me to clear the cache, which did not help.",
+    "We are on the business plan and pay yearly by bank transfer.",
+    "It works in the browser but fails every time in the desktop app.",
+    "Could you please look into it before the end of the week?",
+    "The same problem happened last month and went away on its own.",
+    "I am using the latest version on Windows 11 with a German keyboard.",
+    "Our accountant needs the corrected document for the quarterly report.",
+    "Nothing in the status page mentions an outage today.",
+    "When I switch to another network the behaviour stays the same.",
+    "I would rather not reinstall since it took hours to configure.",
+    "Please reply by email, I rarely check the in-app messages.",
+]
+
+
+def chatml(system: str, user: str) -> str:
+    """A ChatML prompt ending where the assistant's reply starts."""
+    return (f"<|im_start|>system\n{system}<|im_end|>\n"
+            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def tagging_prompts(n: int, prompt_tokens: int, tokenize: Callable[[str], Sequence[int]],
+                    seed: int = 0, spread: float = 0.4) -> list[str]:
+    """``n`` ChatML tagging prompts, each of about ``prompt_tokens * U(1-spread, 1+spread)``
+    tokens (at least the bare prompt), made deterministically from ``seed``.
+
+    A ticket is a subject line and sentences drawn from a fixed pool (each once before
+    any repeats), added until the prompt reaches its target length as counted by
+    ``tokenize``; :data:`REQUEST` follows it.
+    """
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(n):
+        target = max(1, round(prompt_tokens * rng.uniform(1 - spread, 1 + spread)))
+        ticket = f"Ticket #{1000 + rng.randrange(9000)}: {rng.choice(_SUBJECTS)}."
+        pool: list[str] = []
+        prompt = chatml(SYSTEM, f"{ticket}\n\n{REQUEST}")
+        while len(tokenize(prompt)) < target:
+            if not pool:  # each sentence once before any repeats
+                pool = rng.sample(_SENTENCES, len(_SENTENCES))
+            ticket += " " + pool.pop()
+            prompt = chatml(SYSTEM, f"{ticket}\n\n{REQUEST}")
+        prompts.append(prompt)
+    return prompts
+
+
+def warmup_prompt() -> str:
+    """A short prompt for the untimed warm-up group."""
+    return chatml(SYSTEM, "Ticket #1: Printer offline.")
+
+
+@dataclass(slots=True)
+class WorkloadRow:
+    """Measurements of one generator (``b == 1``: one at a time).
+
+    Attributes:
+        b: slots of the generator.
+        n_items: items per pass.
+        per_item_s: per round, wall seconds of the whole pass divided by the items.
+        ratio: per round, ``per_item_s`` over the same round's one-at-a-time figure.
+        tokens: per round, generated tokens of all items.
+        items_batched, items_alone: over the timed rounds (from the generator's stats).
+        batch_disabled_reason: why batching was off, if it was.
+    """
+
+    b: int
+    n_items: int = 1
+    per_item_s: list[float] = field(default_factory=list)
+    ratio: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    items_batched: int = 0
+    items_alone: int = 0
+    batch_disabled_reason: str | None = None
+
+    @property
+    def median_per_item_s(self) -> float:
+        return statistics.median(self.per_item_s)
+
+    @property
+    def items_per_hour(self) -> float:
+        m = self.median_per_item_s
+        return 3600.0 / m if m > 0 else float("inf")
+
+    @property
+    def tokens_per_item(self) -> float:
+        return statistics.fmean(self.tokens) / self.n_items if self.tokens else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"b": self.b, "per_item_s": list(self.per_item_s),
+                "median_per_item_s": self.median_per_item_s, "ratio": list(self.ratio),
+                "ratio_median": statistics.median(self.ratio),
+                "ratio_min": min(self.ratio), "ratio_max": max(self.ratio),
+                "items_per_hour": self.items_per_hour,
+                "tokens_per_item": self.tokens_per_item,
+                "items_batched": self.items_batched, "items_alone": self.items_alone,
+                "batch_disabled_reason": self.batch_disabled_reason}
+
+
+def ratios(per_item: Sequence[float], alone: Sequence[float]) -> list[float]:
+    """Per-round ratios ``per_item[r] / alone[r]``."""
+    if len(per_item) != len(alone):
+        raise ValueError(f"{len(per_item)} rounds against {len(alone)} rounds alone")
+    return [p / a if a > 0 else float("inf") for p, a in zip(per_item, alone)]
+
+
+def _timed_pass(gen: BatchGenerator, prompts: Sequence[str], clock: Clock,
+                progress: Progress | None) -> tuple[float, int]:
+    tokens = 0
+    t0 = clock()
+    for group in gen.iter_groups(prompts):
+        tokens += sum(c.n_tokens for c in group)
+        if progress is not None:
+            progress(len(group))
+    return clock() - t0, tokens
+
+
+def run_workload(make_generator: Callable[[int], BatchGenerator], prompts: Sequence[str],
+                 slots: Sequence[int], *, rounds: int = 2,
+                 clock: Clock = time.perf_counter,
+                 progress: Progress | None = None) -> list[WorkloadRow]:
+    """Seconds per item alone (``slots=1``) and for each B > 1 of ``slots``.
+
+    Args:
+        make_generator: ``make_generator(B)`` returns a ``BatchGenerator`` with
+            ``slots=B`` (greedy sampling and ``max_tokens`` are the caller's choice).
+            Each is closed before returning.
+        prompts: the items, completed whole by every run.
+        slots: the B values; 1 (one at a time) is always measured, listed or not.
+        rounds: each round runs alone, then every B, in that order.
+        clock: seconds, monotonic.
+        progress: called with the number of items of each group completed (timed).
+
+    Returns:
+        the one-at-a-time row first, then one row per distinct B > 1 in ``slots`` order.
+    """
+    if not prompts:
+        raise ValueError("prompts is empty: the workload needs at least one item")
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds} is out of range: valid is >= 1")
+    order = [1] + [b for i, b in enumerate(slots) if b > 1 and b not in slots[:i]]
+    gens: dict[int, BatchGenerator] = {}
+    try:
+        for b in order:
+            gens[b] = make_generator(b)
+            gens[b].complete_many([warmup_prompt()] * min(b, 2))  # opens the batch context
+        rows = {b: WorkloadRow(b, len(prompts)) for b in order}
+        before = {b: (gens[b].stats.items_batched, gens[b].stats.items_alone) for b in order}
+        for _ in range(rounds):
+            for b in order:
+                seconds, tokens = _timed_pass(gens[b], prompts, clock, progress)
+                rows[b].per_item_s.append(seconds / len(prompts))
+                rows[b].tokens.append(tokens)
+        alone = rows[1].per_item_s
+        for b in order:
+            row, stats = rows[b], gens[b].stats
+            row.ratio = ratios(row.per_item_s, alone)
+            row.items_batched = stats.items_batched - before[b][0]
+            row.items_alone = stats.items_alone - before[b][1]
+            row.batch_disabled_reason = None if b == 1 else stats.batch_disabled_reason
+    finally:
+        for g in gens.values():
+            g.close()
+    return [rows[b] for b in order]
+
+
+def workload_json(rows: Sequence[WorkloadRow], prompt_tokens: Sequence[int],
+                  rounds: int, max_tokens: int) -> dict[str, Any]:
+    """The ``"workload"`` part of the JSON document (see :mod:`llamabatch.bench`)."""
+    return {"items": len(prompt_tokens), "rounds": rounds, "max_tokens": max_tokens,
+            "prompt_tokens": list(prompt_tokens), "rows": [r.to_json() for r in rows]}
+
+
+def format_workload_table(rows: Sequence[WorkloadRow]) -> str:
+    """The workload table: per B the median s/item, the ratio to alone, items/hour."""
+    head = ("B", "s/item", "ratio", "min", "max", "items/h", "tok/item", "batched")
+    lines = ["|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
+             "|-------|----------|--------|--------|--------|----------|----------|---------|"]
+    for r in rows:
+        label = "alone" if r.b == 1 else str(r.b)
+        n = r.items_batched + r.items_alone
+        share = f"{r.items_batched}/{n}" if r.b > 1 else "-"
+        lines.append("|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |" % (
+            label, r.median_per_item_s, statistics.median(r.ratio), min(r.ratio),
+            max(r.ratio), r.items_per_hour, r.tokens_per_item, share))
+    return "\n".join(lines)

