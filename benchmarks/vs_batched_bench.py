@@ -153,14 +153,15 @@ class PhaseClock:
 
 @contextlib.contextmanager
 def instrumented(clock: PhaseClock, spent: dict):
-    """Time ``BatchContext.decode``, ``SeqSampler.sample`` and ``LlamaBatch.add_run``
-    per phase (wrappers cost well under a microsecond per call)."""
+    """Time, per phase: ``llama_decode`` itself (``_ffi.Library.decode``, the ctypes
+    call), ``llama_sampler_sample`` (``_ffi.SamplerChains.sample``) and the numpy batch
+    fill (``LlamaBatch.add_run``). The wrappers cost well under a microsecond per call."""
+    from llamabatch._ffi.library import Library
+    from llamabatch._ffi.sampling import SamplerChains
     from llamabatch.batch import LlamaBatch
-    from llamabatch.context import BatchContext
-    from llamabatch.sampler import SeqSampler
 
-    originals = {(BatchContext, "decode"): BatchContext.decode,
-                 (SeqSampler, "sample"): SeqSampler.sample,
+    originals = {(Library, "decode"): Library.decode,
+                 (SamplerChains, "sample"): SamplerChains.sample,
                  (LlamaBatch, "add_run"): LlamaBatch.add_run}
 
     def wrap(name, fn):
@@ -320,10 +321,11 @@ def main(argv: list[str] | None = None) -> int:
         parts.update(breakdown(llm, argparse.Namespace(**{**vars(args), "slots": (b,)})))
     print(f"\nours / llama-batched-bench, {args.rounds} rounds (target >= 0.97): ratio = of "
           "the medians; best = of the best runs; paired = per round, C and ours back to back."
-          "\nsample/other %TG: share of our T_TG in llama_sampler_sample / outside "
-          "llama_decode and sampling (one instrumented run)")
+          "\nsample/other %TG: share of our T_TG in llama_sampler_sample / in neither it nor "
+          "llama_decode (one instrumented run)")
     print(report(args, results, parts))
-    print("\nbreakdown of our T_TG (s): decode + sample + batch fill + other Python")
+    print("\nbreakdown of our T_TG (s): llama_decode + llama_sampler_sample + batch fill + "
+          "other Python (span building, checks, the bench loop)")
     for b, p in parts.items():
         print(f"  B={b}: T_TG {p['t_tg']:.3f} = {p['tg_decode']:.3f} + {p['tg_sample']:.4f}"
               f" + {p['tg_add_run']:.4f} + {p['tg_python']:.4f}; T_PP {p['t_pp']:.3f} = "

@@ -120,7 +120,8 @@ def format_header(h: dict[str, Any]) -> str:
         f"gpu:      {gpu}",
         f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
         f"          {h['model_path']}",
-        f"context:  n_ctx_seq {h['n_ctx_seq']} per sequence, n_batch {h['n_batch']}",
+        f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
+        f"n_batch {h['n_batch']}",
         f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
         f"llama.cpp {h['llama_cpp_version']}",
     ])
