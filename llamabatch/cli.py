@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from .errors import LlamaBatchError
@@ -60,6 +60,28 @@ def error_line(prog: str, message: object) -> None:
     """Print ``prog: error: message`` as one line on stderr."""
     text = " ".join(str(message).split())
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+
+
+def guarded(prog: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace,
+            interrupted: str) -> int:
+    """Run a subcommand's ``work(args)``; turn its expected errors into exit statuses.
+
+    Bad usage or a bad model file → one line on stderr and 2; a runtime failure (model
+    fetch, llama.cpp, I/O) → one line and 1; Ctrl-C → ``interrupted`` and 130.
+    """
+    from .model import ModelFetchError, ModelFileError
+
+    try:
+        return work(args)
+    except (UsageError, ModelFileError) as exc:
+        error_line(prog, exc)
+        return EXIT_USAGE
+    except (ModelFetchError, LlamaBatchError, OSError) as exc:
+        error_line(prog, exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        error_line(prog, interrupted)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,10 +29,9 @@ from .backend import Backend
 from .bench import collect_header, ctx_per_seq, document, format_raw_table, run_raw
 from .bench_workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
-from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, error_line
+from .cli import EXIT_OK, UsageError, guarded
 from .errors import LlamaBatchError
 from .generator import BatchGenerator
-from .model import ModelFetchError, ModelFileError
 from .params import SamplingParams
 
 PROG = "llamabatch bench"
@@ -275,17 +274,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``llamabatch bench``; return the exit status (0, 1, 2 or 130)."""
-    try:
-        return _run(args)
-    except (UsageError, ModelFileError) as exc:
-        error_line(PROG, exc)
-        return EXIT_USAGE
-    except (ModelFetchError, LlamaBatchError, OSError) as exc:
-        error_line(PROG, exc)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        error_line(PROG, "interrupted")
-        return EXIT_INTERRUPTED
+    return guarded(PROG, _run, args, "interrupted")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -31,14 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UsageError, error_line
+from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
 from .cli_input import FORMATS, Entry, PromptItem, model_prompts, read_prompts, with_chat_prompts
 from .cli_output import Output, completion_record, error_record, open_output
 from .cli_report import JobTally, batching_note, progress_bar, summary_line
 from .cli_signals import Interrupts
 from .completion import Completion
 from .errors import LlamaBatchError
-from .model import ModelFetchError, ModelFileError
 from .params import BatchConfig, SamplingParams
 from .resume import id_key
 
@@ -150,17 +149,7 @@ def _warn(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``llamabatch complete``; return the exit status (0, 1, 2 or 130)."""
-    try:
-        return _run(args)
-    except (UsageError, ModelFileError) as exc:
-        error_line(PROG, exc)
-        return EXIT_USAGE
-    except (ModelFetchError, LlamaBatchError, OSError) as exc:
-        error_line(PROG, exc)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        error_line(PROG, "interrupted before any item was written")
-        return EXIT_INTERRUPTED
+    return guarded(PROG, _run, args, "interrupted before any item was written")
 
 
 @dataclasses.dataclass(slots=True)
