@@ -2,7 +2,7 @@
 """Our raw bench side by side with llama.cpp's own ``llama-batched-bench``.
 
 Runs llama.cpp's C++ ``llama-batched-bench`` and llamabatch's raw bench
-(:func:`llamabatch.bench.run_raw` through ``LlamaBackend``: ``BatchContext`` +
+(:func:`llamabatch.bench.raw.run_raw` through ``LlamaBackend``: ``BatchContext`` +
 ``LlamaBatch`` + ``SeqSampler``) on the same model, threads, flash-attention setting and
 sizes, alternately: each round measures every B with the C tool and ours back to back
 (C first in odd rounds, ours first in even ones), so drift of a shared machine hits both
@@ -51,7 +51,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llamabatch.bench import ctx_per_seq, parse_raw_table, run_raw
+from llamabatch.bench.raw import ctx_per_seq, parse_raw_table, run_raw
 
 BIN_NAME = "llama-batched-bench"
 
@@ -126,7 +126,7 @@ def load_llm(args: argparse.Namespace) -> Any:
 
 
 def run_ours(llm: Any, args: argparse.Namespace, clock=time.perf_counter):
-    from llamabatch.llama_backend import LlamaBackend
+    from llamabatch.llamacpp.backend import LlamaBackend
 
     backend = LlamaBackend(llm)  # a fresh context per run, as the C tool has
     try:
@@ -158,7 +158,7 @@ def instrumented(clock: PhaseClock, spent: dict):
     fill (``LlamaBatch.add_run``). The wrappers cost well under a microsecond per call."""
     from llamabatch._ffi.library import Library
     from llamabatch._ffi.sampling import SamplerChains
-    from llamabatch.batch import LlamaBatch
+    from llamabatch.llamacpp.batch import LlamaBatch
 
     originals = {(Library, "decode"): Library.decode,
                  (SamplerChains, "sample"): SamplerChains.sample,

@@ -1,7 +1,7 @@
 """The Backend protocol: what the scheduler needs from llama.cpp, in token ids.
 
 The scheduler (``scheduler.py``) drives a backend and never imports ``_ffi``. Two
-backends exist: :class:`llamabatch.llama_backend.LlamaBackend` (llama.cpp through a
+backends exist: :class:`llamabatch.llamacpp.backend.LlamaBackend` (llama.cpp through a
 loaded ``llama_cpp.Llama``) and :class:`llamabatch.testing.FakeBackend` (no library).
 """
 

@@ -70,7 +70,7 @@ class BatchGenerator:
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
         if backend is None:
-            from .llama_backend import LlamaBackend  # loads llama.cpp only when asked
+            from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
             backend = LlamaBackend(llm)
         if slots > backend.max_slots:
             raise ValueError(f"slots={slots} is out of range: valid is 1 to "

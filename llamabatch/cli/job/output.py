@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .cli import UsageError
-from .cli_input import BadLine, PromptItem
-from .completion import Completion
+from ..common import UsageError
+from .input import BadLine, PromptItem
+from ...completion import Completion
 from .resume import OutputCorrupt, scan_output
 
 try:
@@ -58,7 +58,7 @@ class Output:
         stream: where records go.
         where: its name for messages (the path, or ``"standard output"``).
         is_file: True for a file given with ``-o`` (a job on it can be resumed).
-        done: :func:`~llamabatch.resume.id_key` of the ids already in it (``--resume``).
+        done: :func:`~llamabatch.cli.job.resume.id_key` of the ids already in it (``--resume``).
         n_existing: whole lines already in it (``--resume``).
     """
 

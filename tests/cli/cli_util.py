@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llamabatch.cli import main
+from llamabatch.cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "tag_prompts.jsonl"
 
 #: Options of a fast real-model job: short replies, small contexts, greedy, one thread

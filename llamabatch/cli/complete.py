@@ -31,15 +31,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .cli import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
-from .cli_input import FORMATS, Entry, PromptItem, model_prompts, read_prompts, with_chat_prompts
-from .cli_output import Output, completion_record, error_record, open_output
-from .cli_report import JobTally, batching_note, progress_bar, summary_line
-from .cli_signals import Interrupts
-from .completion import Completion
-from .errors import LlamaBatchError
-from .params import BatchConfig, SamplingParams
-from .resume import id_key
+from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
+from .job.input import FORMATS, Entry, PromptItem, model_prompts, read_prompts, with_chat_prompts
+from .job.output import Output, completion_record, error_record, open_output
+from .job.report import JobTally, batching_note, progress_bar, summary_line
+from .job.signals import Interrupts
+from ..completion import Completion
+from ..errors import LlamaBatchError
+from ..params import BatchConfig, SamplingParams
+from .job.resume import id_key
 
 PROG = "llamabatch complete"
 
@@ -128,7 +128,7 @@ def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
 
 
 def _model_path(args: argparse.Namespace) -> Path:
-    from .model import check_model_file, default_model_path
+    from ..model import check_model_file, default_model_path
 
     if args.model is not None:
         return check_model_file(args.model)
@@ -216,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
                         "(kept as they are)")
         if not any(isinstance(e, PromptItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
-        from .model import load_llama
+        from ..model import load_llama
 
         llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
@@ -247,7 +247,7 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
 
 def _generate(job: _Job, llm: Any, sampling: SamplingParams, config: BatchConfig,
               interrupts: Interrupts) -> int:
-    from . import BatchGenerator
+    from .. import BatchGenerator
 
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, PromptItem)]

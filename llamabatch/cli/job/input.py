@@ -10,7 +10,7 @@
 
 Blank lines are skipped in both formats (line numbers still count them). Ids must be
 unique. A bad line (malformed JSON, wrong types, invalid UTF-8) is a
-:class:`~llamabatch.cli.UsageError` naming the line, or, with ``skip_bad``, a
+:class:`~llamabatch.cli.common.UsageError` naming the line, or, with ``skip_bad``, a
 :class:`BadLine` in its place whose id is its line number.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
-from .cli import UsageError
+from ...chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
+from ..common import UsageError
 
 FORMATS = ("auto", "jsonl", "text")
 

@@ -14,7 +14,7 @@ import pytest
 
 import llama_cpp.llama_cpp as binding
 from llamabatch import BatchGenerator, LibraryError, SamplingParams, _ffi
-from llamabatch.llama_backend import LlamaBackend
+from llamabatch.llamacpp.backend import LlamaBackend
 
 pytestmark = pytest.mark.real_model
 

@@ -8,7 +8,7 @@ import pytest
 
 from llamabatch.backend import Backend, BatchLimits, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
-from llamabatch.llama_backend import LlamaBackend
+from llamabatch.llamacpp.backend import LlamaBackend
 from llamabatch.params import SamplingParams
 
 pytestmark = pytest.mark.real_model

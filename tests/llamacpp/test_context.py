@@ -13,8 +13,8 @@ from llamabatch._ffi.memory import bind_memory
 from llamabatch._ffi.resolve import resolve
 from llamabatch._ffi.sampling import SamplerChains
 from llamabatch.backend import BatchLimits
-from llamabatch.batch import LlamaBatch
-from llamabatch.context import BatchContext
+from llamabatch.llamacpp.batch import LlamaBatch
+from llamabatch.llamacpp.context import BatchContext
 from llamabatch.errors import BatchUnavailable, LibraryError
 
 real_model = pytest.mark.real_model

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .errors import LlamaBatchError
+from ...errors import LlamaBatchError
 
 
 class OutputCorrupt(LlamaBatchError, ValueError):

@@ -32,7 +32,7 @@ out = gen.complete_many(["hi", "ok", "hi"])
 assert [(c.text, c.path) for c in out] == [("yo", "batch"), ("sure", "batch"),
                                            ("yo", "alone")], out
 loaded = [m for m in sys.modules if m.split(".")[0] in ("llama_cpp", "hypothesis")
-          or m.startswith(("llamabatch._ffi", "llamabatch.llama_backend"))]
+          or m.startswith(("llamabatch._ffi", "llamabatch.llamacpp.backend"))]
 assert not loaded, loaded
 print("ok")
 """

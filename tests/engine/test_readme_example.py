@@ -41,7 +41,7 @@ def test_tag_all_gives_one_label_per_text_whatever_happens(fake, texts):
 def test_the_readme_example_is_this_file():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     docs = [p for p in (root / "README.md",)
             if p.exists() and "def tag_all(" in p.read_text(encoding="utf-8")]
     assert docs, "the example is not in README.md"

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .generator import BatchGenerator
+from ..generator import BatchGenerator
 
 Clock = Callable[[], float]
 Progress = Callable[[int], None]

@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .backend import Backend
-from .bench import collect_header, ctx_per_seq, document, format_raw_table, run_raw
-from .bench_workload import (format_workload_table, run_workload, tagging_prompts,
+from ..backend import Backend
+from ..bench.raw import collect_header, ctx_per_seq, document, format_raw_table, run_raw
+from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
-from .cli import EXIT_OK, UsageError, guarded
-from .errors import LlamaBatchError
-from .generator import BatchGenerator
-from .params import SamplingParams
+from .common import EXIT_OK, UsageError, guarded
+from ..errors import LlamaBatchError
+from ..generator import BatchGenerator
+from ..params import SamplingParams
 
 PROG = "llamabatch bench"
 PARTS = ("raw", "workload")
@@ -204,7 +204,7 @@ def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str]
 def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int | None,
                 n_gpu_layers: int) -> BenchSetup:
     """A :class:`BenchSetup` on a loaded ``llama_cpp.Llama``."""
-    from .llama_backend import LlamaBackend
+    from ..llamacpp.backend import LlamaBackend
 
     greedy = SamplingParams(temperature=0.0)
     tokenizer = LlamaBackend(llm)
@@ -278,8 +278,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .bench import cpu_count
-    from .model import check_model_file, default_model_path, load_llama
+    from ..bench.raw import cpu_count
+    from ..model import check_model_file, default_model_path, load_llama
 
     try:
         params = BenchParams(

@@ -2,10 +2,10 @@
 
 Pure functions over a :class:`~llamabatch.backend.Backend`, so they run on
 :class:`llamabatch.testing.FakeBackend` in tests and on
-:class:`llamabatch.llama_backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
+:class:`llamabatch.llamacpp.backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
 ``SeqSampler``) for real. The tagging workload (one at a time against batches, through
-``BatchGenerator``) is in :mod:`llamabatch.bench_workload`; ``llamabatch bench``
-(:mod:`llamabatch.cli_bench`) prints both and writes the JSON document below.
+``BatchGenerator``) is in :mod:`llamabatch.bench.workload`; ``llamabatch bench``
+(:mod:`llamabatch.cli.bench`) prints both and writes the JSON document below.
 
 Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
 through our backend: one batch context of ``max(slots)`` sequences; for each B, B
@@ -49,7 +49,7 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "rounds": [{"t_pp": float, "t_tg": float}]      # every measurement
         }]
       } | null,
-      "workload": {                       # see llamabatch.bench_workload
+      "workload": {                       # see llamabatch.bench.workload
         "items": int, "rounds": int, "max_tokens": int,
         "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
         "prompt_tokens": [int],           # per item
@@ -84,9 +84,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .backend import Backend, BatchLimits, Span
-from .params import SamplingParams
-from .plan import plan_prefill
+from ..backend import Backend, BatchLimits, Span
+from ..params import SamplingParams
+from ..plan import plan_prefill
 
 SCHEMA = "llamabatch.bench/1"
 
@@ -331,7 +331,7 @@ def library_versions() -> tuple[str, str]:
         binding = getattr(llama_cpp, "__version__", "unknown")
     except (ImportError, OSError):
         return "not installed", "unknown"
-    from ._ffi import sysinfo
+    from .._ffi import sysinfo
 
     llama, ggml, commit = sysinfo.llama_version(), sysinfo.ggml_version(), sysinfo.ggml_commit()
     extra = ", ".join(x for x in (ggml and f"ggml {ggml}", commit and f"commit {commit}") if x)
@@ -360,7 +360,7 @@ def collect_header(*, model_path: str, metadata: Mapping[str, str] | None = None
     system_info = None
     binding_version, llama_version = "n/a", "n/a"
     if with_library:
-        from ._ffi import sysinfo
+        from .._ffi import sysinfo
 
         devices = [{"name": d.name, "description": d.description, "type": d.type,
                     "memory_total": d.memory_total} for d in sysinfo.devices()]

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _ffi
-from .backend import BatchLimits
+from .. import _ffi
+from ..backend import BatchLimits
 from .batch import LlamaBatch
-from .errors import BatchUnavailable
+from ..errors import BatchUnavailable
 
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).

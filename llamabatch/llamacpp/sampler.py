@@ -16,8 +16,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from . import _ffi
-from .params import SamplingParams
+from .. import _ffi
+from ..params import SamplingParams
 
 #: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
 MIN_KEEP = 1

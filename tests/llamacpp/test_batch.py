@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamabatch.batch import LlamaBatch
+from llamabatch.llamacpp.batch import LlamaBatch
 
 
 def rows(batch: LlamaBatch) -> list[tuple[int, int, int, int, int]]:

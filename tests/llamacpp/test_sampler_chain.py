@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llamabatch.batch import LlamaBatch
-from llamabatch.context import BatchContext
+from llamabatch.llamacpp.batch import LlamaBatch
+from llamabatch.llamacpp.context import BatchContext
 from llamabatch.params import SamplingParams
-from llamabatch.sampler import SeqSampler
+from llamabatch.llamacpp.sampler import SeqSampler
 
 pytestmark = pytest.mark.real_model
 

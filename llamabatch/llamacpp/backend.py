@@ -1,8 +1,8 @@
 """LlamaBackend: the :class:`~llamabatch.backend.Backend` over a loaded ``llama_cpp.Llama``.
 
-Batched work runs in a :class:`~llamabatch.context.BatchContext` (a second context on
-the ``Llama``'s model) with one :class:`~llamabatch.batch.LlamaBatch` and one
-:class:`~llamabatch.sampler.SeqSampler` per sequence. Work done alone runs through the
+Batched work runs in a :class:`~llamabatch.llamacpp.context.BatchContext` (a second context on
+the ``Llama``'s model) with one :class:`~llamabatch.llamacpp.batch.LlamaBatch` and one
+:class:`~llamabatch.llamacpp.sampler.SeqSampler` per sequence. Work done alone runs through the
 ``Llama`` itself (``Llama.generate``), with the same sampler chain.
 
 Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tokens_size``
@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _ffi
-from .backend import BatchLimits, Span
+from .. import _ffi
+from ..backend import BatchLimits, Span
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
-from .errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
+from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
-from .locks import llm_lock
-from .params import SamplingParams
+from ..locks import llm_lock
+from ..params import SamplingParams
 from .sampler import SeqSampler
 
 

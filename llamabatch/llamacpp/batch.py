@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _ffi
+from .. import _ffi
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:

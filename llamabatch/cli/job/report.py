@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .completion import Completion
+from ...completion import Completion
 
 
 @dataclass(slots=True)

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.bench import (RAW_COLUMNS, SCHEMA, collect_header, ctx_per_seq, document,
+from llamabatch.bench.raw import (RAW_COLUMNS, SCHEMA, collect_header, ctx_per_seq, document,
                               format_raw_table, parse_raw_table, quantization, raw_row,
                               run_raw)
-from llamabatch.bench_workload import (SYSTEM, format_workload_table, ratios, run_workload,
+from llamabatch.bench.workload import (SYSTEM, format_workload_table, ratios, run_workload,
                                        tagging_prompts, workload_json)
-from llamabatch.cli import main
-from llamabatch.cli_bench import BenchParams, BenchSetup, bench
+from llamabatch.cli.main import main
+from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.testing import DecodeCall, FakeBackend, StartGroupCall
 
 SLOTS = (1, 2, 4, 8)

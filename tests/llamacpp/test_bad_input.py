@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.llama_backend import LlamaBackend
+from llamabatch.llamacpp.backend import LlamaBackend
 
 pytestmark = pytest.mark.real_model
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llamabatch.chat import ChatTemplate
-from llamabatch.cli import UsageError
-from llamabatch.cli_input import BadLine, PromptItem, apply_chat_template, read_prompts
+from llamabatch.cli.common import UsageError
+from llamabatch.cli.job.input import BadLine, PromptItem, apply_chat_template, read_prompts
 
 USER_HI = [{"role": "user", "content": "hi"}]
 

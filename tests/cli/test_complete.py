@@ -16,7 +16,7 @@ import pytest
 from cli_util import (EXAMPLES, FAST, example_prompts, popen_cli, read_jsonl, run_cli,
                       single_error_line, write_jsonl)
 
-from llamabatch.cli_input import read_prompts
+from llamabatch.cli.job.input import read_prompts
 from llamabatch.model import DEFAULT_MODEL
 
 

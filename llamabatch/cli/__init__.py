@@ -1,0 +1,1 @@
+"""The ``llamabatch`` command line: one module per subcommand, the job's parts in ``job/``."""

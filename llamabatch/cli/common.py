@@ -1,0 +1,64 @@
+"""What every subcommand of the ``llamabatch`` command shares: exit statuses, the usage
+error, the parser class, and :func:`guarded`, which maps a subcommand's errors to exit
+statuses.
+
+Exit statuses: 0 done (items that failed are reported per item in the output, not by the
+status), 1 a runtime failure (e.g. the default model could not be fetched), 2 bad usage or
+bad input (one line on stderr, no traceback), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from ..errors import LlamaBatchError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(LlamaBatchError, ValueError):
+    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose errors raise :class:`UsageError`.
+
+    argparse would print the usage and exit; the command prints one line instead.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def error_line(prog: str, message: object) -> None:
+    """Print ``prog: error: message`` as one line on stderr."""
+    text = " ".join(str(message).split())
+    print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
+
+
+def guarded(prog: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace,
+            interrupted: str) -> int:
+    """Run a subcommand's ``work(args)``; turn its expected errors into exit statuses.
+
+    Bad usage or a bad model file → one line on stderr and 2; a runtime failure (model
+    fetch, llama.cpp, I/O) → one line and 1; Ctrl-C → ``interrupted`` and 130.
+    """
+    from ..model import ModelFetchError, ModelFileError
+
+    try:
+        return work(args)
+    except (UsageError, ModelFileError) as exc:
+        error_line(prog, exc)
+        return EXIT_USAGE
+    except (ModelFetchError, LlamaBatchError, OSError) as exc:
+        error_line(prog, exc)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        error_line(prog, interrupted)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,1 @@
+"""The parts of a ``llamabatch complete`` job: input, output, report, signals, resume."""

@@ -1,0 +1,53 @@
+"""The ``llamabatch`` command: a thin dispatcher over one module per subcommand.
+
+Each subcommand lives in its own module of this package (``complete.py`` for
+``complete``), listed in :data:`SUBCOMMANDS`. A module defines ``register(subparsers)``,
+which adds its parser and sets ``func=run`` on it; ``run(args) -> int`` does the work.
+What they share (exit statuses, :class:`~llamabatch.cli.common.UsageError`,
+:func:`~llamabatch.cli.common.guarded`) is in :mod:`llamabatch.cli.common`, which
+imports no subcommand, so there is no import loop.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from . import bench, complete
+from .common import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
+
+#: Modules that each add one subcommand, in the order they appear in ``--help``.
+SUBCOMMANDS = (complete, bench)
+
+
+def build_parser() -> ArgumentParser:
+    """The top-level parser with every subcommand of :data:`SUBCOMMANDS`."""
+    parser = ArgumentParser(
+        prog="llamabatch",
+        description="Batched completion of many prompts with llama.cpp "
+                    "(several sequences decoded together on one loaded model).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``llamabatch`` command; return its exit status (see the module doc)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        error_line("llamabatch", exc)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
