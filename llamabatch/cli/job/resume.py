@@ -16,11 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ...errors import LlamaBatchError
-
-
-class OutputCorrupt(LlamaBatchError, ValueError):
-    """A whole line of an existing output is not a JSON object with an ``"id"``."""
+from ...errors import OutputCorrupt
 
 
 def id_key(value: object) -> str:
