@@ -127,7 +127,9 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Re
                           f"prompt, messages, {', '.join(sorted(ITEM_FIELDS))}")
         fields.update({k: v for k, v in item.items() if k in ITEM_FIELDS})
         item = item[keys[0]]
-        if keys[0] == "messages" and not isinstance(item, Sequence):
+        if keys[0] == "messages" and (isinstance(item, (str, bytes)) or not item
+                                      or not isinstance(item, Sequence)
+                                      or not all(isinstance(m, Mapping) for m in item)):
             raise BadItem("messages must be a list of {\"role\", \"content\"} objects")
     endpoint, key, prompt = _prompt(item)
     body: dict[str, Any] = {key: prompt, "stream": False}
