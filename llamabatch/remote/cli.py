@@ -5,9 +5,13 @@ instead of loading a model."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+#: Environment variable whose value is sent as ``Authorization: Bearer`` to every server.
+API_KEY_ENV = "LLAMABATCH_API_KEY"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,16 +20,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pool of servers", "complete on OpenAI-compatible servers (llama-server, "
         "llama-cpp-python's server, vLLM) instead of a local model: prompts go to "
         "/v1/completions, messages to /v1/chat/completions; --model, --slots, --n-ctx-seq, "
-        "--n-batch, --threads and --n-gpu-layers are then unused")
+        "--n-batch, --threads and --n-gpu-layers are then unused; the environment "
+        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)")
     group.add_argument("--server", metavar="URL", action="append", default=[],
                        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
                             "(default: none: use the local model)")
     group.add_argument("--servers-file", metavar="FILE", type=Path, default=None,
                        help="file of server URLs, one per line; blank lines and lines "
                             "starting with # are skipped (default: none)")
-    group.add_argument("--concurrency", type=int, default=1, metavar="N",
+    group.add_argument("--concurrency", type=int, default=None, metavar="N",
                        help="requests in flight per server that does not report its slots "
-                            "(llama-server's /props total_slots wins) (default: %(default)s)")
+                            "(llama-server's /props total_slots wins) (default: 1)")
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -47,6 +52,8 @@ def server_urls(args: argparse.Namespace) -> list[str]:
         urls += [line for line in lines if line and not line.startswith("#")]
         if not urls:
             raise UsageError(f"--servers-file {path}: holds no server URL")
+    if not urls and getattr(args, "concurrency", None) is not None:
+        raise UsageError("--concurrency needs --server or --servers-file")
     return urls
 
 
@@ -62,10 +69,13 @@ def open_generator(args: argparse.Namespace, urls: list[str], sampling: Any,
     try:
         from .generator import RemoteGenerator
     except ModuleNotFoundError as exc:
-        raise UsageError(f"--server needs {exc.name}: pip install 'llamabatch[remote]'") from None
+        raise UsageError(f"--server needs {exc.name}: "
+                         "pip install 'llamabatch[remote]'") from None
     try:
-        return RemoteGenerator(urls, concurrency=args.concurrency, max_tokens=max_tokens,
-                               sampling=sampling, page_size=page_size)
+        concurrency = 1 if args.concurrency is None else args.concurrency
+        return RemoteGenerator(urls, concurrency=concurrency, max_tokens=max_tokens,
+                               sampling=sampling, page_size=page_size,
+                               api_key=os.environ.get(API_KEY_ENV) or None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

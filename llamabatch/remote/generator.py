@@ -103,11 +103,14 @@ class RemoteGenerator:
             Backoff And Jitter*, AWS Architecture Blog, 2015).
         cooldown_s, max_cooldown_s, give_up_s: see :class:`~llamabatch.remote.pool.ServerPool`.
         api_key: sent as ``Authorization: Bearer`` (vLLM ``--api-key``), or ``None``.
-        client: an ``httpx.Client`` of yours (proxies, TLS, a mock transport); it is not
-            closed by :meth:`close`. Default: one owned by the generator.
+        client: an ``httpx.Client`` of yours (proxies, TLS, headers, a mock transport);
+            it is not closed by :meth:`close`. Default: one owned by the generator.
 
     Raises:
-        ValueError: a bad URL or a value out of range (named).
+        ValueError: a bad URL, a value out of range (named), or both ``api_key`` and
+            ``client`` (set the header on your client).
+
+    Thread safety: one :meth:`iter_groups` at a time (a second one raises RuntimeError).
     """
 
     def __init__(self, servers: Sequence[str], *, concurrency: int = 1, max_tokens: int = 200,
@@ -135,11 +138,12 @@ class RemoteGenerator:
         self.page_size = page_size or MAX_PAGE_SIZE
         self._attempts, self._timeout = max_attempts, float(timeout_s)
         self._backoff, self._max_backoff = backoff_s, max_backoff_s
+        if api_key is not None and client is not None:
+            raise ValueError("give api_key or client, not both: set the Authorization "
+                             "header on your client")
         self._owns_client = client is None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = client or httpx.Client(headers=headers)
-        if client is not None and headers:
-            self._client.headers.update(headers)
         probe_s = min(self._timeout, 10.0)
         self.pool = ServerPool(servers, lambda url: probe(self._client, url, probe_s),
                                concurrency=concurrency, cooldown_s=cooldown_s,

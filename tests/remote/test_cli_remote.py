@@ -98,3 +98,18 @@ def test_resume_after_sigkill_completes_the_rest_once_in_order(two_servers, tmp_
     records = _records(out)
     assert [r["id"] for r in records] == ids
     assert all(r["error"] is None and r["path"] == "remote" for r in records)
+
+
+def test_concurrency_without_a_server_is_a_usage_error(tmp_path, capsys):
+    _items(tmp_path / "items.jsonl", 2)
+    code = main(["complete", str(tmp_path / "items.jsonl"), "--concurrency", "4"])
+    assert code == 2
+    assert "--concurrency needs --server or --servers-file" in capsys.readouterr().err
+
+
+def test_a_bad_concurrency_is_named(tmp_path, capsys):
+    _items(tmp_path / "items.jsonl", 2)
+    code = main(["complete", str(tmp_path / "items.jsonl"), "--server", "http://127.0.0.1:9",
+                 "--concurrency", "0", "-o", str(tmp_path / "out.jsonl")])
+    assert code == 2 and "concurrency=0 is out of range" in capsys.readouterr().err
+    assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()

@@ -41,7 +41,8 @@ def test_token_ids_and_bytes_are_prompts():
 def test_an_item_mapping_overrides_the_generator_fields():
     item = {"prompt": "x", "max_tokens": 3, "temperature": 0, "stop": "\n", "seed": 9}
     body = build_request(item, SamplingParams(temperature=0.7), 50).body
-    assert (body["max_tokens"], body["temperature"], body["stop"], body["seed"]) == (3, 0, ["\n"], 9)
+    assert (body["max_tokens"], body["temperature"], body["stop"], body["seed"]) == (
+        3, 0, ["\n"], 9)
 
 
 def test_choices_become_a_grammar_of_exactly_those_labels():
