@@ -16,8 +16,13 @@ item through ``RemoteGenerator.complete_many([prompt])`` and one through the bar
 in alternating order, both with ``max_tokens=1`` (so the server's work is small and the
 same); the overhead is the median of the differences.
 
+On a loaded machine the server's own time varies by more than the overhead, so the same
+paired measure is also run against a stub server in another process that answers every
+request at once with a canned completion (``--stub-pairs`` pairs): same requests, same
+server for both paths, real sockets, and nearly nothing but the client sides to time.
+
 Prints one JSON object: medians over rounds of items/s per path, ratios to ``local``, and
-the paired overhead in ms per item.
+the paired overheads in ms per item.
 
     nice -n 10 .venv/bin/python benchmarks/remote_overhead.py [--rounds 5] [--items 16]
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import tempfile
 import time
@@ -38,7 +44,7 @@ from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.model import default_model_path
 from llamabatch.remote import RemoteGenerator, build_request
 from llamabatch.remote.client import parse_reply
-from llamabatch.remote.spawn import LocalServer
+from llamabatch.remote.spawn import LocalServer, free_port
 
 GREEDY = SamplingParams(temperature=0)
 TOPICS = ["a refund for a double charge", "the app crashing on start", "a dark mode",
@@ -49,6 +55,78 @@ def prompts(round_: int, path: str, n: int) -> list[str]:
     """Fresh prompts: the item's own number comes right after the first word."""
     return [f"Ticket {path}-{round_}-{i}: the customer writes about {TOPICS[i % len(TOPICS)]}. "
             f"One-word label:" for i in range(n)]
+
+
+def _stub_server(port: int) -> None:
+    """Answer /v1/models and /v1/completions at once with a canned reply; 404 elsewhere."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    reply = json.dumps({"object": "text_completion", "choices": [
+        {"index": 0, "text": " bug", "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}}).encode()
+    models = json.dumps({"object": "list", "data": [{"id": "stub"}]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # one small answer: no 40 ms delayed-ACK wait
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._send(200, models) if self.path == "/v1/models" else self._send(404, b"{}")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._send(200, reply)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def paired_overhead_ms(url: str, pairs: int, max_tokens: int) -> tuple[list[float], list[float]]:
+    """(remote - direct, direct) in ms for ``pairs`` single items, order alternating."""
+    short = RemoteGenerator([url], max_tokens=max_tokens, sampling=GREEDY)
+    model_id = short.servers[0].model
+    client = httpx.Client(timeout=600)
+
+    def direct(items: list[str]) -> list[str]:
+        texts = []
+        for item in items:
+            req = build_request(item, GREEDY, max_tokens)
+            body = dict(req.body, model=model_id) if model_id else req.body
+            texts.append(parse_reply(client.post(url + req.endpoint, json=body)
+                                     .raise_for_status().json()).text)
+        return texts
+
+    runs = {"remote": lambda items: [c.text for c in short.complete_many(items)],
+            "direct": direct}
+    for name in runs:  # warm-up: connections, threads
+        runs[name](prompts(-1, "warm-" + name, 2))
+    diffs, directs = [], []
+    for k in range(pairs):
+        took = {}
+        for name in (("remote", "direct") if k % 2 else ("direct", "remote")):
+            took[name], texts = timed(runs[name], prompts(k, "pair-" + name, 1))
+            if not texts[0]:
+                raise RuntimeError(f"{name}: an empty reply")
+        diffs.append(1000 * (took["remote"] - took["direct"]))
+        directs.append(1000 * took["direct"])
+    short.close()
+    client.close()
+    return diffs, directs
+
+
+def _summary(diffs: list[float], directs: list[float]) -> dict[str, object]:
+    return {"pairs": len(diffs), "median": round(statistics.median(diffs), 3),
+            "quartiles": [round(q, 3) for q in statistics.quantiles(diffs, n=4)],
+            "direct_ms_median": round(statistics.median(directs), 3)}
 
 
 def timed(run, items: list[str]) -> tuple[float, list[str]]:
@@ -63,7 +141,8 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=16, help="items per path per round")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1, help="CPU threads of each process")
-    ap.add_argument("--pairs", type=int, default=40, help="pairs of the overhead measure")
+    ap.add_argument("--pairs", type=int, default=40, help="pairs on the real server")
+    ap.add_argument("--stub-pairs", type=int, default=400, help="pairs on the stub server")
     ap.add_argument("--slots", type=int, default=4, help="slots of the local engine")
     args = ap.parse_args()
     model = default_model_path()
@@ -85,10 +164,10 @@ def main() -> None:
         client = httpx.Client(timeout=600)
         model_id = pool1.servers[0].model if pool1.servers[0].model else None
 
-        def direct(items: list[str], max_tokens: int = args.max_tokens) -> list[str]:
+        def direct(items: list[str]) -> list[str]:
             texts = []
             for item in items:
-                req = build_request(item, GREEDY, max_tokens)
+                req = build_request(item, GREEDY, args.max_tokens)
                 body = dict(req.body, model=model_id) if model_id else req.body
                 texts.append(parse_reply(client.post(one.url + req.endpoint, json=body)
                                          .raise_for_status().json()).text)
@@ -114,17 +193,23 @@ def main() -> None:
                 seconds[name].append(s)
             overhead_ms.append(1000 * (seconds["pool1"][-1] - seconds["direct"][-1])
                                / args.items)
-        short = RemoteGenerator([one.url], max_tokens=1, sampling=GREEDY)
-        diffs, diffs_direct = [], []
-        for k in range(args.pairs):
-            runs = {"remote": lambda items: short.complete_many(items),
-                    "direct": lambda items: direct(items, 1)}
-            took = {}
-            for name in (("remote", "direct") if k % 2 else ("direct", "remote")):
-                took[name], _ = timed(runs[name], prompts(k, "pair-" + name, 1))
-            diffs.append(1000 * (took["remote"] - took["direct"]))
-            diffs_direct.append(1000 * took["direct"])
-        short.close()
+        diffs, directs = paired_overhead_ms(one.url, args.pairs, 1)
+        stub_port = free_port()
+        stub = multiprocessing.Process(target=_stub_server, args=(stub_port,), daemon=True)
+        stub.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    httpx.get(f"http://127.0.0.1:{stub_port}/v1/models", timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            stub_diffs, stub_directs = paired_overhead_ms(f"http://127.0.0.1:{stub_port}",
+                                                          args.stub_pairs, 1)
+        finally:
+            stub.terminate()
+            stub.join(10)
         rate = {n: statistics.median(args.items / s for s in v) for n, v in seconds.items()}
         report = {
             "rounds": args.rounds, "items_per_round": args.items,
@@ -132,10 +217,8 @@ def main() -> None:
             "items_per_s": {n: round(v, 2) for n, v in rate.items()},
             "ratio_to_local": {n: round(v / rate["local"], 3) for n, v in rate.items()},
             "rounds_pool1_minus_direct_ms_per_item": round(statistics.median(overhead_ms), 1),
-            "paired_overhead_ms_per_item": {
-                "pairs": args.pairs, "median": round(statistics.median(diffs), 2),
-                "quartiles": [round(q, 2) for q in statistics.quantiles(diffs, n=4)],
-                "direct_ms_median": round(statistics.median(diffs_direct), 1)},
+            "paired_overhead_ms_per_item": _summary(diffs, directs),
+            "stub_server_overhead_ms_per_item": _summary(stub_diffs, stub_directs),
         }
         print(json.dumps(report, indent=2))
         for gen in (local, pool1, pool2):
