@@ -13,8 +13,8 @@ import importlib
 
 _NAMES = {
     "ItemRejected": "client", "ServerFault": "client",
-    "RemoteCompletion": "generator", "RemoteGenerator": "generator",
-    "RemoteStats": "generator",
+    "RemoteCompletion": "completion", "RemoteGenerator": "generator",
+    "RemoteStats": "completion",
     "PoolUnavailable": "pool", "Server": "pool", "ServerPool": "pool",
     "normalize_url": "pool",
     "build_request": "request", "choices_grammar": "request",

@@ -15,67 +15,14 @@ import queue
 import random
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-
 import httpx
 
-from ..completion import Completion
 from ..errors import GeneratorClosed
 from ..params import MAX_PAGE_SIZE, SamplingParams
 from .client import ItemRejected, Reply, ServerFault, probe, send
+from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import PoolUnavailable, Server, ServerPool
 from .request import BadItem, build_request
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteCompletion(Completion):
-    """A :class:`~llamabatch.Completion` made by a server (``path == "remote"``).
-
-    ``token_ids`` is empty unless the server sent token ids (llama-cpp-python's and
-    llama-server's OpenAI endpoints do not), so :attr:`n_tokens` is the server's
-    ``usage.completion_tokens``. ``finish_reason`` is ``"length"`` when the server says
-    so, ``"stop"`` for any other reason, ``"error"`` with ``error`` set when the item
-    failed. ``n_prompt_tokens`` is ``usage.prompt_tokens``.
-
-    Attributes:
-        server: URL of the server that answered (the last one tried for an error, ``""``
-            when none was).
-        attempts: requests sent for this item (1 unless servers failed).
-        n_completion_tokens: ``usage.completion_tokens`` (0 when absent).
-    """
-
-    server: str = ""
-    attempts: int = 0
-    n_completion_tokens: int = 0
-
-    @property
-    def n_tokens(self) -> int:
-        """Generated tokens: ``len(token_ids)`` when sent, else ``usage.completion_tokens``."""
-        return len(self.token_ids) or self.n_completion_tokens
-
-
-@dataclass(slots=True)
-class RemoteStats:
-    """Counters of one :class:`RemoteGenerator`.
-
-    Attributes:
-        items: items finished; items_failed: of those, ``finish_reason == "error"``.
-        requests: requests sent; retries: requests sent again after a server fault.
-        prompt_tokens, generated_tokens: from the servers' ``usage``.
-        servers: per server URL, requests sent and faults (``{"requests", "faults"}``).
-    """
-
-    items: int = 0
-    items_failed: int = 0
-    requests: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    servers: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def _error(index: int, message: str, server: str, attempts: int) -> RemoteCompletion:
-    return RemoteCompletion(index, "", (), "error", message, 0, "remote", server, attempts)
 
 
 class RemoteGenerator:
@@ -204,7 +151,7 @@ class RemoteGenerator:
         try:
             request = build_request(item, self.sampling, self.max_tokens)
         except BadItem as exc:
-            return _error(index, str(exc), "", 0)
+            return error_completion(index, str(exc), "", 0)
         tried: list[str] = []
         faults: list[str] = []
         for attempt in range(1, self._attempts + 1):
@@ -224,15 +171,15 @@ class RemoteGenerator:
                 continue
             except ItemRejected as exc:
                 self.pool.release(server)
-                return _error(index, f"{server.url} refused the request: {exc}", server.url,
-                              attempt)
+                return error_completion(index, f"{server.url} refused the request: {exc}",
+                                        server.url, attempt)
             except BaseException:
                 self.pool.release(server)
                 raise
             self.pool.release(server)
             return self._completion(index, reply, server.url, attempt)
-        return _error(index, f"failed {len(faults)} time(s): " + "; ".join(faults),
-                      tried[-1] if tried else "", len(faults))
+        return error_completion(index, f"failed {len(faults)} time(s): " + "; ".join(faults),
+                                tried[-1] if tried else "", len(faults))
 
     @staticmethod
     def _completion(index: int, reply: Reply, url: str, attempts: int) -> RemoteCompletion:

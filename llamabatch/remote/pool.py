@@ -165,8 +165,8 @@ class ServerPool:
 
     def acquire(self, avoid: Collection[str] = ()) -> Server | None:
         """Wait for a free slot, preferring servers not in ``avoid`` (URLs this item
-        already failed on) while one of those is up; probe a server whose cool-down ended
-        when none is up.
+        already failed on) while one of those is up; first probe a server whose cool-down
+        ended, if any (this worker does it).
 
         Returns:
             the server (its ``in_flight`` counts this request), or ``None`` once closed.
@@ -176,15 +176,10 @@ class ServerPool:
         """
         with self._cond:
             while not self._closed:
-                server = self._free(avoid)
-                if server is not None:
-                    server.in_flight += 1
-                    server.n_requests += 1
-                    return server
                 now = self._clock()
                 due = [s for s in self.servers
                        if not s.is_up and not s.is_probing and s.down_until <= now]
-                if due:
+                if due:  # check it now, even with free slots elsewhere: use it again soon
                     due[0].is_probing = True
                     self._cond.release()
                     try:
@@ -192,6 +187,11 @@ class ServerPool:
                     finally:
                         self._cond.acquire()
                     continue
+                server = self._free(avoid)
+                if server is not None:
+                    server.in_flight += 1
+                    server.n_requests += 1
+                    return server
                 if (self._all_down_since is not None and not any(
                         s.is_probing for s in self.servers)
                         and now - self._all_down_since >= self._give_up):

@@ -246,3 +246,24 @@ def test_closed_generator_refuses_work_and_close_is_idempotent():
 def test_bad_arguments_are_named(servers, kwargs, message):
     with pytest.raises(ValueError, match=message):
         RemoteGenerator(servers, client=httpx.Client(), **kwargs)
+
+
+def test_a_server_that_comes_back_takes_work_beside_a_server_with_many_slots():
+    fakes = FakeServers(2)
+    first, second = fakes.servers
+    first.total_slots = 8  # always a free slot on the first server
+    second.up = False
+
+    def hook(prompt):
+        if prompt == "item 2":
+            second.up = True
+        if second.up:
+            threading.Event().wait(0.02)  # the job lasts past the second's cool-down
+        return None
+
+    first.hook = hook
+    prompts = _prompts(40)
+    with _generator(fakes) as gen:
+        done = gen.complete_many(prompts)
+    _check_in_order(done, prompts)
+    assert second.served and set(fakes.served_counts().values()) == {1}
