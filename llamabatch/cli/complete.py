@@ -288,9 +288,10 @@ def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterabl
         return job.interrupted()
     except LlamaBatchError as exc:  # e.g. no server of the pool answers any more
         bar.close()
+        how = ("run the same command with --resume to continue" if job.out.is_file else
+               "to be able to resume, write to a file (-o OUT) and use --resume")
         error_line(PROG, f"{exc}; {job.tally.items} of {len(job.todo)} items were written to "
-                         f"{job.out.where}, in input order; run the same command with "
-                         "--resume to continue")
+                         f"{job.out.where}, in input order; {how}")
         return EXIT_FAILURE
     except BrokenPipeError:
         bar.close()
