@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FinishReason = Literal["stop", "length", "error"]
-Path = Literal["batch", "alone"]
+Path = Literal["batch", "alone", "remote"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,8 @@ class Completion:
         error: what went wrong when ``finish_reason == "error"``, else ``None``.
         n_prompt_tokens: tokens of the prompt (0 when it could not be tokenized).
         path: ``"batch"`` when decoded in a group, ``"alone"`` when completed one at a
-            time through the ``Llama`` object (or when it failed before any decode).
+            time through the ``Llama`` object (or when it failed before any decode),
+            ``"remote"`` when a server of a pool made it (:mod:`llamabatch.remote`).
     """
 
     index: int

@@ -27,7 +27,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from ..completion import Completion
 from ..errors import LlamaBatchError
 from ..params import BatchConfig, SamplingParams
 from .job.resume import id_key
+from ..remote import cli as remote_cli
 
 PROG = "llamabatch complete"
 
@@ -113,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar, summary or notes on stderr; warnings and errors "
                         "only (default: off)")
+    remote_cli.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -204,6 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         sampling, config = _params(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    urls = remote_cli.server_urls(args)
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad)
     interrupts = Interrupts()
     with open_output(args.output, args.prompts, resume=args.resume,
@@ -216,13 +219,20 @@ def _run(args: argparse.Namespace) -> int:
                         "(kept as they are)")
         if not any(isinstance(e, PromptItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
+        if urls:  # a pool of servers instead of a local model
+            gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens,
+                                            args.page_size)
+            return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note,
+                             interrupts)
         from ..model import load_llama
 
         llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
         try:
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
-            return _generate(job, llm, sampling, config, interrupts)
+            gen = _local_generator(llm, sampling, config)
+            return _generate(job, gen, lambda items: model_prompts(llm, items),
+                             lambda g: batching_note(config.slots, g.stats), interrupts)
         finally:
             close = getattr(llm, "close", None)
             if close is not None:
@@ -245,23 +255,27 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
     return EXIT_OK
 
 
-def _generate(job: _Job, llm: Any, sampling: SamplingParams, config: BatchConfig,
-              interrupts: Interrupts) -> int:
+def _local_generator(llm: Any, sampling: SamplingParams, config: BatchConfig) -> Any:
     from .. import BatchGenerator
 
+    try:
+        return BatchGenerator(llm, slots=config.slots, n_ctx_seq=config.n_ctx_seq,
+                              n_batch=config.n_batch, max_tokens=config.max_tokens,
+                              sampling=sampling, page_size=config.page_size)
+    except ValueError as exc:  # e.g. more slots than llama.cpp allows
+        raise UsageError(str(exc)) from None
+
+
+def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterable[object]],
+              note: Callable[[Any], str], interrupts: Interrupts) -> int:
+    """Write the records of ``gen.iter_groups(prompts(items))`` group by group."""
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, PromptItem)]
     positions = [k for k, e in enumerate(job.todo) if isinstance(e, PromptItem)]
-    try:
-        gen = BatchGenerator(llm, slots=config.slots, n_ctx_seq=config.n_ctx_seq,
-                             n_batch=config.n_batch, max_tokens=config.max_tokens,
-                             sampling=sampling, page_size=config.page_size)
-    except ValueError as exc:  # e.g. more slots than llama.cpp allows
-        raise UsageError(str(exc)) from None
     bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
-            for group in gen.iter_groups(model_prompts(llm, items)):
+            for group in gen.iter_groups(prompts(items)):
                 with interrupts.held():
                     job.out.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)
@@ -272,11 +286,18 @@ def _generate(job: _Job, llm: Any, sampling: SamplingParams, config: BatchConfig
     except KeyboardInterrupt:
         bar.close()
         return job.interrupted()
+    except LlamaBatchError as exc:  # e.g. no server of the pool answers any more
+        bar.close()
+        how = ("run the same command with --resume to continue" if job.out.is_file else
+               "to be able to resume, write to a file (-o OUT) and use --resume")
+        error_line(PROG, f"{exc}; {job.tally.items} of {len(job.todo)} items were written to "
+                         f"{job.out.where}, in input order; {how}")
+        return EXIT_FAILURE
     except BrokenPipeError:
         bar.close()
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     bar.close()
-    job.summary(time.perf_counter() - t_gen, batching_note(config.slots, gen.stats))
+    job.summary(time.perf_counter() - t_gen, note(gen))
     return EXIT_OK

@@ -58,6 +58,9 @@ OPTION_HELP = {
     "--n-gpu-layers": "model layers offloaded to the GPU, -1 = all;",
     "--threads": "CPU threads (default: llama-cpp-python's",
     "--quiet": "(default: off)",
+    "--server": "base URL of a server, e.g. http://10.0.0.2:8080; repeatable (default: none",
+    "--servers-file": "one per line; blank lines and lines starting with # are skipped",
+    "--concurrency": "requests in flight per server that does not report its slots",
 }
 
 

@@ -1,0 +1,30 @@
+"""The same job over a pool of OpenAI-compatible servers (llama-server, llama-cpp-python's
+server, vLLM): :class:`RemoteGenerator` has :class:`~llamabatch.BatchGenerator`'s
+``iter_groups`` / ``complete_many`` / ``stats`` / ``close`` and yields
+:class:`RemoteCompletion` objects (``path == "remote"``).
+
+Needs httpx (``pip install 'llamabatch[remote]'``); the names below are imported on first
+use, so ``import llamabatch.remote`` (and the CLI) works without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_NAMES = {
+    "ItemRejected": "client", "ServerFault": "client",
+    "RemoteCompletion": "completion", "RemoteGenerator": "generator",
+    "RemoteStats": "completion",
+    "PoolUnavailable": "pool", "Server": "pool", "ServerPool": "pool",
+    "normalize_url": "pool",
+    "build_request": "request", "choices_grammar": "request",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

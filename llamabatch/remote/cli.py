@@ -1,0 +1,98 @@
+"""The pool options of ``llamabatch complete``: ``--server``, ``--servers-file``,
+``--concurrency``; with a server given, the job runs on a :class:`RemoteGenerator`
+instead of loading a model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: Environment variable whose value is sent as ``Authorization: Bearer`` to every server.
+API_KEY_ENV = "LLAMABATCH_API_KEY"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--server``, ``--servers-file`` and ``--concurrency`` to ``parser``."""
+    group = parser.add_argument_group(
+        "pool of servers", "complete on OpenAI-compatible servers (llama-server, "
+        "llama-cpp-python's server, vLLM) instead of a local model: prompts go to "
+        "/v1/completions, messages to /v1/chat/completions; --model, --slots, --n-ctx-seq, "
+        "--n-batch, --threads and --n-gpu-layers are then unused; the environment "
+        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)")
+    group.add_argument("--server", metavar="URL", action="append", default=[],
+                       help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
+                            "(default: none: use the local model)")
+    group.add_argument("--servers-file", metavar="FILE", type=Path, default=None,
+                       help="file of server URLs, one per line; blank lines and lines "
+                            "starting with # are skipped (default: none)")
+    group.add_argument("--concurrency", type=int, default=None, metavar="N",
+                       help="requests in flight per server that does not report its slots "
+                            "(llama-server's /props total_slots wins) (default: 1)")
+
+
+def server_urls(args: argparse.Namespace) -> list[str]:
+    """The URLs of ``--server`` and ``--servers-file`` (empty: no pool).
+
+    Raises:
+        llamabatch.cli.common.UsageError: the file cannot be read.
+    """
+    from ..cli.common import UsageError
+
+    urls = list(getattr(args, "server", None) or [])
+    path = getattr(args, "servers_file", None)
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--servers-file {path}: cannot be read: {exc}") from None
+        lines = [line.strip() for line in text.splitlines()]
+        urls += [line for line in lines if line and not line.startswith("#")]
+        if not urls:
+            raise UsageError(f"--servers-file {path}: holds no server URL")
+    if not urls and getattr(args, "concurrency", None) is not None:
+        raise UsageError("--concurrency needs --server or --servers-file")
+    return urls
+
+
+def open_generator(args: argparse.Namespace, urls: list[str], sampling: Any,
+                   max_tokens: int, page_size: int | None) -> Any:
+    """A :class:`RemoteGenerator` on ``urls``.
+
+    Raises:
+        llamabatch.cli.common.UsageError: a bad URL or option (named).
+    """
+    from ..cli.common import UsageError
+
+    try:
+        from .generator import RemoteGenerator
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"--server needs {exc.name}: "
+                         "pip install 'llamabatch[remote]'") from None
+    try:
+        concurrency = 1 if args.concurrency is None else args.concurrency
+        return RemoteGenerator(urls, concurrency=concurrency, max_tokens=max_tokens,
+                               sampling=sampling, page_size=page_size,
+                               api_key=os.environ.get(API_KEY_ENV) or None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def item_prompts(items: list[Any]) -> Iterator[object]:
+    """What the pool gets for each input item: its messages (sent to
+    ``/v1/chat/completions``, where the server applies its chat template) or its prompt."""
+    for item in items:
+        yield item.messages if item.messages is not None else item.prompt
+
+
+def pool_note(gen: Any) -> str:
+    """The end of the summary line: servers, slots, retries."""
+    stats = gen.stats
+    servers = gen.servers
+    down = [s.url for s in servers if not s.is_up]
+    slots = sum(s.slots for s in servers)
+    note = (f"pool of {len(servers)} servers ({slots} slots), {stats.requests} requests, "
+            f"{stats.retries} retries")
+    return note + (f"; down at the end: {', '.join(down)}" if down else "")

@@ -1,0 +1,309 @@
+"""RemoteGenerator: the BatchGenerator surface over a pool of OpenAI-compatible servers.
+
+Concurrency: worker threads, one per slot of the pool, each sending blocking requests
+through one shared ``httpx.Client``. The caller's thread only reads prompts, queues them
+and waits on a condition, so a signal (Ctrl-C, the CLI's SIGTERM handler) reaches it at
+once; the workers are daemon threads and never hold up the interpreter's exit. Requests
+in flight are few (the pool's slots), so threads cost nothing that matters, and the
+synchronous iterator the CLI writes pages from needs no event loop in another thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import random
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+import httpx
+
+from ..errors import GeneratorClosed
+from ..params import MAX_PAGE_SIZE, SamplingParams
+from .client import ItemRejected, Reply, ServerFault, probe, send
+from .completion import RemoteCompletion, RemoteStats, error_completion
+from .pool import PoolUnavailable, Server, ServerPool
+from .request import BadItem, build_request
+
+
+class RemoteGenerator:
+    """Complete many prompts on a pool of OpenAI-compatible servers, in input order.
+
+    Each item goes to one server (``/v1/completions`` for a prompt, ``/v1/chat/completions``
+    for a list of messages; see :mod:`llamabatch.remote.request` for items with their own
+    fields); each server has as many requests in flight as it has slots (llama-server's
+    ``/props`` ``total_slots``, else ``concurrency``). A server that refuses, times out,
+    answers 408/429/5xx or breaks off is put in a cool-down and the item is sent to another
+    server after a backoff; a server whose cool-down ended is probed and used again. An
+    item gets its error in place after ``max_attempts`` failed requests, or at once for
+    any other 4xx (the request itself is bad).
+
+    Args:
+        servers: base URLs (``http://host:port``, ``/v1`` optional).
+        concurrency: slots of a server without ``/props``, >= 1.
+        max_tokens: most generated tokens per item (an item's own ``max_tokens`` wins).
+        sampling: sampling fields sent with every item (default: llama-cpp-python's).
+        page_size: most items yielded in one group (default 16).
+        max_attempts: requests per item at most, >= 1.
+        timeout_s: seconds a request may take before it counts as a fault.
+        backoff_s: first wait before a retry; doubled per retry up to ``max_backoff_s``,
+            times a random factor in [0.5, 1] ("equal jitter", M. Brooker, *Exponential
+            Backoff And Jitter*, AWS Architecture Blog, 2015).
+        cooldown_s, max_cooldown_s, give_up_s: see :class:`~llamabatch.remote.pool.ServerPool`.
+        api_key: sent as ``Authorization: Bearer`` (vLLM ``--api-key``), or ``None``.
+        client: an ``httpx.Client`` of yours (proxies, TLS, headers, a mock transport);
+            it is not closed by :meth:`close`. Default: one owned by the generator.
+
+    Raises:
+        ValueError: a bad URL, a value out of range (named), or both ``api_key`` and
+            ``client`` (set the header on your client).
+
+    Thread safety: one :meth:`iter_groups` at a time (a second one raises RuntimeError).
+    """
+
+    def __init__(self, servers: Sequence[str], *, concurrency: int = 1, max_tokens: int = 200,
+                 sampling: SamplingParams | None = None, page_size: int | None = None,
+                 max_attempts: int = 3, timeout_s: float = 600.0, backoff_s: float = 0.5,
+                 max_backoff_s: float = 8.0, cooldown_s: float = 2.0,
+                 max_cooldown_s: float = 30.0, give_up_s: float = 120.0,
+                 api_key: str | None = None, client: httpx.Client | None = None) -> None:
+        if isinstance(servers, str):
+            raise ValueError("servers is one string; give a list of URLs")
+        for name, value, low in (("max_tokens", max_tokens, 1), ("max_attempts", max_attempts, 1),
+                                 ("page_size", page_size or MAX_PAGE_SIZE, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {low}")
+        for name, value in (("timeout_s", timeout_s), ("backoff_s", backoff_s),
+                            ("max_backoff_s", max_backoff_s)):
+            if not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
+        if sampling is None:
+            sampling = SamplingParams()
+        if not isinstance(sampling, SamplingParams):
+            raise ValueError(f"sampling is {type(sampling).__name__}; "
+                             "expected a llamabatch.SamplingParams")
+        self.sampling, self.max_tokens = sampling, max_tokens
+        self.page_size = page_size or MAX_PAGE_SIZE
+        self._attempts, self._timeout = max_attempts, float(timeout_s)
+        self._backoff, self._max_backoff = backoff_s, max_backoff_s
+        if api_key is not None and client is not None:
+            raise ValueError("give api_key or client, not both: set the Authorization "
+                             "header on your client")
+        self._owns_client = client is None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self._client = client or httpx.Client(headers=headers)
+        probe_s = min(self._timeout, 10.0)
+        self.pool = ServerPool(servers, lambda url: probe(self._client, url, probe_s),
+                               concurrency=concurrency, cooldown_s=cooldown_s,
+                               max_cooldown_s=max_cooldown_s, give_up_s=give_up_s)
+        self._stats = RemoteStats(servers={s.url: {"requests": 0, "faults": 0}
+                                           for s in self.pool.servers})
+        self._lock = threading.Condition()
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()
+        self._results: dict[int, RemoteCompletion | BaseException] = {}
+        self._workers: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._probed = False
+        self._run = 0
+        self._running = False
+
+    # -- lifetime -------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._stop.is_set()
+
+    def close(self) -> None:
+        """Stop the workers (requests in flight are abandoned) and close the owned client.
+        Callable many times."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.pool.close()
+        for _ in self._workers:
+            self._todo.put(None)
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> RemoteGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def stats(self) -> RemoteStats:
+        """Counters so far (a snapshot)."""
+        with self._lock:
+            s = self._stats
+            return RemoteStats(s.items, s.items_failed, s.requests, s.retries, s.prompt_tokens,
+                               s.generated_tokens, {k: dict(v) for k, v in s.servers.items()})
+
+    @property
+    def servers(self) -> list[Server]:
+        """The pool's servers (their slots, health and counters)."""
+        return list(self.pool.servers)
+
+    # -- one item (worker threads) ---------------------------------------------------------
+    def _backoff_s(self, retry: int) -> float:
+        return min(self._max_backoff, self._backoff * 2 ** (retry - 1)) * random.uniform(0.5, 1)
+
+    def _complete(self, index: int, item: object) -> RemoteCompletion:
+        try:
+            request = build_request(item, self.sampling, self.max_tokens)
+        except BadItem as exc:
+            return error_completion(index, str(exc), "", 0)
+        tried: list[str] = []
+        faults: list[str] = []
+        for attempt in range(1, self._attempts + 1):
+            if attempt > 1 and self._stop.wait(self._backoff_s(attempt - 1)):
+                break
+            server = self.pool.acquire(avoid=tried)
+            if server is None:
+                break
+            self._count(server.url, "requests", retry=attempt > 1)
+            try:
+                reply = send(self._client, server.url, request, server.model, self._timeout)
+            except ServerFault as exc:
+                self.pool.release(server, fault=str(exc))
+                self._count(server.url, "faults")
+                tried.append(server.url)
+                faults.append(f"{server.url}: {exc}")
+                continue
+            except ItemRejected as exc:
+                self.pool.release(server)
+                return error_completion(index, f"{server.url} refused the request: {exc}",
+                                        server.url, attempt)
+            except BaseException:
+                self.pool.release(server)
+                raise
+            self.pool.release(server)
+            return self._completion(index, reply, server.url, attempt)
+        return error_completion(index, f"failed {len(faults)} time(s): " + "; ".join(faults),
+                                tried[-1] if tried else "", len(faults))
+
+    @staticmethod
+    def _completion(index: int, reply: Reply, url: str, attempts: int) -> RemoteCompletion:
+        return RemoteCompletion(index, reply.text, reply.token_ids, reply.finish_reason,
+                                None, reply.n_prompt_tokens, "remote", url, attempts,
+                                reply.n_completion_tokens)
+
+    def _count(self, url: str, key: str, retry: bool = False) -> None:
+        with self._lock:
+            self._stats.servers[url][key] += 1
+            self._stats.requests += key == "requests"
+            self._stats.retries += retry
+
+    def _work(self) -> None:
+        while True:
+            job = self._todo.get()
+            if job is None or self._stop.is_set():
+                return
+            run, index, item = job
+            if run != self._run:
+                continue
+            try:
+                result: RemoteCompletion | BaseException = self._complete(index, item)
+            except BaseException as exc:  # PoolUnavailable, or a bug: raised in the caller
+                result = exc
+            with self._lock:
+                if run == self._run:
+                    self._results[index] = result
+                    self._lock.notify_all()
+
+    def _start_workers(self) -> None:
+        if not self._probed:
+            self.pool.probe_all()
+            self._probed = True
+        while len(self._workers) < self.pool.capacity:
+            worker = threading.Thread(target=self._work, daemon=True,
+                                      name=f"llamabatch-remote-{len(self._workers)}")
+            worker.start()
+            self._workers.append(worker)
+
+    # -- work -----------------------------------------------------------------------------
+    def _next_done(self, index: int) -> RemoteCompletion:
+        with self._lock:
+            while index not in self._results:
+                if self._stop.is_set():
+                    raise GeneratorClosed("this RemoteGenerator was closed")
+                self._lock.wait(timeout=1.0)
+            result = self._results.pop(index)
+        if isinstance(result, BaseException):
+            raise result
+        self._tally(result)
+        return result
+
+    def iter_groups(self, prompts: Iterable[object]) -> Iterator[list[RemoteCompletion]]:
+        """Complete ``prompts``, yielding groups of consecutive completions in input order.
+
+        Args:
+            prompts: any iterable of prompts, message lists or item mappings; read ahead
+                by at most the pool's slots plus ``page_size`` items.
+
+        Yields:
+            lists of at most ``page_size`` completions, ``index`` counting from 0: each
+            group is the run of finished items that follows the last one yielded.
+
+        Raises:
+            GeneratorClosed: the generator was closed.
+            PoolUnavailable: no server answered for ``give_up_s`` seconds (every item
+                yielded before is complete; the rest were not sent or are dropped).
+        """
+        if self.closed:
+            raise GeneratorClosed("this RemoteGenerator is closed; create a new one")
+        with self._lock:
+            if self._running:
+                raise RuntimeError("this RemoteGenerator is already iterating; one "
+                                   "iter_groups at a time")
+            self._running = True
+            self._run += 1
+            run = self._run
+        try:
+            yield from self._groups(run, enumerate(prompts))
+        finally:
+            with self._lock:  # an abandoned run: its queued items are skipped
+                self._run += 1
+                self._results.clear()
+                self._running = False
+
+    def _groups(self, run: int, numbered: Iterator[tuple[int, object]]
+                ) -> Iterator[list[RemoteCompletion]]:
+        sent = head = 0
+        exhausted = False
+        while True:
+            self._start_workers()
+            while not exhausted and sent - head < self.pool.capacity + self.page_size:
+                nxt = next(numbered, None)
+                if nxt is None:
+                    exhausted = True
+                else:
+                    self._todo.put((run, *nxt))
+                    sent += 1
+            if head == sent:
+                return
+            group = [self._next_done(head)]
+            head += 1
+            with self._lock:
+                while head < sent and head in self._results and len(group) < self.page_size:
+                    if isinstance(self._results[head], BaseException):
+                        break
+                    group.append(self._results.pop(head))
+                    head += 1
+            for done in group[1:]:
+                self._tally(done)
+            yield group
+
+    def _tally(self, done: RemoteCompletion) -> None:
+        with self._lock:
+            self._stats.items += 1
+            self._stats.items_failed += not done.ok
+            self._stats.prompt_tokens += done.n_prompt_tokens
+            self._stats.generated_tokens += done.n_tokens
+
+    def complete_many(self, prompts: Iterable[object]) -> list[RemoteCompletion]:
+        """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
+
+        Raises:
+            GeneratorClosed, PoolUnavailable: see :meth:`iter_groups`.
+        """
+        return [c for group in self.iter_groups(prompts) for c in group]
