@@ -93,6 +93,7 @@ def _stub_server(port: int) -> None:
 def paired_overhead_ms(url: str, pairs: int, max_tokens: int) -> tuple[list[float], list[float]]:
     """(remote - direct, direct) in ms for ``pairs`` single items, order alternating."""
     short = RemoteGenerator([url], max_tokens=max_tokens, sampling=GREEDY)
+    short.complete_many(prompts(-1, "probe", 1))  # probes the server: its model id
     model_id = short.servers[0].model
     client = httpx.Client(timeout=600)
 
@@ -162,7 +163,8 @@ def main() -> None:
         pool2 = RemoteGenerator([s.url for s in pair], max_tokens=args.max_tokens,
                                 sampling=GREEDY)
         client = httpx.Client(timeout=600)
-        model_id = pool1.servers[0].model if pool1.servers[0].model else None
+        pool1.complete_many(prompts(-1, "probe", 1))  # probes the server: its model id
+        model_id = pool1.servers[0].model
 
         def direct(items: list[str]) -> list[str]:
             texts = []

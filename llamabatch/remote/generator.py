@@ -140,7 +140,9 @@ class RemoteGenerator:
 
     @property
     def servers(self) -> list[Server]:
-        """The pool's servers (their slots, health and counters)."""
+        """The pool's servers (their slots, health and counters); each is probed at the
+        first :meth:`iter_groups` (until then ``is_up`` is False and ``slots`` is
+        ``concurrency``)."""
         return list(self.pool.servers)
 
     # -- one item (worker threads) ---------------------------------------------------------
