@@ -58,6 +58,8 @@ class Stats:
         generated_tokens: reply tokens of all items.
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
+        kv_bytes: bytes of KV cache the batch context allocated (0 before it exists, and
+            for backends without one); see ``BatchGenerator.estimate_memory``.
     """
 
     groups_batched: int = 0
@@ -68,6 +70,7 @@ class Stats:
     generated_tokens: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
+    kv_bytes: int = 0
 
     @property
     def batching_enabled(self) -> bool:

@@ -18,6 +18,7 @@ After ``Llama.close()`` every call that would reach llama.cpp raises
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,11 +26,15 @@ from .. import _ffi
 from ..backend import BatchLimits, Span
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
+from .kv_size import estimate
+from .limits import check_context
 from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
 from ..locks import llm_lock
 from ..params import SamplingParams
 from .sampler import SeqSampler
+
+log = logging.getLogger("llamabatch")
 
 
 class LlamaBackend:
@@ -58,7 +63,19 @@ class LlamaBackend:
         self._ctx: BatchContext | None = None
         self._batch: LlamaBatch | None = None
         self._samplers: list[SeqSampler] = []
+        self.kv_bytes = 0  # KV cache of the open batch context
         self.lock = llm_lock(llm)
+
+    def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
+        """Refuse a batch context llama.cpp would abort or fail on (before creating it).
+
+        Raises:
+            ValueError: naming the parameter and its valid range
+                (:func:`~llamabatch.llamacpp.limits.check_context`).
+        """
+        n_threads, n_threads_batch = _ffi.threads_of(self._llm)
+        check_context(slots, n_ctx_seq, n_batch, max_slots=self.max_slots,
+                      n_threads=n_threads, n_threads_batch=n_threads_batch)
 
     # -- state -------------------------------------------------------------------
     @property
@@ -118,7 +135,20 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
+        self._log_kv(ctx)
         return ctx.limits
+
+    def _log_kv(self, ctx: BatchContext) -> None:
+        lim = ctx.limits
+        try:
+            kv = estimate(self._llm, slots=lim.n_seq_max, n_ctx_seq=lim.n_ctx_seq)
+        except (LibraryError, ValueError) as exc:
+            log.info("llamabatch: KV cache size of the batch context unknown: %s", exc)
+            return
+        self.kv_bytes = kv.total_bytes
+        log.info("llamabatch: batch context KV cache: %.2f MiB (%d slots x %d tokens x "
+                 "%d bytes per token%s)", kv.total_mib, lim.n_seq_max, lim.n_ctx_seq,
+                 kv.bytes_per_token, "" if kv.exact else ", an estimate")
 
     def _open(self) -> tuple[BatchContext, LlamaBatch]:
         if self._ctx is None or self._batch is None:
