@@ -7,8 +7,8 @@ the ``Llama``'s model) with one :class:`~llamabatch.llamacpp.batch.LlamaBatch` a
 
 Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tokens_size``
 (``Llama(last_n_tokens_size=64)``), not from an argument. :meth:`generate_alone` sets it
-to ``sampling.penalty_last_n`` while ``Llama.generate`` builds its sampler and restores it
-right after, so both paths penalize the same window.
+to ``sampling.penalty_last_n`` while it generates, so both paths penalize the same
+window, and puts it back (with the seed and sampler: :mod:`.llm_state`) afterwards.
 
 Threads: the backend does not lock; :class:`~llamabatch.BatchGenerator` holds
 :attr:`LlamaBackend.lock` (:func:`llamabatch.llm_lock` of the ``Llama``) around every call.
@@ -28,6 +28,7 @@ from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
+from .llm_state import LlamaGuard
 from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
 from ..locks import llm_lock
@@ -213,34 +214,39 @@ class LlamaBackend:
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
 
+        The ``Llama`` is left as it was (seed, sampler, penalty window; its KV cache cut
+        back to the caller's own cached tokens) once the iterator ends or is closed:
+        see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
+
         Raises:
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
                 closed (when iterated).
         """
         self._check_llm()
         llm = self._llm
-        llm.set_seed(sampling.effective_seed)
-        stream = llm.generate(
-            list(tokens), top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
-            typical_p=sampling.typical_p, temp=sampling.temperature,
-            repeat_penalty=sampling.repeat_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            presence_penalty=sampling.presence_penalty, reset=True)
-        window = llm.last_n_tokens_size
-        llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+        guard = LlamaGuard(llm)
         try:
-            while True:
-                try:
-                    token = next(stream)
-                except StopIteration:
-                    return
-                except (RuntimeError, ValueError) as exc:
-                    raise BackendError(f"llama-cpp-python: {exc}") from exc
-                finally:
-                    llm.last_n_tokens_size = window  # the chain exists after 1st next()
-                yield token
+            llm.set_seed(sampling.effective_seed)
+            llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+            stream = llm.generate(
+                list(tokens), top_k=sampling.top_k, top_p=sampling.top_p,
+                min_p=sampling.min_p, typical_p=sampling.typical_p,
+                temp=sampling.temperature, repeat_penalty=sampling.repeat_penalty,
+                frequency_penalty=sampling.frequency_penalty,
+                presence_penalty=sampling.presence_penalty, reset=True)
+            try:
+                while True:
+                    try:
+                        token = next(stream)
+                    except StopIteration:
+                        return
+                    except (RuntimeError, ValueError) as exc:
+                        raise BackendError(f"llama-cpp-python: {exc}") from exc
+                    yield token
+            finally:
+                stream.close()
         finally:
-            stream.close()
+            guard.restore()
 
     # -- lifetime ----------------------------------------------------------------
     def _close_samplers(self) -> None:
