@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
 from .errors import GeneratorClosed
+from .interrupts import callback_interrupts
 from .params import BatchConfig, SamplingParams
 from .prompts import prepare
 from .scheduler import Scheduler
@@ -186,7 +187,7 @@ class BatchGenerator:
             if not page:
                 return
             for start in range(0, len(page), slots):
-                with self.lock:
+                with self.lock, callback_interrupts():  # Ctrl-C in a C callback too
                     self._check_open()
                     items = [prepare(i, p, self.backend) for i, p in page[start:start + slots]]
                     done = self._scheduler.run_group(items)

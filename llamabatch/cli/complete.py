@@ -221,7 +221,9 @@ def _run(args: argparse.Namespace) -> int:
         llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
         try:
+            interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
+            interrupts.check()
             return _generate(job, llm, sampling, config, interrupts)
         finally:
             close = getattr(llm, "close", None)
