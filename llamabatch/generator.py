@@ -72,10 +72,10 @@ class BatchGenerator:
                  slots: int = 4, n_ctx_seq: int | None = None, n_batch: int = 512,
                  max_tokens: int = 200, sampling: SamplingParams | None = None,
                  page_size: int | None = None) -> None:
-        # checked once with a stand-in n_ctx_seq (before any library work), again below
-        BatchConfig(slots=slots, n_ctx_seq=DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq,
-                    n_batch=n_batch,
-                    max_tokens=max_tokens, page_size=page_size)
+        # checked before any library work (n_ctx_seq=None: a stand-in), again below
+        stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
+        BatchConfig(slots=slots, n_ctx_seq=stand_in, n_batch=n_batch, max_tokens=max_tokens,
+                    page_size=page_size)
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):
