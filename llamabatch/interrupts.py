@@ -22,6 +22,31 @@ from collections.abc import Iterator
 from typing import Any
 
 _lock = threading.Lock()
+_blocks = threading.local()  # .stack: the open blocks of this thread, innermost last
+_previous: Any = None        # the hook ours delegates to
+
+
+def _hook(unraisable: Any) -> None:
+    """Record a dropped ``KeyboardInterrupt`` in this thread's innermost open block;
+    pass everything else (and everything outside a block) to the previous hook."""
+    stack = getattr(_blocks, "stack", None)
+    exc_type = getattr(unraisable, "exc_type", None)
+    if (stack and isinstance(exc_type, type)
+            and issubclass(exc_type, KeyboardInterrupt)):
+        stack[-1].caught = True
+        return
+    (_previous or sys.__unraisablehook__)(unraisable)
+
+
+def _install() -> None:
+    """Put :func:`_hook` in front of the current ``sys.unraisablehook`` (once; again if
+    someone replaced it since). It stays: outside a block it only passes reports on, so
+    threads opening and closing blocks in any order never undo each other."""
+    global _previous
+    with _lock:
+        if sys.unraisablehook is not _hook:
+            _previous = sys.unraisablehook
+            sys.unraisablehook = _hook
 
 
 class CallbackInterrupts:
@@ -44,30 +69,22 @@ def callback_interrupts(*, raise_at_end: bool = True) -> Iterator[CallbackInterr
     recorded (not printed) and, with ``raise_at_end``, raised when the block ends
     normally (else the caller checks the yielded :class:`CallbackInterrupts`).
 
-    ``sys.unraisablehook`` is replaced for the block (other reports go to the previous
-    hook) and put back after it. Blocks may nest; a report goes to the innermost.
+    A hook in front of ``sys.unraisablehook`` (installed on first use, passing every
+    other report on) routes the report to the calling thread's innermost open block;
+    ctypes reports in the thread that made the library call. Blocks may nest.
 
     Raises:
         KeyboardInterrupt: at the end of the block, when one was dropped in it.
     """
     seen = CallbackInterrupts()
-    with _lock:
-        previous = sys.unraisablehook
-
-    def hook(unraisable: Any) -> None:
-        exc_type = getattr(unraisable, "exc_type", None)
-        if isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
-            seen.caught = True
-            return
-        previous(unraisable)
-
-    with _lock:
-        sys.unraisablehook = hook
+    _install()
+    stack = getattr(_blocks, "stack", None)
+    if stack is None:
+        stack = _blocks.stack = []
+    stack.append(seen)
     try:
         yield seen
     finally:
-        with _lock:
-            if sys.unraisablehook is hook:
-                sys.unraisablehook = previous
+        stack.remove(seen)
     if raise_at_end:
         seen.check()
