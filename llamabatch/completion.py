@@ -59,6 +59,11 @@ class Stats:
         generated_tokens: reply tokens of all items.
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
+        alone_reasons: items completed alone for a reason the user can change, counted
+            by reason (``"n_prompt_tokens + max_tokens > n_ctx_seq"``: the item does not
+            fit a slot); each reason is also logged once, as a warning.
+        kv_bytes: bytes of KV cache the batch context allocated (0 before it exists, and
+            for backends without one); see ``BatchGenerator.estimate_memory``.
     """
 
     groups_batched: int = 0
@@ -69,6 +74,8 @@ class Stats:
     generated_tokens: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
+    kv_bytes: int = 0
+    alone_reasons: dict[str, int] = field(default_factory=dict)
 
     @property
     def batching_enabled(self) -> bool:

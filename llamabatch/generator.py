@@ -10,13 +10,21 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
 from .errors import GeneratorClosed
+from .interrupts import callback_interrupts
 from .params import BatchConfig, SamplingParams
 from .prompts import prepare
 from .scheduler import Scheduler
+
+if TYPE_CHECKING:
+    from .llamacpp.kv_size import KvEstimate
+
+#: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
+DEFAULT_N_CTX_SEQ = 4096
 
 
 class BatchGenerator:
@@ -31,15 +39,20 @@ class BatchGenerator:
             ``llama_max_parallel_sequences()``; 1 completes every item alone.
         n_ctx_seq: KV cache tokens per sequence (prompt + reply); llama.cpp pads it to a
             multiple of 256. A prompt with ``n_prompt + max_tokens > n_ctx_seq`` is
-            completed alone.
-        n_batch: most tokens per ``llama_decode`` (also ``n_ubatch``).
+            completed alone. ``None`` (default): ``min(4096, n_ctx)`` of the ``Llama``
+            (no item longer than its ``n_ctx`` can be completed anyway, so more KV cache
+            could never be used); :meth:`estimate_memory` tells its bytes.
+        n_batch: most tokens per ``llama_decode`` (also ``n_ubatch``); for llama.cpp at
+            least ``slots`` (each decode step has one output row per sequence).
         max_tokens: most generated tokens per item.
         sampling: the sampler chain of every item (default: llama-cpp-python's defaults).
         page_size: items read from the input at a time, a multiple of ``slots``
             (default: the largest such number <= 16).
 
     Raises:
-        ValueError: a parameter out of range (named), or neither/both of llm and backend.
+        ValueError: a parameter out of range (named), a combination llama.cpp would
+            abort on (e.g. ``slots > n_batch``, see ``docs/asserts.md``), or
+            neither/both of llm and backend.
         llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
             for completing alone.
 
@@ -56,11 +69,13 @@ class BatchGenerator:
     """
 
     def __init__(self, llm: object = None, *, backend: Backend | None = None,
-                 slots: int = 4, n_ctx_seq: int = 4096, n_batch: int = 512,
+                 slots: int = 4, n_ctx_seq: int | None = None, n_batch: int = 512,
                  max_tokens: int = 200, sampling: SamplingParams | None = None,
                  page_size: int | None = None) -> None:
-        self.config = BatchConfig(slots=slots, n_ctx_seq=n_ctx_seq, n_batch=n_batch,
-                                  max_tokens=max_tokens, page_size=page_size)
+        # checked before any library work (n_ctx_seq=None: a stand-in), again below
+        stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
+        BatchConfig(slots=slots, n_ctx_seq=stand_in, n_batch=n_batch, max_tokens=max_tokens,
+                    page_size=page_size)
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):
@@ -75,10 +90,38 @@ class BatchGenerator:
         if slots > backend.max_slots:
             raise ValueError(f"slots={slots} is out of range: valid is 1 to "
                              f"{backend.max_slots} (llama_max_parallel_sequences())")
+        if n_ctx_seq is None:
+            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
+        self.config = BatchConfig(slots=slots, n_ctx_seq=n_ctx_seq, n_batch=n_batch,
+                                  max_tokens=max_tokens, page_size=page_size)
+        check = getattr(backend, "check_batch_params", None)  # llama.cpp's own limits
+        if check is not None and slots > 1:
+            check(slots, n_ctx_seq, n_batch)
         self.backend = backend
         self._scheduler = Scheduler(backend, self.config, sampling)
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
+
+    @staticmethod
+    def estimate_memory(llm_or_model_path: object, *, slots: int = 4,
+                        n_ctx_seq: int = DEFAULT_N_CTX_SEQ) -> KvEstimate:
+        """KV cache bytes a batch context of ``slots`` x ``n_ctx_seq`` would allocate,
+        told before anything is allocated (``.bytes_per_slot``, ``.total_bytes``).
+
+        Args:
+            llm_or_model_path: a loaded ``llama_cpp.Llama`` (its KV types count) or a
+                GGUF path (read without its weights; F16 K and V).
+            slots, n_ctx_seq: as for the generator (n_ctx_seq padded up to 256).
+
+        Returns:
+            a :class:`llamabatch.llamacpp.kv_size.KvEstimate`; the formula and its
+            source (llama.cpp's ``llama_kv_cache`` constructor) are in that module.
+
+        Raises:
+            ValueError: a size < 1 or a path llama.cpp cannot open.
+        """
+        from .llamacpp.kv_size import estimate  # loads llama.cpp only when asked
+        return estimate(llm_or_model_path, slots=slots, n_ctx_seq=n_ctx_seq)
 
     # -- lifetime ---------------------------------------------------------------------
     @property
@@ -109,8 +152,10 @@ class BatchGenerator:
     # -- work -------------------------------------------------------------------------
     @property
     def stats(self) -> Stats:
-        """Counters so far: groups batched, items alone, why batching is off, …"""
-        return self._scheduler.stats
+        """Counters so far: groups batched, items alone, why batching is off, KV bytes…"""
+        stats = self._scheduler.stats
+        stats.kv_bytes = int(getattr(self.backend, "kv_bytes", 0))
+        return stats
 
     @property
     def limits(self) -> BatchLimits | None:
@@ -142,7 +187,7 @@ class BatchGenerator:
             if not page:
                 return
             for start in range(0, len(page), slots):
-                with self.lock:
+                with self.lock, callback_interrupts():  # Ctrl-C in a C callback too
                     self._check_open()
                     items = [prepare(i, p, self.backend) for i, p in page[start:start + slots]]
                     done = self._scheduler.run_group(items)

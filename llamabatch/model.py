@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import LibraryError, ModelFetchError, ModelFileError
+from .interrupts import callback_interrupts
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -225,6 +226,8 @@ def load_llama(
     Raises:
         ModelFileError: the path is not a readable GGUF file, or llama.cpp cannot load it.
         LibraryError: llama-cpp-python is not installed or its library cannot be loaded.
+        KeyboardInterrupt: a signal came during the load, even while llama.cpp was
+            calling back into Python (the model is freed again).
     """
     model = check_model_file(path)
     try:
@@ -233,8 +236,17 @@ def load_llama(
         raise LibraryError(
             f"cannot import llama_cpp (pip install llama-cpp-python): {exc}") from exc
     kwargs.setdefault("verbose", False)
+    llm = None
     try:
-        return llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=n_threads,
-                               n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers, **kwargs)
+        # a Ctrl-C while llama.cpp logs (during the load) would be dropped by ctypes
+        with callback_interrupts():
+            llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=n_threads,
+                                  n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
+                                  **kwargs)
     except ValueError as exc:
         raise ModelFileError(f"llama.cpp cannot load {model}: {exc}") from exc
+    except KeyboardInterrupt:
+        if llm is not None:  # loaded, but the interrupt came during the load
+            llm.close()
+        raise
+    return llm

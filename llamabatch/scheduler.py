@@ -22,6 +22,9 @@ from .stop import check_stop
 
 log = logging.getLogger("llamabatch")
 
+#: Key of :attr:`Stats.alone_reasons`: the prompt plus ``max_tokens`` exceed a slot.
+TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
+
 
 class Status(IntEnum):
     """Where a sequence stands; ordered so ``status >= FINISHED`` means done."""
@@ -92,6 +95,16 @@ class Scheduler:
                      cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
         return True
 
+    def _alone_because(self, reason: str) -> None:
+        """Count an item sent alone for a reason the user can change; say so once."""
+        counts = self.stats.alone_reasons
+        if reason not in counts:
+            cfg = self.config
+            log.warning("llamabatch: items are completed alone because %s (n_ctx_seq=%d "
+                        "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
+                        "to batch them", reason, self.limits.n_ctx_seq, cfg.max_tokens)
+        counts[reason] = counts.get(reason, 0) + 1
+
     def _fits(self, item: Item) -> bool:
         return item.n_prompt_tokens + self.config.max_tokens <= self.limits.n_ctx_seq
 
@@ -102,6 +115,8 @@ class Scheduler:
         batchable: list[Item] = []
         if len(items) > 1 and self._can_batch():
             batchable = [it for it in items if it.error is None and self._fits(it)]
+            for _ in range(sum(it.error is None for it in items) - len(batchable)):
+                self._alone_because(TOO_LONG_FOR_A_SLOT)
         if len(batchable) >= 2:
             results.update(self._run_batched(batchable))
         for item in items:

@@ -77,3 +77,42 @@ def threads_of(llm: Any) -> tuple[int, int]:
 def context_params_of(llm: Any) -> Any:
     """The ``Llama``'s ``llama_context_params`` (or ``None`` if it has none)."""
     return getattr(llm, "context_params", None)
+
+
+#: ``Llama`` attributes (llama-cpp-python 0.3.x) that shape its next output and that a
+#: call of ``Llama.generate`` / ``set_seed`` replaces: the seed that
+#: ``create_completion`` derives its next seed from, the sampler chain ``Llama.sample``
+#: reuses, mirostat's running mu, the penalty window and ``_requires_eval`` (whether the
+#: logits in the context belong to the cached tokens).
+LLM_SETTINGS = ("_seed", "_sampler", "_mirostat_mu", "last_n_tokens_size",
+                "_requires_eval")
+
+
+def llm_settings(llm: Any) -> dict[str, Any]:
+    """The :data:`LLM_SETTINGS` a ``Llama`` has now (those it lacks are left out)."""
+    return {name: getattr(llm, name) for name in LLM_SETTINGS if hasattr(llm, name)}
+
+
+def set_llm_settings(llm: Any, settings: dict[str, Any]) -> None:
+    """Put back what :func:`llm_settings` returned."""
+    for name, value in settings.items():
+        setattr(llm, name, value)
+
+
+def llm_cached_tokens(llm: Any) -> list[int]:
+    """The token ids the ``Llama``'s KV cache holds (``input_ids[:n_tokens]``), a copy."""
+    return [int(t) for t in llm.input_ids[: llm.n_tokens]]
+
+
+def cut_llm_cache(llm: Any, n_keep: int) -> None:
+    """Keep only the first ``n_keep`` cached tokens of the ``Llama``: remove positions
+    ``>= n_keep`` from its KV cache (``llama_memory_seq_rm(mem, 0, n_keep, -1)``, as
+    ``Llama.generate`` does) and set ``n_tokens``. When the cache refuses a partial
+    removal (recurrent models) or ``n_keep`` is 0, ``Llama.reset()`` empties it.
+    """
+    if n_keep > 0 and llm._ctx.kv_cache_seq_rm(-1, n_keep, -1):
+        llm.n_tokens = n_keep
+    else:
+        llm.reset()
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+    llm._requires_eval = True

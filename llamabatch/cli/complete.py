@@ -229,7 +229,9 @@ def _run(args: argparse.Namespace) -> int:
         llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
         try:
+            interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
+            interrupts.check()
             gen = _local_generator(llm, sampling, config)
             return _generate(job, gen, lambda items: model_prompts(llm, items),
                              lambda g: batching_note(config.slots, g.stats), interrupts)

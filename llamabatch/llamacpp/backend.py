@@ -7,8 +7,8 @@ the ``Llama``'s model) with one :class:`~llamabatch.llamacpp.batch.LlamaBatch` a
 
 Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tokens_size``
 (``Llama(last_n_tokens_size=64)``), not from an argument. :meth:`generate_alone` sets it
-to ``sampling.penalty_last_n`` while ``Llama.generate`` builds its sampler and restores it
-right after, so both paths penalize the same window.
+to ``sampling.penalty_last_n`` while it generates, so both paths penalize the same
+window, and puts it back (with the seed and sampler: :mod:`.llm_state`) afterwards.
 
 Threads: the backend does not lock; :class:`~llamabatch.BatchGenerator` holds
 :attr:`LlamaBackend.lock` (:func:`llamabatch.llm_lock` of the ``Llama``) around every call.
@@ -18,6 +18,7 @@ After ``Llama.close()`` every call that would reach llama.cpp raises
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,11 +26,16 @@ from .. import _ffi
 from ..backend import BatchLimits, Span
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
+from .kv_size import estimate
+from .limits import check_context
+from .llm_state import LlamaGuard
 from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
 from ..locks import llm_lock
 from ..params import SamplingParams
 from .sampler import SeqSampler
+
+log = logging.getLogger("llamabatch")
 
 
 class LlamaBackend:
@@ -58,7 +64,19 @@ class LlamaBackend:
         self._ctx: BatchContext | None = None
         self._batch: LlamaBatch | None = None
         self._samplers: list[SeqSampler] = []
+        self.kv_bytes = 0  # KV cache of the open batch context
         self.lock = llm_lock(llm)
+
+    def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
+        """Refuse a batch context llama.cpp would abort or fail on (before creating it).
+
+        Raises:
+            ValueError: naming the parameter and its valid range
+                (:func:`~llamabatch.llamacpp.limits.check_context`).
+        """
+        n_threads, n_threads_batch = _ffi.threads_of(self._llm)
+        check_context(slots, n_ctx_seq, n_batch, max_slots=self.max_slots,
+                      n_threads=n_threads, n_threads_batch=n_threads_batch)
 
     # -- state -------------------------------------------------------------------
     @property
@@ -118,7 +136,20 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
+        self._log_kv(ctx)
         return ctx.limits
+
+    def _log_kv(self, ctx: BatchContext) -> None:
+        lim = ctx.limits
+        try:
+            kv = estimate(self._llm, slots=lim.n_seq_max, n_ctx_seq=lim.n_ctx_seq)
+        except (LibraryError, ValueError) as exc:
+            log.info("llamabatch: KV cache size of the batch context unknown: %s", exc)
+            return
+        self.kv_bytes = kv.total_bytes
+        log.info("llamabatch: batch context KV cache: %.2f MiB (%d slots x %d tokens x "
+                 "%d bytes per token%s)", kv.total_mib, lim.n_seq_max, lim.n_ctx_seq,
+                 kv.bytes_per_token, "" if kv.exact else ", an estimate")
 
     def _open(self) -> tuple[BatchContext, LlamaBatch]:
         if self._ctx is None or self._batch is None:
@@ -183,34 +214,39 @@ class LlamaBackend:
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
 
+        The ``Llama`` is left as it was (seed, sampler, penalty window; its KV cache cut
+        back to the caller's own cached tokens) once the iterator ends or is closed:
+        see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
+
         Raises:
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
                 closed (when iterated).
         """
         self._check_llm()
         llm = self._llm
-        llm.set_seed(sampling.effective_seed)
-        stream = llm.generate(
-            list(tokens), top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
-            typical_p=sampling.typical_p, temp=sampling.temperature,
-            repeat_penalty=sampling.repeat_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            presence_penalty=sampling.presence_penalty, reset=True)
-        window = llm.last_n_tokens_size
-        llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+        guard = LlamaGuard(llm)
         try:
-            while True:
-                try:
-                    token = next(stream)
-                except StopIteration:
-                    return
-                except (RuntimeError, ValueError) as exc:
-                    raise BackendError(f"llama-cpp-python: {exc}") from exc
-                finally:
-                    llm.last_n_tokens_size = window  # the chain exists after 1st next()
-                yield token
+            llm.set_seed(sampling.effective_seed)
+            llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+            stream = llm.generate(
+                list(tokens), top_k=sampling.top_k, top_p=sampling.top_p,
+                min_p=sampling.min_p, typical_p=sampling.typical_p,
+                temp=sampling.temperature, repeat_penalty=sampling.repeat_penalty,
+                frequency_penalty=sampling.frequency_penalty,
+                presence_penalty=sampling.presence_penalty, reset=True)
+            try:
+                while True:
+                    try:
+                        token = next(stream)
+                    except StopIteration:
+                        return
+                    except (RuntimeError, ValueError) as exc:
+                        raise BackendError(f"llama-cpp-python: {exc}") from exc
+                    yield token
+            finally:
+                stream.close()
         finally:
-            stream.close()
+            guard.restore()
 
     # -- lifetime ----------------------------------------------------------------
     def _close_samplers(self) -> None:

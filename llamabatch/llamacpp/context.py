@@ -24,26 +24,17 @@ import numpy as np
 from .. import _ffi
 from ..backend import BatchLimits
 from .batch import LlamaBatch
+from .limits import check_context
 from ..errors import BatchUnavailable
 
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).
 DecodeHook = Callable[[int], "int | None"]
 
-#: ``llama_context_params.n_ctx`` is a ``uint32_t``: a larger total would wrap around.
-MAX_N_CTX = 2**32 - 1
-
-
 def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
     """``llama_free`` the context; ``llm`` is an argument so the model outlives it."""
     lib.free_context(handle)
     del llm
-
-
-def _positive(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= 1")
-    return value
 
 
 class BatchContext:
@@ -57,27 +48,22 @@ class BatchContext:
         decode_hook: optional :data:`DecodeHook`.
 
     Raises:
-        ValueError: a size < 1.
+        ValueError: a value llama.cpp would assert on or refuse
+            (:func:`~llamabatch.llamacpp.limits.check_context`: e.g. ``slots > n_batch``,
+            ``slots`` over ``llama_max_parallel_sequences()``), named with its range.
         LibraryError: llama-cpp-python lacks a symbol a batch context needs.
-        BatchUnavailable: ``slots`` is over the ceiling, the ``Llama`` is closed, or
+        BatchUnavailable: the ``Llama`` is closed, or
             llama.cpp could not create the context (NULL; e.g. out of memory).
     """
 
     def __init__(self, llm: Any, slots: int, n_ctx_seq: int = 4096, n_batch: int = 512,
                  *, decode_hook: DecodeHook | None = None) -> None:
-        slots, n_ctx_seq = _positive("slots", slots), _positive("n_ctx_seq", n_ctx_seq)
-        n_batch = _positive("n_batch", n_batch)
         lib = _ffi.load()
         lib.require_batching()
-        ceiling = lib.max_parallel_sequences()
-        if slots > ceiling:
-            raise BatchUnavailable(f"slots={slots} is over llama_max_parallel_sequences()"
-                                   f" = {ceiling}")
-        if n_ctx_seq * slots > MAX_N_CTX:
-            raise BatchUnavailable(f"{slots} sequences of {n_ctx_seq} tokens exceed "
-                                   f"llama.cpp's largest context ({MAX_N_CTX} tokens)")
-        model = _ffi.model_of(llm)
         n_threads, n_threads_batch = _ffi.threads_of(llm)
+        check_context(slots, n_ctx_seq, n_batch, max_slots=lib.max_parallel_sequences(),
+                      n_threads=n_threads, n_threads_batch=n_threads_batch)
+        model = _ffi.model_of(llm)
         params = lib.context_params(
             {"n_ctx": n_ctx_seq * slots, "n_batch": n_batch, "n_ubatch": n_batch,
              "n_seq_max": slots, "kv_unified": False, "n_threads": n_threads,

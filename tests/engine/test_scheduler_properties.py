@@ -73,9 +73,11 @@ class Run:
 
 @contextmanager
 def counting_warnings():
-    """Count the WARNING records of the ``llamabatch`` logger."""
+    """Count the "batching turned off" WARNING records of the ``llamabatch`` logger (not
+    the once-per-reason notes on items sent alone, ``stats.alone_reasons``)."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
+    handler.addFilter(lambda record: "batching turned off" in record.getMessage())
     handler.emit = records.append
     logger = logging.getLogger("llamabatch")
     logger.addHandler(handler)

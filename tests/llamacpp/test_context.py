@@ -126,9 +126,10 @@ def test_decode_refuses_more_than_n_batch(llm):
 
 
 @real_model
-def test_too_many_slots_is_unavailable(llm):
+def test_too_many_slots_is_a_value_error(llm):
     ceiling = _ffi.load().max_parallel_sequences()
-    with pytest.raises(BatchUnavailable, match=f"slots={ceiling + 1}"):
+    with pytest.raises(ValueError, match=rf"slots={ceiling + 1} is out of range: valid is "
+                                         rf"an integer in \[1, {ceiling}\]"):
         BatchContext(llm, slots=ceiling + 1, n_ctx_seq=256)
 
 

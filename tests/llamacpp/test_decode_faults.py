@@ -110,18 +110,12 @@ def test_a_failed_batched_decode_clears_the_group_and_completes_it_alone(
     assert len(warnings_of(caplog)) == 1
 
 
-def test_a_batch_context_too_large_for_llama_cpp_means_one_warning_and_all_alone(
-        llm, clean, caplog):
-    with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        with BatchGenerator(llm, slots=2, n_ctx_seq=2**31, max_tokens=MAX_TOKENS,
-                            sampling=GREEDY) as gen:
-            results = gen.complete_many(PROMPTS[:4])
-            stats, limits = gen.stats, gen.limits
-    assert limits is None and stats.groups_batched == 0 and stats.items_alone == 4
-    assert "could not be created" in stats.batch_disabled_reason
-    assert "largest context" in stats.batch_disabled_reason
-    assert [c.token_ids for c in results] == clean["alone"][:4]
-    assert len(warnings_of(caplog)) == 1
+def test_a_batch_context_too_large_for_llama_cpp_is_refused_at_construction(llm):
+    """n_ctx = n_ctx_seq * slots is a 32-bit count in llama.cpp: a larger one is the
+    caller's parameter error (issue 10), named before anything is allocated."""
+    with pytest.raises(ValueError, match=r"n_ctx_seq=2147483648 is out of range: valid is "
+                                         r"an integer in \[1, \d+\] with slots=2"):
+        BatchGenerator(llm, slots=2, n_ctx_seq=2**31, max_tokens=MAX_TOKENS, sampling=GREEDY)
 
 
 @pytest.fixture

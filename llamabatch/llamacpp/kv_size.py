@@ -1,0 +1,114 @@
+"""How many bytes of KV cache a batch context allocates, known before it is created.
+
+Formula (``llama_kv_cache::llama_kv_cache`` in llama.cpp's src/llama-kv-cache.cpp, as
+vendored in llama-cpp-python 0.3.36): every layer with a KV cache gets
+``k = ggml_new_tensor_3d(type_k, n_embd_k_gqa, kv_size, n_stream)`` and the same for V
+with ``n_embd_v_gqa``; with a non-unified cache ``kv_size = n_ctx_seq`` and
+``n_stream = n_seq_max``. A tensor's bytes are ``ggml_row_size(type, n) * rows`` with
+``ggml_row_size(type, n) = type_size * n / block_size``, and
+``n_embd_k_gqa = n_embd_head_k * n_head_kv`` (likewise V). So::
+
+    bytes per token = n_layer * (row_size(type_k, n_embd_head_k * n_head_kv)
+                               + row_size(type_v, n_embd_head_v * n_head_kv))
+    bytes per slot  = bytes per token * n_ctx_seq      (n_ctx_seq padded up to 256)
+    bytes           = bytes per slot * slots
+
+Exact for models whose layers all have the same attention KV cache (llama, qwen2,
+SmolLM2 ...). For sliding-window models it is an upper bound (their SWA layers keep a
+smaller cache); for recurrent and hybrid models the recurrent state is not counted
+(:attr:`KvEstimate.exact` is False then).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _ffi
+from .._ffi.model_facts import KvFacts, kv_facts, kv_facts_of_file, kv_types_of, type_size
+
+#: llama.cpp pads n_ctx_seq of a non-unified cache to a multiple of this
+#: (``GGML_PAD(cparams.n_ctx_seq, 256)`` in llama-context.cpp).
+N_CTX_SEQ_PAD = 256
+
+#: ``GGML_TYPE_F16``: llama.cpp's default type_k / type_v.
+GGML_TYPE_F16 = 1
+
+
+def pad_n_ctx_seq(n_ctx_seq: int) -> int:
+    """``n_ctx_seq`` rounded up to a multiple of 256, as llama.cpp allocates it."""
+    return -(-n_ctx_seq // N_CTX_SEQ_PAD) * N_CTX_SEQ_PAD
+
+
+@dataclass(frozen=True, slots=True)
+class KvEstimate:
+    """KV cache size of a batch context.
+
+    Attributes:
+        bytes_per_token: bytes of K and V of one token over all layers.
+        n_ctx_seq: tokens per slot as llama.cpp allocates them (padded to 256).
+        bytes_per_slot: ``bytes_per_token * n_ctx_seq``.
+        slots: sequences (``n_seq_max``).
+        total_bytes: ``bytes_per_slot * slots``.
+        exact: False for sliding-window (upper bound), recurrent or hybrid models.
+    """
+
+    bytes_per_token: int
+    n_ctx_seq: int
+    bytes_per_slot: int
+    slots: int
+    total_bytes: int
+    exact: bool
+
+    @property
+    def total_mib(self) -> float:
+        """``total_bytes`` in MiB (2**20 bytes), as llama.cpp logs it."""
+        return self.total_bytes / 2**20
+
+
+def _row_size(ggml_type: int, n: int) -> int:
+    block_bytes, block = type_size(ggml_type)
+    return block_bytes * n // block
+
+
+def kv_bytes_per_token(facts: KvFacts, type_k: int = GGML_TYPE_F16,
+                       type_v: int = GGML_TYPE_F16) -> int:
+    """Bytes of K and V per token over all layers (see the module's formula)."""
+    n_k = facts.n_embd_head_k * facts.n_head_kv
+    n_v = facts.n_embd_head_v * facts.n_head_kv
+    return facts.n_layer * (_row_size(type_k, n_k) + _row_size(type_v, n_v))
+
+
+def estimate(llm_or_model_path: Any, *, slots: int, n_ctx_seq: int,
+             type_k: int | None = None, type_v: int | None = None) -> KvEstimate:
+    """The KV cache a batch context of ``slots`` x ``n_ctx_seq`` tokens would allocate.
+
+    Args:
+        llm_or_model_path: a loaded ``llama_cpp.Llama`` (its KV types are used) or the
+            path of a GGUF file (opened without reading the weights; F16 K and V
+            unless ``type_k``/``type_v`` are given).
+        slots: sequences, >= 1.
+        n_ctx_seq: tokens per sequence, >= 1 (padded up to 256 as llama.cpp does).
+        type_k, type_v: ``enum ggml_type`` of the cache, overriding the ``Llama``'s.
+
+    Raises:
+        ValueError: ``slots`` or ``n_ctx_seq`` < 1, an unknown KV type, or a path that
+            llama.cpp cannot open.
+        LibraryError: llama-cpp-python lacks a ``llama_model_*`` function needed.
+    """
+    for name, value in (("slots", slots), ("n_ctx_seq", n_ctx_seq)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= 1")
+    if isinstance(llm_or_model_path, (str, os.PathLike)):
+        facts = kv_facts_of_file(llm_or_model_path)
+        types = (GGML_TYPE_F16, GGML_TYPE_F16)
+    else:
+        facts = kv_facts(_ffi.model_of(llm_or_model_path))
+        types = kv_types_of(llm_or_model_path)
+    per_token = kv_bytes_per_token(facts, types[0] if type_k is None else type_k,
+                                   types[1] if type_v is None else type_v)
+    padded = pad_n_ctx_seq(n_ctx_seq)
+    exact = not (facts.n_swa or facts.is_recurrent or facts.is_hybrid)
+    return KvEstimate(per_token, padded, per_token * padded, slots,
+                      per_token * padded * slots, exact)

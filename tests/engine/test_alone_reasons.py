@@ -1,0 +1,47 @@
+"""Issue 10: items sent alone for a reason the user can change are said so, once, in the
+log and counted in ``stats.alone_reasons``; the default n_ctx_seq follows the backend."""
+
+from __future__ import annotations
+
+import logging
+
+from llamabatch import BatchGenerator
+from llamabatch.testing import FakeBackend
+
+REPLIES = {"apple": "fruit", "kale": "vegetable", "salmon": "fish", "rye": "grain"}
+KEY = "n_prompt_tokens + max_tokens > n_ctx_seq"
+
+
+def test_a_huge_max_tokens_sends_every_item_alone_and_says_so_once(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="llamabatch")
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, max_tokens=10**12)
+    out = gen.complete_many(["apple", "kale", "salmon", "rye"])
+    assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
+    assert {c.path for c in out} == {"alone"}
+    assert gen.stats.alone_reasons == {KEY: 4}
+    warnings = [r.getMessage() for r in caplog.records if KEY in r.getMessage()]
+    assert len(warnings) == 1
+    assert "max_tokens=1000000000000" in warnings[0] and "raise n_ctx_seq" in warnings[0]
+
+
+def test_only_the_items_that_do_not_fit_are_counted() -> None:
+    # one token per byte: apple 5 + 6 and kale 4 + 6 fit 11 tokens, salmon 6 + 6 does not
+    # (counted); rye then has no partner in its group and goes alone too (not counted)
+    gen = BatchGenerator(backend=FakeBackend(REPLIES, ctx_pad=1), slots=2, n_ctx_seq=11,
+                         max_tokens=6)
+    out = gen.complete_many(["apple", "kale", "salmon", "rye"])
+    assert [c.path for c in out] == ["batch", "batch", "alone", "alone"]
+    assert gen.stats.alone_reasons == {KEY: 1}
+
+
+def test_items_that_fit_leave_no_reason() -> None:
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, max_tokens=8)
+    gen.complete_many(["apple", "kale"])
+    assert gen.stats.alone_reasons == {}
+
+
+def test_default_n_ctx_seq_is_at_most_4096_and_at_most_n_ctx() -> None:
+    assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512)).config.n_ctx_seq == 512
+    assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=9000)).config.n_ctx_seq == 4096
+    assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512),
+                          n_ctx_seq=1024).config.n_ctx_seq == 1024

@@ -1,0 +1,83 @@
+"""Issue 10, fault 3: the caller's ``Llama`` answers after our calls exactly as a
+``Llama`` we never touched (same seed, same calls), reply for reply.
+
+Two ``Llama`` objects on the test model, both ``seed=42``: one is used by llamabatch
+(items alone and in a batch, with our own seed and penalty window), the other is not;
+then both get the same ``create_completion`` calls (sampled, with a repeat penalty, so
+the seed chain, the sampler and ``last_n_tokens_size`` all show in the replies).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+
+pytestmark = pytest.mark.real_model
+
+OURS = SamplingParams(temperature=0.7, seed=7, penalty_last_n=3, repeat_penalty=1.5)
+
+
+def chat(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+CALLER_PROMPTS = [chat("Write a short line about the sea."), chat("Name three fruits."),
+                  chat("Write a short line about the sea.")]
+
+
+@pytest.fixture()
+def pair(model_path):
+    import llama_cpp
+
+    made = [llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42,
+                            verbose=False) for _ in range(2)]
+    yield made
+    for llm in made:
+        llm.close()
+
+
+def caller_replies(llm) -> list[str]:
+    return [llm.create_completion(p, max_tokens=12, temperature=0.9,
+                                  repeat_penalty=1.3)["choices"][0]["text"]
+            for p in CALLER_PROMPTS]
+
+
+def use(llm, slots: int) -> None:
+    with BatchGenerator(llm, slots=slots, max_tokens=6, sampling=OURS) as gen:
+        out = gen.complete_many([chat("Label this: my card was charged twice."),
+                                 chat("Label this: the app crashes."),
+                                 chat("Label this: password reset.")])
+    assert all(c.ok for c in out)
+    assert "alone" in {c.path for c in out}  # slots=1: all; slots=2: the third
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_fresh_llama_we_used_answers_like_an_untouched_one(pair, slots):
+    used, untouched = pair
+    use(used, slots)
+    assert caller_replies(used) == caller_replies(untouched)
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_llama_in_use_answers_like_an_untouched_one_after_our_call(pair, slots):
+    """The caller had its own prompt cached and seed chain advanced before our call."""
+    used, untouched = pair
+    before = [caller_replies(llm) for llm in pair]
+    assert before[0] == before[1]
+    use(used, slots)
+    assert caller_replies(used) == caller_replies(untouched)
+
+
+def test_a_cached_prompt_is_still_reused_correctly(pair):
+    """Our prompt extends the caller's cached one: the cache is cut back to the caller's
+    tokens and the next call continues from them as an untouched ``Llama`` does."""
+    used, untouched = pair
+    prompt = CALLER_PROMPTS[0]
+    for llm in pair:
+        llm.create_completion(prompt, max_tokens=4, temperature=0)
+    with BatchGenerator(used, slots=1, max_tokens=4, sampling=OURS) as gen:
+        assert gen.complete_many([prompt + "The"])[0].ok
+    again = [llm.create_completion(prompt, max_tokens=12, temperature=0.9, seed=3)
+             ["choices"][0]["text"] for llm in pair]
+    assert again[0] == again[1]
