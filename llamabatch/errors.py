@@ -47,6 +47,11 @@ class GeneratorClosed(LlamaBatchError, ValueError):
     """A closed :class:`~llamabatch.BatchGenerator` was used."""
 
 
+class GeneratorBusy(LlamaBatchError, RuntimeError):
+    """A thread started a second run of a :class:`~llamabatch.BatchGenerator` while its
+    own first run (an unfinished ``iter_groups``) still holds the slots."""
+
+
 _DECODE_MEANINGS = {
     0: "ok",
     1: "no KV cache slot for the batch (state restored)",

@@ -21,14 +21,14 @@ fault plans), ``strategies`` (hypothesis).
 """
 
 from .fake import FakeBackend, FakeBackendViolation
-from .records import (AloneCall, ClearCall, CloseCall, DecodeCall, Expected, GroupLog,
-                      OpenBatchCall, SpanRecord, StartGroupCall, read_groups)
+from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
+                      OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, TrimCall, read_seqs)
 from .replies import DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan, HashReply, Reply
 from .strategies import fake_backends, fault_plans, prompts
 
 __all__ = [
-    "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "DecodeCall",
-    "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan", "GroupLog",
-    "HashReply", "OpenBatchCall", "Reply", "SpanRecord", "StartGroupCall", "fake_backends",
-    "fault_plans", "prompts", "read_groups",
+    "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "CopyCall",
+    "DecodeCall", "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan",
+    "HashReply", "OpenBatchCall", "Reply", "SeqLog", "SpanRecord", "StartSeqCall",
+    "TrimCall", "fake_backends", "fault_plans", "prompts", "read_seqs",
 ]
