@@ -214,10 +214,16 @@ class BatchGenerator:
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
-                    yield [done.pop(i) for i in range(page_start, page_start + slots)]
+                    yield self._deliver([done.pop(i) for i in
+                                         range(page_start, page_start + slots)])
                     page_start += slots
             if done:
-                yield [done.pop(i) for i in sorted(done)]
+                yield self._deliver([done.pop(i) for i in sorted(done)])
+
+    def _deliver(self, page: list[Completion]) -> list[Completion]:
+        for c in page:
+            self._scheduler.count(c)
+        return page
 
     def complete_many(self, prompts: Iterable[object],
                       sampling: SamplingParams | Sequence[SamplingParams] | None = None

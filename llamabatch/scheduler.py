@@ -137,7 +137,6 @@ class Scheduler:
                     return
                 for c in done:
                     open_.discard(c.index)
-                    self._count(c)
                 yield done
         finally:
             self._end_run()
@@ -225,7 +224,8 @@ class Scheduler:
         return self._completion(item, output, reason, "alone")
 
     # -- results -----------------------------------------------------------------------
-    def _count(self, c: Completion) -> None:
+    def count(self, c: Completion) -> None:
+        """Add a completion given back to the caller to :attr:`stats`."""
         s = self.stats
         s.prompt_tokens += c.n_prompt_tokens
         s.generated_tokens += c.n_tokens

@@ -23,12 +23,12 @@ fault plans), ``strategies`` (hypothesis).
 from .fake import FakeBackend, FakeBackendViolation
 from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
                       OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, TrimCall, read_seqs)
-from .replies import DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan, HashReply, Reply
-from .strategies import fake_backends, fault_plans, prompts
+from .replies import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan, HashReply, Reply
+from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
-    "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "CopyCall",
+    "BACKEND_EXCEPTIONS", "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "CopyCall",
     "DecodeCall", "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan",
     "HashReply", "OpenBatchCall", "Reply", "SeqLog", "SpanRecord", "StartSeqCall",
-    "TrimCall", "fake_backends", "fault_plans", "prompts", "read_seqs",
+    "TrimCall", "fake_backends", "fault_plans", "prefixed_prompts", "prompts", "read_seqs",
 ]
