@@ -64,6 +64,8 @@ class Backend(Protocol):
             exact copy of a sequence ending where the new prompt diverges is reused.
             Backends without the attribute are treated as True (the engine still
             copes with a refused trim).
+        can_copy: False when :meth:`copy_seq` is not available (then no prefix is
+            copied between slots); absent means True.
     """
 
     n_vocab: int

@@ -105,6 +105,8 @@ class SlotEngine:
         self.backend, self.limits, self.stats = backend, limits, stats
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
+        if not getattr(backend, "can_copy", True):      # no llama_state_seq_* here
+            self.min_copy_tokens = limits.n_ctx_seq + 1
         self.exact = not getattr(backend, "partial_trim", True)
         self.running: dict[int, Seq] = {}
         self.dirty = False

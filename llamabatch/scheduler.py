@@ -78,6 +78,15 @@ class Scheduler:
         self.engine = SlotEngine(self.backend, lim, self.stats, self.min_copy_tokens)
         return True
 
+    def open(self) -> BatchLimits | None:
+        """Open the batch context now (else it opens when two valid items wait).
+
+        Returns:
+            its limits, or ``None`` when batching is off (the reason is in
+            :attr:`stats`).
+        """
+        return self.limits if self._open() else None
+
     @property
     def batching(self) -> bool:
         """True while the batch path may be used (it may not be open yet)."""
