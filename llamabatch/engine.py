@@ -58,7 +58,6 @@ class Seq:
     item: Item
     slot: Slot
     budget: int
-    order: int
     fed: int = 0
     copy: CopyPlan | None = None
     output: list[int] = field(default_factory=list)
@@ -108,9 +107,9 @@ class SlotEngine:
         if not getattr(backend, "can_copy", True):      # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
         self.exact = not getattr(backend, "partial_trim", True)
-        self.running: dict[int, Seq] = {}
+        self.running: dict[int, Seq] = {}   # seq id -> Seq, in placement order
         self.dirty = False
-        self._placed = 0
+        self._n_waiting = 0                  # sequences in Status.COPY
         self._rotate = 0
 
     # -- state -------------------------------------------------------------------------
@@ -132,6 +131,7 @@ class SlotEngine:
         for seq in self.running.values():
             seq.slot.busy = False
         self.running.clear()
+        self._n_waiting = 0
         return items
 
     def reset(self) -> list[Item]:
@@ -163,8 +163,7 @@ class SlotEngine:
         slot, n_own = best
         _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling)
         slot.busy = True
-        seq = Seq(item, slot, budget, self._placed)
-        self._placed += 1
+        seq = Seq(item, slot, budget)
         self.running[slot.seq_id] = seq
         planned = {sid: s.tokens for sid, s in self.running.items()
                    if s.status == Status.PREFILL and s is not seq}
@@ -180,7 +179,8 @@ class SlotEngine:
         src = self.running.get(copy.src)
         if self.exact and src is not None:
             src.breaks.add(copy.n_tokens)
-        self._try_copy(seq)
+        if not self._try_copy(seq):
+            self._n_waiting += 1
 
     def _keep(self, seq: Seq, n: int) -> None:
         """Keep the first ``n`` cached tokens of ``seq``'s slot and prefill the rest."""
@@ -259,9 +259,10 @@ class SlotEngine:
                 seq.status = Status.DECODE if reason is None else Status.FINISHED
                 seq.finish_reason = reason
         self.dirty = False
-        for seq in sorted(self.running.values(), key=lambda s: s.order):
-            if seq.status == Status.COPY:
-                self._try_copy(seq)
+        if self._n_waiting:                 # running is in placement order (a dict)
+            for seq in [s for s in self.running.values() if s.status == Status.COPY]:
+                if self._try_copy(seq):
+                    self._n_waiting -= 1
         done = [s for s in self.running.values() if s.status == Status.FINISHED]
         for seq in done:
             seq.slot.busy = False
@@ -269,7 +270,7 @@ class SlotEngine:
         return done
 
     def _plan(self) -> list:
-        seqs = sorted(self.running.values(), key=lambda s: s.order)
+        seqs = self.running.values()
         decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.output[-1])
                     for s in seqs if s.status == Status.DECODE]
         if len(decoding) > self.limits.n_batch:     # not all fit: take turns
