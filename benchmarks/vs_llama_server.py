@@ -21,7 +21,8 @@ llama-server``. To build it from the sdist of the installed llama-cpp-python
     cmake --build BUILD --target llama-server -j2
 
 The server is stopped by this script whatever happens (terminate, then kill after
-10 s); every wait is bounded.
+10 s; SIGTERM to this script unwinds like Ctrl-C); every wait is bounded. Each B, each
+workload can be run on its own (``--slots 4 --workloads S``) and the JSON files merged.
 
 Usage::
 
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import socket
 import statistics
 import subprocess
@@ -160,9 +162,10 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
                                                n_batch=args.n_batch,
                                                sampling=SamplingParams(temperature=0.0)
                                                ) as gen:
-        warm = WORKLOADS["U"].prompts(2, tokenize, seed=999_999)
+        warm = Workload("warm-up", 4, "")
         for path in PATHS:                       # untimed warm-up of every path
-            run_path(path, warm, WORKLOADS["U"], llm, gen, server, b)
+            run_path(path, WORKLOADS["L"].prompts(2, tokenize, seed=999_999), warm, llm,
+                     gen, server, b)
         rows = {w: {p: [] for p in PATHS} for w in args.workloads}
         tokens = {w: {p: [] for p in PATHS} for w in args.workloads}
         for r in range(args.rounds):
@@ -209,6 +212,10 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="GGUF (default: llamabatch's default model)")
@@ -225,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-log", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
+    # SIGTERM (e.g. `kill PID`) unwinds like Ctrl-C, so the server is stopped on the way
+    signal.signal(signal.SIGTERM, _interrupt)
     if not args.server.is_file():
         ap.error(f"no llama-server at {args.server}: set $LLAMA_SERVER or build it "
                  "(see this script's docstring)")
