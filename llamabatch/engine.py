@@ -161,10 +161,10 @@ class SlotEngine:
         if best is None:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
-        _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling)
         slot.busy = True
         seq = Seq(item, slot, budget)
-        self.running[slot.seq_id] = seq
+        self.running[slot.seq_id] = seq      # from here a failure hands the item back
+        _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling)
         planned = {sid: s.tokens for sid, s in self.running.items()
                    if s.status == Status.PREFILL and s is not seq}
         waiting = {sid for sid, s in self.running.items() if s.status == Status.COPY}

@@ -121,3 +121,29 @@ def test_a_second_run_in_the_same_thread_is_refused_while_the_first_is_open():
             gen.complete_many(prompts(2))
         pages.close()
         assert len(gen.complete_many(prompts(2))) == 2
+
+
+class FailingStart(FakeBackend):
+    """A fake whose ``at``-th ``start_seq`` raises (a sampler chain that cannot be built)."""
+
+    def __init__(self, *args, at: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.at, self.n_starts = at, 0
+
+    def start_seq(self, seq_id, sampling):
+        self.n_starts += 1
+        if self.n_starts == self.at:
+            raise MemoryError("fake: no memory for a sampler chain")
+        return super().start_seq(seq_id, sampling)
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
+    fake = FailingStart(REPLY, at=at)
+    items = prompts(5)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=8) as gen:
+        out = gen.complete_many(items)
+        assert "MemoryError" in gen.stats.batch_disabled_reason
+    assert [c.index for c in out] == list(range(5))
+    assert [c.token_ids for c in out] == expected(fake, items)
+    assert fake.violations == []
