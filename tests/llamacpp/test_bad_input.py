@@ -133,7 +133,8 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
         sizes.append(n_tokens)
         return None  # decode for real
 
-    prompts = [long_tokens(llm, 512), long_tokens(llm, 513)]
+    # no shared prefix (else the second copies the first's cache and prefills 2 tokens)
+    prompts = [long_tokens(llm, 512), long_tokens(llm, 513)[::-1]]
     backend = LlamaBackend(llm, decode_hook=record)
     with BatchGenerator(backend=backend, slots=2, n_ctx_seq=768, n_batch=512,
                         max_tokens=4, sampling=GREEDY) as gen:
@@ -141,7 +142,9 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
         assert gen.limits.n_batch == 512
     assert [c.path for c in results] == ["batch", "batch"]
     assert max(sizes) == 512 and min(sizes) >= 1
-    assert sum(sizes[:3]) == 512 + 513  # prefill: 512 + 512 + 1 tokens, then the steps
+    # prefill 512 + 513 tokens in calls of at most 512 (the first reply's decode tokens
+    # go into the same calls), then 3 decode tokens per sequence (4 sampled)
+    assert sizes[:3] == [512, 512, 3] and sum(sizes) == 512 + 513 + 2 * 3
     alone, _ = complete(llm, prompts, slots=1, max_tokens=4)
     assert [c.token_ids for c in results] == [c.token_ids for c in alone]
 
