@@ -5,8 +5,9 @@ Q4_1) completes ``--items`` short chat prompts group by group (``iter_groups``).
 of the items are bad on purpose (empty, a negative token id) and every 250th is too long
 for its sequence (completed alone). It checks, and prints as JSON:
 
-* after every group: every slot of the batch context is empty
-  (``BatchContext.seq_pos_max(s) == -1`` for all ``s``);
+* after every page: no slot of the batch context holds more than its ``n_ctx_seq``
+  positions (``BatchContext.seq_pos_max(s) < n_ctx_seq``; slots keep their cache
+  between items, that is the slot engine's prompt cache);
 * every item has exactly one result, in input order (``index``), of its own prompt
   (``n_prompt_tokens`` equals the prompt's token count; prompt lengths vary), with an
   error exactly when the item was bad;
@@ -91,7 +92,7 @@ def main() -> int:
         results.extend((c.index, c.n_prompt_tokens, c.error is not None) for c in group)
         sampled.update((c.index, c.token_ids) for c in group if c.index in sample)
         ctx = gen.backend.batch_context
-        if ctx is not None and any(ctx.seq_pos_max(s) != -1
+        if ctx is not None and any(ctx.seq_pos_max(s) >= ctx.limits.n_ctx_seq
                                    for s in range(ctx.limits.n_seq_max)):
             dirty_groups += 1
         done = len(results)
@@ -122,14 +123,15 @@ def main() -> int:
         "max_tokens": args.max_tokens, "n_ctx_seq_allocated": limits and limits.n_ctx_seq,
         "n_threads": args.threads, "wall_s": round(wall, 1),
         "items_per_s": round(args.items / wall, 2),
-        "groups_batched": stats.groups_batched, "items_batched": stats.items_batched,
+        "prompt_tokens_cached": stats.prompt_tokens_cached,
+        "items_batched": stats.items_batched,
         "items_alone": stats.items_alone, "items_failed": stats.items_failed,
         "generated_tokens": stats.generated_tokens,
         "batch_disabled_reason": stats.batch_disabled_reason,
         "rss_after_200_mib": round(rss["after_200"] / 2**20, 2),
         "rss_end_mib": round(rss["end"] / 2**20, 2),
         "rss_growth_pct": round(100 * growth, 2),
-        "groups_with_a_filled_slot": dirty_groups,
+        "pages_with_an_overfull_slot": dirty_groups,
         "results": len(results), "in_order": in_order, "own_prompt": own_prompt,
         "errors_in_place": errors_in_place,
         "spot_check_equal_alone": f"{spot_equal}/{len(order)}",

@@ -5,7 +5,7 @@ Public names only. Importing this package loads no native library.
 
 from .completion import Completion, Stats
 from .errors import (BackendError, BatchUnavailable, ChatTemplateError, Closed, DecodeError,
-                     GeneratorClosed, LibraryError, LlamaBatchError, ModelError,
+                     GeneratorBusy, GeneratorClosed, LibraryError, LlamaBatchError, ModelError,
                      ModelFetchError, ModelFileError, OutputCorrupt, UsageError)
 from .generator import BatchGenerator
 from .locks import llm_lock
@@ -13,8 +13,8 @@ from .params import BatchConfig, SamplingParams
 
 __all__ = [
     "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "ChatTemplateError",
-    "Closed", "Completion", "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError",
-    "ModelError", "ModelFetchError", "ModelFileError", "OutputCorrupt", "SamplingParams",
-    "Stats", "UsageError", "llm_lock",
+    "Closed", "Completion", "DecodeError", "GeneratorBusy", "GeneratorClosed", "LibraryError",
+    "LlamaBatchError", "ModelError", "ModelFetchError", "ModelFileError", "OutputCorrupt",
+    "SamplingParams", "Stats", "UsageError", "llm_lock",
 ]
 __version__ = "0.1.0"

@@ -59,6 +59,13 @@ class Backend(Protocol):
         max_slots: most sequences a batch context can hold
             (``llama_max_parallel_sequences()``).
         eog_ids: every end-of-generation token (``llama_vocab_is_eog``).
+        partial_trim: False when the model's memory is known to refuse
+            :meth:`trim` to a position > 0 (recurrent and hybrid models); then only an
+            exact copy of a sequence ending where the new prompt diverges is reused.
+            Backends without the attribute are treated as True (the engine still
+            copes with a refused trim).
+        can_copy: False when :meth:`copy_seq` is not available (then no prefix is
+            copied between slots); absent means True.
     """
 
     n_vocab: int
@@ -86,8 +93,36 @@ class Backend(Protocol):
         """
         ...
 
-    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
-        """Give sequences [0, n_seqs) an empty KV cache and a fresh sampler chain each."""
+    def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
+        """Give sequence ``seq_id`` a fresh sampler chain built from ``sampling``.
+
+        Its KV cache (or recurrent state) is left as it is: the engine trims or copies it
+        before feeding the rest of the new prompt.
+
+        Raises:
+            BackendError: the chain cannot be built.
+        """
+        ...
+
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """Keep positions [0, n_keep) of ``seq_id`` and remove the rest
+        (``llama_memory_seq_rm(mem, seq_id, n_keep, -1)``).
+
+        Returns:
+            True when done. False when the memory refused a partial removal (recurrent
+            and hybrid models keep one state per sequence, not one per position): the
+            sequence's cache is then in an unknown state and must be emptied with
+            ``trim(seq_id, 0)``, which is never refused.
+        """
+        ...
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """Make ``dst``'s cache a copy of ``src``'s whole cache (every position, or the
+        recurrent state), replacing what ``dst`` held. The sampler chains are untouched.
+
+        Raises:
+            BackendError: the copy failed (``dst`` is then in an unknown state).
+        """
         ...
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
@@ -95,15 +130,16 @@ class Backend(Protocol):
 
         Returns:
             one sampled token id per span with ``logits=True``, in span order; each is
-            sampled by that span's sequence's chain from the logits of its last token.
+            sampled by that span's sequence's chain (:meth:`start_seq`) from the logits
+            of its last token.
 
         Raises:
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
         """
         ...
 
-    def clear(self, n_seqs: int) -> None:
-        """Remove sequences [0, n_seqs) from the KV cache."""
+    def clear(self, n_seqs: int | None = None) -> None:
+        """Remove sequences [0, n_seqs) from the cache (every sequence when ``None``)."""
         ...
 
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:

@@ -22,8 +22,8 @@ class Completion:
             ``"length"`` (``max_tokens`` reached, or the context is full) or ``"error"``.
         error: what went wrong when ``finish_reason == "error"``, else ``None``.
         n_prompt_tokens: tokens of the prompt (0 when it could not be tokenized).
-        path: ``"batch"`` when decoded in a group, ``"alone"`` when completed one at a
-            time through the ``Llama`` object (or when it failed before any decode),
+        path: ``"batch"`` when decoded in the batch context, ``"alone"`` when completed one
+            at a time through the ``Llama`` object (or when it failed before any decode),
             ``"remote"`` when a server of a pool made it (:mod:`llamabatch.remote`).
     """
 
@@ -48,15 +48,18 @@ class Completion:
 
 @dataclass(slots=True)
 class Stats:
-    """Counters of one :class:`~llamabatch.BatchGenerator`, updated as groups finish.
+    """Counters of one :class:`~llamabatch.BatchGenerator`, updated as items finish.
 
     Attributes:
-        groups_batched: groups decoded together in the batch context.
-        items_batched: items completed in those groups.
+        items_batched: items completed in the batch context (the slot engine).
         items_alone: items completed one at a time (including failed ones).
         items_failed: items whose ``finish_reason`` is ``"error"``.
         prompt_tokens: prompt tokens of all items.
         generated_tokens: reply tokens of all items.
+        prompt_tokens_cached: prompt tokens of batched items that a slot's cache (its
+            own, or one copied from another slot) already held, so were not prefilled.
+        prompt_tokens_prefilled: prompt tokens decoded in the batch context.
+        prefix_copies: caches copied from one slot to another to share a prefix.
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
         alone_reasons: items completed alone for a reason the user can change, counted
@@ -66,12 +69,14 @@ class Stats:
             for backends without one); see ``BatchGenerator.estimate_memory``.
     """
 
-    groups_batched: int = 0
     items_batched: int = 0
     items_alone: int = 0
     items_failed: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    prompt_tokens_cached: int = 0
+    prompt_tokens_prefilled: int = 0
+    prefix_copies: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
     kv_bytes: int = 0

@@ -78,6 +78,11 @@ class OutputCorrupt(LlamaBatchError, ValueError):
     """A whole line of an existing job output is not a JSON object with an ``"id"``."""
 
 
+class GeneratorBusy(LlamaBatchError, RuntimeError):
+    """A thread started a second run of a :class:`~llamabatch.BatchGenerator` while its
+    own first run (an unfinished ``iter_groups``) still holds the slots."""
+
+
 _DECODE_MEANINGS = {
     0: "ok",
     1: "no KV cache slot for the batch (state restored)",

@@ -1,20 +1,22 @@
 """BatchGenerator: the public entry point.
 
 Holds a backend (llama.cpp through a loaded ``llama_cpp.Llama``, or a fake), reads the
-prompts page by page, splits each page into groups of ``slots`` consecutive items and
-hands each group to the :class:`~llamabatch.scheduler.Scheduler`.
+prompts lazily, hands them to the :class:`~llamabatch.scheduler.Scheduler` (the slot
+engine) and gives the completions back in input order, a page of ``slots`` items at a
+time, as soon as each page is complete.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
-from .errors import GeneratorClosed
+from .errors import GeneratorBusy, GeneratorClosed
 from .interrupts import callback_interrupts
 from .params import BatchConfig, SamplingParams
 from .prompts import prepare
@@ -44,10 +46,16 @@ class BatchGenerator:
             could never be used); :meth:`estimate_memory` tells its bytes.
         n_batch: most tokens per ``llama_decode`` (also ``n_ubatch``); for llama.cpp at
             least ``slots`` (each decode step has one output row per sequence).
-        max_tokens: most generated tokens per item.
-        sampling: the sampler chain of every item (default: llama-cpp-python's defaults).
-        page_size: items read from the input at a time, a multiple of ``slots``
-            (default: the largest such number <= 16).
+        max_tokens: most generated tokens per item (``SamplingParams.max_tokens``
+            overrides it per item).
+        sampling: the default sampler chain of every item (default: llama-cpp-python's
+            defaults); ``complete_many`` / ``iter_groups`` may give one per item.
+        page_size: how far ahead of the oldest unfinished item the engine may start
+            items (at most ``page_size`` items wait to be given back in order), a
+            multiple of ``slots`` (default: the largest such number <= 16).
+        min_copy_tokens: copy another slot's cache to share a prompt prefix only when
+            that saves at least this many prompt tokens (default 32; a copy costs
+            about as much as prefilling a few tokens, see docs/engine.md).
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
@@ -61,17 +69,19 @@ class BatchGenerator:
             ``Llama``, :func:`llamabatch.llm_lock` ``(llm)``, shared with every other
             generator on that ``Llama`` and with your own calls of it.
 
-    Thread safety: a generator may be shared by threads; each group runs under
-    :attr:`lock`, between groups other threads may use the ``Llama``. The ``Llama``
-    itself is not thread-safe: wrap your own calls of it (``create_completion``,
-    ``close`` ...) in ``with llamabatch.llm_lock(llm):`` when generators run in other
-    threads.
+    Thread safety: a generator may be shared by threads; one run (``iter_groups`` /
+    ``complete_many``) at a time uses its slots, a run of another thread waits for it
+    to end. Each decode runs under :attr:`lock`; between decodes other threads may use
+    the ``Llama``. The ``Llama`` itself is not thread-safe: wrap your own calls of it
+    (``create_completion``, ``close`` ...) in ``with llamabatch.llm_lock(llm):`` when
+    generators run in other threads (and do not hold that lock while waiting for a
+    generator another thread is running).
     """
 
     def __init__(self, llm: object = None, *, backend: Backend | None = None,
                  slots: int = 4, n_ctx_seq: int | None = None, n_batch: int = 512,
                  max_tokens: int = 200, sampling: SamplingParams | None = None,
-                 page_size: int | None = None) -> None:
+                 page_size: int | None = None, min_copy_tokens: int = 32) -> None:
         # checked before any library work (n_ctx_seq=None: a stand-in), again below
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
         BatchConfig(slots=slots, n_ctx_seq=stand_in, n_batch=n_batch, max_tokens=max_tokens,
@@ -98,9 +108,14 @@ class BatchGenerator:
         if check is not None and slots > 1:
             check(slots, n_ctx_seq, n_batch)
         self.backend = backend
-        self._scheduler = Scheduler(backend, self.config, sampling)
+        if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
+            raise ValueError(f"min_copy_tokens={min_copy_tokens!r} is out of range: valid "
+                             "is an integer >= 1")
+        self._scheduler = Scheduler(backend, self.config, min_copy_tokens)
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
+        self._run_lock = threading.Lock()
+        self._run_owner: int | None = None
 
     @staticmethod
     def estimate_memory(llm_or_model_path: object, *, slots: int = 4,
@@ -152,7 +167,8 @@ class BatchGenerator:
     # -- work -------------------------------------------------------------------------
     @property
     def stats(self) -> Stats:
-        """Counters so far: groups batched, items alone, why batching is off, KV bytes…"""
+        """Counters so far: items batched and alone, cache reuse, why batching is off,
+        KV bytes allocated…"""
         stats = self._scheduler.stats
         stats.kv_bytes = int(getattr(self.backend, "kv_bytes", 0))
         return stats
@@ -160,43 +176,118 @@ class BatchGenerator:
     @property
     def limits(self) -> BatchLimits | None:
         """What llama.cpp allocated for the batch context (``n_ctx_seq`` padded up to a
-        multiple of 256, ``n_seq_max``, ``n_batch``, ``n_ctx``); ``None`` until the first
-        group of two or more items created it, and when it could not be created."""
+        multiple of 256, ``n_seq_max``, ``n_batch``, ``n_ctx``); ``None`` until two
+        items that fit a slot were waiting together, and when it could not be created."""
         return self._scheduler.limits
 
-    def iter_groups(self, prompts: Iterable[object]) -> Iterator[list[Completion]]:
-        """Complete ``prompts`` group by group, yielding each group as soon as it is done.
+    def _samplings(self, prompts: Iterable[object],
+                   sampling: SamplingParams | Sequence[SamplingParams] | None
+                   ) -> Iterator[SamplingParams]:
+        """An iterator of each item's SamplingParams, checked up front."""
+        if sampling is None:
+            sampling = self.sampling
+        if isinstance(sampling, SamplingParams):
+            return itertools.repeat(sampling)
+        if not isinstance(sampling, Sequence) or isinstance(sampling, (str, bytes)):
+            raise ValueError(f"sampling is {type(sampling).__name__}; expected a "
+                             "SamplingParams or a sequence of them, one per prompt")
+        bad = [i for i, s in enumerate(sampling) if not isinstance(s, SamplingParams)]
+        if bad:
+            raise ValueError(f"sampling[{bad[0]}] is {type(sampling[bad[0]]).__name__}; "
+                             "expected a llamabatch.SamplingParams")
+        n = len(prompts) if isinstance(prompts, Sequence) else None
+        if n is not None and n != len(sampling):
+            raise ValueError(f"sampling has {len(sampling)} SamplingParams for {n} prompts; "
+                             "give one per prompt, or a single SamplingParams")
+        return _exactly(sampling)
+
+    @contextmanager
+    def _run(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._run_owner == me:
+            raise GeneratorBusy("this thread is already running this generator (an "
+                                "unfinished iter_groups); finish or close it first")
+        with self._run_lock:
+            self._run_owner = me
+            try:
+                yield
+            finally:
+                self._run_owner = None
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        with self.lock, callback_interrupts():  # Ctrl-C inside a C callback too
+            self._check_open()
+            yield
+
+    def iter_groups(self, prompts: Iterable[object],
+                    sampling: SamplingParams | Sequence[SamplingParams] | None = None
+                    ) -> Iterator[list[Completion]]:
+        """Complete ``prompts``, yielding them a page of ``slots`` items at a time.
+
+        Items run in the slot engine as slots free up; a page is yielded as soon as all
+        its items are done (later items may already be running: closing the iterator
+        loses only those, never a yielded page).
 
         Args:
             prompts: any iterable of ``str``, UTF-8 ``bytes`` or lists of token ids; it
-                is read one page at a time, so a generator of a huge backlog is fine.
+                is read lazily, so a generator of a huge backlog is fine.
+            sampling: one :class:`SamplingParams` for every item, or a sequence of them,
+                one per prompt (default: the generator's ``sampling``).
 
         Yields:
-            each group's completions (at most ``slots``), in input order; all groups
-            together hold exactly one completion per prompt, ``index`` counting from 0.
-            Closing the iterator between groups loses nothing already yielded.
+            lists of ``slots`` completions (the last one maybe shorter) in input
+            order; all together hold exactly one completion per prompt, ``index``
+            counting from 0.
 
         Raises:
+            ValueError: ``sampling`` is not a SamplingParams or its count differs from
+                the prompts' (checked up front for a sized ``prompts``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
+            GeneratorBusy: this thread is already inside a run of this generator.
         """
         self._check_open()
-        numbered = enumerate(prompts)
-        slots, page_size = self.config.slots, self.config.page_size
-        while True:
-            page = list(itertools.islice(numbered, page_size))
-            if not page:
-                return
-            for start in range(0, len(page), slots):
-                with self.lock, callback_interrupts():  # Ctrl-C in a C callback too
-                    self._check_open()
-                    items = [prepare(i, p, self.backend) for i, p in page[start:start + slots]]
-                    done = self._scheduler.run_group(items)
-                yield done
+        return self._pages(prompts, self._samplings(prompts, sampling))
 
-    def complete_many(self, prompts: Iterable[object]) -> list[Completion]:
+    def _pages(self, prompts: Iterable[object],
+               samplings: Iterator[SamplingParams]) -> Iterator[list[Completion]]:
+        slots, backend = self.config.slots, self.backend
+        items = (prepare(i, p, backend, next(samplings)) for i, p in enumerate(prompts))
+        done: dict[int, Completion] = {}
+        page_start = 0
+        with self._run():
+            for finished in self._scheduler.run(items, self._turn, self.config.page_size):
+                for c in finished:
+                    done[c.index] = c
+                while all(i in done for i in range(page_start, page_start + slots)):
+                    yield self._deliver([done.pop(i) for i in
+                                         range(page_start, page_start + slots)])
+                    page_start += slots
+            if done:
+                yield self._deliver([done.pop(i) for i in sorted(done)])
+
+    def _deliver(self, page: list[Completion]) -> list[Completion]:
+        for c in page:
+            self._scheduler.count(c)
+        return page
+
+    def complete_many(self, prompts: Iterable[object],
+                      sampling: SamplingParams | Sequence[SamplingParams] | None = None
+                      ) -> list[Completion]:
         """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
 
+        Args:
+            prompts, sampling: as for :meth:`iter_groups`.
+
         Raises:
+            ValueError: a bad ``sampling`` (see :meth:`iter_groups`).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
-        return [c for group in self.iter_groups(prompts) for c in group]
+        return [c for group in self.iter_groups(prompts, sampling) for c in group]
+
+
+def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:
+    """The items of ``sampling``, then a ValueError if more prompts come."""
+    yield from sampling
+    raise ValueError(f"sampling has {len(sampling)} SamplingParams but there are more "
+                     "prompts; give one per prompt, or a single SamplingParams")

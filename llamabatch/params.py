@@ -40,6 +40,8 @@ class SamplingParams:
     The chain is llama-cpp-python's (``Llama._init_sampler``): penalties(last_n
     ``penalty_last_n``) → top_k → typical_p → top_p → min_p → temperature → dist(seed);
     ``temperature == 0`` picks greedily. The same chain is used in a batch and alone.
+    ``max_tokens`` (optional) caps this item's reply instead of the generator's
+    ``max_tokens``.
 
     Raises:
         ValueError: a parameter outside its range (named in the message).
@@ -55,6 +57,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     seed: int | None = None
     penalty_last_n: int = 64
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check(_is_real(self.temperature) and self.temperature >= 0,
@@ -75,6 +78,9 @@ class SamplingParams:
                "seed", self.seed, "None or an integer in [0, 2**32 - 1]")
         _check(_is_int(self.penalty_last_n) and self.penalty_last_n >= 0,
                "penalty_last_n", self.penalty_last_n, "an integer >= 0")
+        _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
+               "max_tokens", self.max_tokens,
+               "None (the generator's max_tokens) or an integer >= 1")
 
     @property
     def is_greedy(self) -> bool:

@@ -1,44 +1,82 @@
-"""Decode plans: how a group's prompts are cut into ``llama_decode`` calls.
+"""Decode plans: what goes into the next ``llama_decode`` call of the slot engine.
 
 Pure functions returning plain :class:`~llamabatch.backend.Span` lists, in the manner of
 nano-vllm's ``schedule()``. Facts respected (llama.h, ``llama_decode``): at most
 ``n_batch`` tokens per call, one seq id per token, positions without gaps, logits only
-where a token will be sampled.
+where a token will be sampled. Decode tokens go first (each running sequence's last
+sampled token), then prompt chunks of the sequences still prefilling fill the rest of
+the ``n_batch`` budget, like llama-server's slot loop (``server_context::update_slots``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .backend import Span
 
 
-def plan_prefill(prompts: Sequence[Sequence[int]], n_batch: int) -> Iterator[list[Span]]:
-    """Lay the prompts of a group into decode calls of at most ``n_batch`` tokens.
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """A sequence that feeds back its last sampled ``token`` at position ``pos``."""
 
-    Prompt ``s`` goes to sequence ``s`` from position 0, in order; a prompt may be split
-    across calls. Logits are requested on each prompt's last token only, so each sequence
-    samples its first token right after the call that ended its prompt.
+    seq_id: int
+    pos: int
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prefilling:
+    """A sequence with prompt tokens left to feed.
+
+    Attributes:
+        seq_id: the sequence.
+        pos: position of ``tokens[0]`` (the tokens already in its cache).
+        tokens: the rest of its prompt, at least one token.
+        stop_at: feed at most this many tokens in one call (a copy of the cache must
+            be taken exactly there), or ``None``.
+    """
+
+    seq_id: int
+    pos: int
+    tokens: Sequence[int]
+    stop_at: int | None = None
+
+
+def plan_step(decoding: Sequence[Decoding], prefilling: Sequence[Prefilling],
+              n_batch: int) -> list[Span]:
+    """The spans of one decode call.
+
+    Every sequence gets at most one span. Decoding sequences come first (at most
+    ``n_batch`` of them, in the given order: the caller rotates it when they do not all
+    fit); the prefilling ones then fill the remaining budget in the given order, a
+    prompt being split across calls when it does not fit. Logits are requested on a
+    decode token and on the last token of a prompt only, so each sequence samples its
+    first token right after the call that ends its prompt.
 
     Args:
-        prompts: token ids per sequence, each non-empty.
+        decoding: sequences feeding back their last sampled token.
+        prefilling: sequences with prompt tokens left (``stop_at`` >= 1 when set).
         n_batch: most tokens per call (>= 1).
 
-    Yields:
-        one list of spans per ``llama_decode`` call, their token counts summing to
-        ``<= n_batch`` and to ``> 0``.
+    Returns:
+        the spans, their token counts summing to ``<= n_batch`` (empty when both
+        inputs are).
+
+    Raises:
+        ValueError: ``n_batch`` < 1, or an empty prompt rest.
     """
-    chunk: list[Span] = []
-    room = n_batch
-    for seq_id, prompt in enumerate(prompts):
-        pos, n = 0, len(prompt)
-        while pos < n:
-            take = min(room, n - pos)
-            chunk.append(Span(seq_id, pos, prompt[pos:pos + take], pos + take == n))
-            pos += take
-            room -= take
-            if room == 0:
-                yield chunk
-                chunk, room = [], n_batch
-    if chunk:
-        yield chunk
+    if n_batch < 1:
+        raise ValueError(f"n_batch={n_batch} is out of range: valid is an integer >= 1")
+    spans = [Span(d.seq_id, d.pos, (d.token,), True) for d in decoding[:n_batch]]
+    room = n_batch - len(spans)
+    for p in prefilling:
+        if room == 0:
+            break
+        n = len(p.tokens)
+        if n == 0:
+            raise ValueError(f"seq {p.seq_id} has no prompt tokens left to prefill")
+        take = min(room, n if p.stop_at is None else min(n, p.stop_at))
+        spans.append(Span(p.seq_id, p.pos, p.tokens[:take], take == n))
+        room -= take
+    return spans

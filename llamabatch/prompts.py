@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .backend import Backend
 from .errors import BackendError
+from .params import SamplingParams
 
 
 @dataclass(slots=True)
@@ -24,11 +25,13 @@ class Item:
         index: position in the input.
         tokens: prompt token ids, or ``None`` when ``error`` is set.
         error: why the prompt cannot be completed, or ``None``.
+        sampling: the item's sampler chain and optional ``max_tokens``.
     """
 
     index: int
     tokens: list[int] | None
     error: str | None = None
+    sampling: SamplingParams = SamplingParams()
 
     @property
     def n_prompt_tokens(self) -> int:
@@ -49,8 +52,15 @@ def _token_ids(prompt: Sequence[object], n_vocab: int) -> list[int]:
     return tokens
 
 
-def prepare(index: int, prompt: object, backend: Backend) -> Item:
+def prepare(index: int, prompt: object, backend: Backend,
+            sampling: SamplingParams = SamplingParams()) -> Item:
     """Tokenize or check ``prompt``; every failure is returned in the item, never raised."""
+    item = _prepare(index, prompt, backend)
+    item.sampling = sampling
+    return item
+
+
+def _prepare(index: int, prompt: object, backend: Backend) -> Item:
     try:
         if isinstance(prompt, (bytes, bytearray)):
             prompt = bytes(prompt).decode("utf-8")

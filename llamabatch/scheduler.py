@@ -1,22 +1,30 @@
-"""The scheduler: groups, lockstep decode, stop rule, fallback to one at a time.
+"""The scheduler: which items go to the slot engine, which are completed alone, and the
+fallback to one at a time.
 
-Pure Python over a :class:`~llamabatch.backend.Backend`; never imports ``_ffi``. One call
-of :meth:`Scheduler.run_group` turns a group of prepared items into their completions,
-in input order, whatever fails.
+Pure Python over a :class:`~llamabatch.backend.Backend`; never imports ``_ffi``.
+:meth:`Scheduler.run` turns a stream of prepared items into their completions, in the
+order they finish (the generator puts them back in input order), whatever fails:
+
+- an item whose prompt is an error completes as that error, at once;
+- an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``) is completed alone
+  through the backend's one-at-a-time path, in its place;
+- the others run in the :class:`~llamabatch.engine.SlotEngine`; the batch context is
+  opened once two valid items are waiting. If it cannot be opened, or any backend call
+  of the batch path fails, batching is turned off for good with one logged reason,
+  every cache is emptied, and the items in flight and all later ones run one at a time.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
+from collections import deque
+from collections.abc import Callable, Iterator
 
-from .backend import Backend, BatchLimits, Span
+from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
-from .errors import BackendError, BatchUnavailable, DecodeError, decode_meaning
-from .params import BatchConfig, SamplingParams
-from .plan import plan_prefill
+from .engine import BatchFailed, Seq, SlotEngine
+from .errors import BackendError, BatchUnavailable
+from .params import BatchConfig
 from .prompts import Item
 from .stop import check_stop
 
@@ -26,167 +34,202 @@ log = logging.getLogger("llamabatch")
 TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
 
 
-class Status(IntEnum):
-    """Where a sequence stands; ordered so ``status >= FINISHED`` means done."""
-
-    PREFILL = 0
-    DECODE = 1
-    FINISHED = 2
-
-
-@dataclass(slots=True)
-class SeqState:
-    """One item decoded in a slot of the batch context."""
-
-    item: Item
-    seq_id: int
-    budget: int
-    output: list[int] = field(default_factory=list)
-    status: Status = Status.PREFILL
-    finish_reason: str | None = None
-
-    @property
-    def pos(self) -> int:
-        """Position of the last sampled token (the next one to decode)."""
-        return len(self.item.tokens) + len(self.output) - 1
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status >= Status.FINISHED
-
-
 class Scheduler:
-    """Runs groups of items on a backend, batched when it can, alone when it must.
+    """Runs items on a backend, batched when it can, alone when it must.
 
     Args:
         backend: the backend to drive.
-        config: slots, n_ctx_seq, n_batch, max_tokens.
-        sampling: the sampler chain parameters of every item.
+        config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
+        min_copy_tokens: see :class:`~llamabatch.engine.SlotEngine`.
     """
 
-    def __init__(self, backend: Backend, config: BatchConfig, sampling: SamplingParams):
+    def __init__(self, backend: Backend, config: BatchConfig, min_copy_tokens: int = 32):
         self.backend = backend
         self.config = config
-        self.sampling = sampling
+        self.min_copy_tokens = min_copy_tokens
         self.stats = Stats()
         self.limits: BatchLimits | None = None
+        self.engine: SlotEngine | None = None
+        self._open_tried = False
         if config.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
-    # -- batch context -----------------------------------------------------------------
+    # -- the batch context -------------------------------------------------------------
     def _disable(self, reason: str) -> None:
         log.warning("llamabatch: batching turned off, completing items one at a time: %s",
                     reason)
         self.stats.batch_disabled_reason = reason
 
-    def _can_batch(self) -> bool:
-        if not self.stats.batching_enabled:
+    def _open(self) -> bool:
+        if self.engine is not None:
+            return True
+        if self._open_tried or not self.stats.batching_enabled:
             return False
-        if self.limits is None:
-            cfg = self.config
-            try:
-                self.limits = self.backend.open_batch(cfg.slots, cfg.n_ctx_seq, cfg.n_batch)
-            except BatchUnavailable as exc:
-                self._disable(f"the batch context could not be created: {exc}")
-                return False
-            lim = self.limits
-            log.info("llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
-                     "requested), n_batch %d, n_ctx %d", lim.n_seq_max, lim.n_ctx_seq,
-                     cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
+        self._open_tried = True
+        cfg = self.config
+        try:
+            self.limits = self.backend.open_batch(cfg.slots, cfg.n_ctx_seq, cfg.n_batch)
+        except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
+            what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
+            self.limits = None
+            self._disable(f"the batch context could not be created: {what}{exc}")
+            return False
+        lim = self.limits
+        log.info("llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
+                 "requested), n_batch %d, n_ctx %d", lim.n_seq_max, lim.n_ctx_seq,
+                 cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
+        self.engine = SlotEngine(self.backend, lim, self.stats, self.min_copy_tokens)
         return True
+
+    def open(self) -> BatchLimits | None:
+        """Open the batch context now (else it opens when two valid items wait).
+
+        Returns:
+            its limits, or ``None`` when batching is off (the reason is in
+            :attr:`stats`).
+        """
+        return self.limits if self._open() else None
+
+    @property
+    def batching(self) -> bool:
+        """True while the batch path may be used (it may not be open yet)."""
+        return self.stats.batching_enabled
+
+    # -- items -------------------------------------------------------------------------
+    def budget(self, item: Item) -> int:
+        """Most tokens ``item`` may generate: its ``max_tokens`` (else the generator's),
+        or less when the one-at-a-time context (``n_ctx``) is shorter, so a reply never
+        depends on its path."""
+        cap = item.sampling.max_tokens or self.config.max_tokens
+        return min(cap, self.backend.n_ctx - len(item.tokens))
 
     def _alone_because(self, reason: str) -> None:
         """Count an item sent alone for a reason the user can change; say so once."""
         counts = self.stats.alone_reasons
         if reason not in counts:
-            cfg = self.config
+            n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
             log.warning("llamabatch: items are completed alone because %s (n_ctx_seq=%d "
                         "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
-                        "to batch them", reason, self.limits.n_ctx_seq, cfg.max_tokens)
+                        "to batch them", reason, n_ctx_seq, self.config.max_tokens)
         counts[reason] = counts.get(reason, 0) + 1
 
-    def _fits(self, item: Item) -> bool:
-        return item.n_prompt_tokens + self.config.max_tokens <= self.limits.n_ctx_seq
+    def fits(self, item: Item) -> bool:
+        """True when ``item`` can run in a slot (``n_prompt + budget <= n_ctx_seq``,
+        the allocated size once the context is open, the requested one before)."""
+        if item.error is not None:
+            return False
+        n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
+        return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
 
-    # -- groups -------------------------------------------------------------------------
-    def run_group(self, items: Sequence[Item]) -> list[Completion]:
-        """Complete ``items`` (at most ``slots``); the result is in the items' order."""
-        results: dict[int, Completion] = {}
-        batchable: list[Item] = []
-        if len(items) > 1 and self._can_batch():
-            batchable = [it for it in items if it.error is None and self._fits(it)]
-            for _ in range(sum(it.error is None for it in items) - len(batchable)):
-                self._alone_because(TOO_LONG_FOR_A_SLOT)
-        if len(batchable) >= 2:
-            results.update(self._run_batched(batchable))
-        for item in items:
-            if item.index not in results:
-                results[item.index] = self.run_alone(item)
-        done = [results[item.index] for item in items]
-        for c in done:
-            self.stats.prompt_tokens += c.n_prompt_tokens
-            self.stats.generated_tokens += c.n_tokens
-            self.stats.items_failed += c.error is not None
-        return done
+    def run(self, items: Iterator[Item], turn: Callable[[], object],
+            window: int) -> Iterator[list[Completion]]:
+        """Complete ``items``, one turn (at most one decode) at a time.
 
-    def _run_batched(self, items: list[Item]) -> dict[int, Completion]:
-        backend, n = self.backend, len(items)
-        seqs = [SeqState(item, seq_id, self._budget(item))
-                for seq_id, item in enumerate(items)]
+        Args:
+            items: prepared items in input order, read lazily (inside a turn).
+            turn: a context manager factory held around each turn (the lock).
+            window: an item is started only while it is fewer than ``window`` places
+                after the oldest unfinished one (bounds what waits to be reordered).
+
+        Yields:
+            the completions of each turn (maybe none), in finishing order.
+        """
+        queue: deque[Item] = deque()
+        open_: set[int] = set()
+        state = {"next": 0, "exhausted": False}
+
+        def pull(n_wanted: int) -> None:
+            while len(queue) < n_wanted and not state["exhausted"]:
+                oldest = min(open_) if open_ else state["next"]
+                if state["next"] >= oldest + window:
+                    return
+                item = next(items, None)
+                if item is None:
+                    state["exhausted"] = True
+                    return
+                state["next"] = item.index + 1
+                open_.add(item.index)
+                queue.append(item)
+
         try:
-            backend.start_group(n, self.sampling)
-            for spans in plan_prefill([s.item.tokens for s in seqs], self.limits.n_batch):
-                self._decode(spans, seqs)
-            running = [s for s in seqs if not s.is_finished]
-            while running:
-                step = [Span(s.seq_id, s.pos, (s.output[-1],), True) for s in running]
-                for start in range(0, len(step), self.limits.n_batch):
-                    self._decode(step[start:start + self.limits.n_batch], seqs)
-                running = [s for s in running if not s.is_finished]
-        except DecodeError as exc:
-            self._disable(f"llama_decode returned {exc.code} "
-                          f"({decode_meaning(exc.code)}) in a batch of {n}: {exc}")
-            return {}
-        except BackendError as exc:
-            self._disable(f"the batch backend failed in a batch of {n}: {exc}")
-            return {}
-        finally:  # whatever happened (even KeyboardInterrupt), no slot stays filled
-            backend.clear(n)
-        self.stats.groups_batched += 1
-        self.stats.items_batched += n
-        return {s.item.index: self._completion(s.item, s.output, s.finish_reason, "batch")
-                for s in seqs}
+            while True:
+                with turn():
+                    done = self._turn(queue, pull)
+                if done is None:
+                    return
+                for c in done:
+                    open_.discard(c.index)
+                yield done
+        finally:
+            self._end_run()
 
-    def _decode(self, spans: list[Span], seqs: list[SeqState]) -> None:
-        sampled = self.backend.decode(spans)
-        self.stats.decode_calls += 1
-        eog_ids = self.backend.eog_ids
-        it = iter(sampled)
-        for span in spans:
-            if not span.logits:
-                continue
-            seq = seqs[span.seq_id]
-            token = next(it)
-            reason = check_stop(token, len(seq.output), seq.budget, eog_ids)
-            if reason != "stop":
-                seq.output.append(token)
-            if reason is None:
-                seq.status = Status.DECODE
+    def _end_run(self) -> None:
+        engine = self.engine
+        if engine is None:
+            return
+        if engine.dirty:                      # interrupted inside a backend call
+            engine.reset()
+        else:
+            engine.release()                  # stopped early: caches stay valid
+
+    def _turn(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
+        engine = self.engine
+        if engine is None and self.batching:
+            # open it once two valid items wait (what fits is known once it is open)
+            while sum(it.error is None for it in queue) < 2:
+                n = len(queue)
+                pull(n + 1)
+                if len(queue) == n:
+                    break
+            if sum(it.error is None for it in queue) >= 2:
+                self._open()
+            engine = self.engine
+        if engine is None or not self.batching:
+            pull(1)
+            return [self.run_alone(queue.popleft())] if queue else None
+        done: list[Completion] = []
+        while engine.has_free_slot:
+            pull(1)
+            if not queue:
+                break
+            item = queue.popleft()
+            if item.error is not None:
+                done.append(self._error(item, item.error))
+            elif not self.fits(item):
+                self._alone_because(TOO_LONG_FOR_A_SLOT)
+                done.append(self.run_alone(item))
+                return done
             else:
-                seq.status, seq.finish_reason = Status.FINISHED, reason
+                try:
+                    engine.place(item, self.budget(item))
+                except BatchFailed as exc:
+                    return done + self._fail(exc, queue)
+        if not engine.running:
+            return done if done or queue else None
+        try:
+            finished = engine.step()
+        except BatchFailed as exc:
+            return done + self._fail(exc, queue)
+        return done + [self._batched(seq) for seq in finished]
 
-    # -- one at a time ------------------------------------------------------------------
+    def _fail(self, exc: BatchFailed, queue: deque[Item]) -> list[Completion]:
+        n = len(self.engine.running)
+        self._disable(f"{exc.reason} (with {n} sequence(s) running)")
+        for item in reversed(self.engine.reset()):
+            queue.appendleft(item)
+        return []
+
+    # -- one at a time -----------------------------------------------------------------
     def run_alone(self, item: Item) -> Completion:
         """Complete one item outside the batch context; failures become its error."""
-        self.stats.items_alone += 1
         if item.error is not None:
             return self._error(item, item.error)
-        budget = self._budget(item)
+        budget = self.budget(item)
         output: list[int] = []
         reason = None
         tokens = iter(())
         try:
-            tokens = self.backend.generate_alone(item.tokens, self.sampling)
+            tokens = self.backend.generate_alone(item.tokens, item.sampling)
             for token in tokens:
                 reason = check_stop(token, len(output), budget, self.backend.eog_ids)
                 if reason != "stop":
@@ -203,12 +246,21 @@ class Scheduler:
             return self._error(item, "the backend stopped generating without a reason")
         return self._completion(item, output, reason, "alone")
 
-    def _budget(self, item: Item) -> int:
-        """Most tokens ``item`` may generate: ``max_tokens``, or less when the one-at-a-time
-        context (``n_ctx``) is shorter, so a reply never depends on its path."""
-        return min(self.config.max_tokens, self.backend.n_ctx - len(item.tokens))
+    # -- results -----------------------------------------------------------------------
+    def count(self, c: Completion) -> None:
+        """Add a completion given back to the caller to :attr:`stats`."""
+        s = self.stats
+        s.prompt_tokens += c.n_prompt_tokens
+        s.generated_tokens += c.n_tokens
+        s.items_failed += c.error is not None
+        if c.path == "batch":
+            s.items_batched += 1
+        else:
+            s.items_alone += 1
 
-    # -- results ------------------------------------------------------------------------
+    def _batched(self, seq: Seq) -> Completion:
+        return self._completion(seq.item, seq.output, seq.finish_reason, "batch")
+
     def _completion(self, item: Item, output: list[int], reason: str, path: str) -> Completion:
         return Completion(item.index, self.backend.detokenize(output), tuple(output), reason,
                           None, len(item.tokens), path)

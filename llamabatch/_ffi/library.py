@@ -122,6 +122,41 @@ class Library:
         expect(ctx, ContextHandle)
         return bind_memory(self.symbols, ctx.ctx)
 
+    def can_copy_seq(self) -> bool:
+        """True when the ``llama_state_seq_*`` functions :meth:`copy_seq` needs exist."""
+        return all(self.symbols.has(r) for r in (
+            "state_seq_get_size", "state_seq_get_data", "state_seq_set_data"))
+
+    def copy_seq(self, ctx: ContextHandle, src: int, dst: int) -> int:
+        """Copy sequence ``src``'s cells (KV or recurrent state) onto ``dst``:
+        ``llama_state_seq_get_data(ctx, buf, size, src)`` then
+        ``llama_state_seq_set_data(ctx, buf, n, dst)`` (llama.h; ``set_data`` empties
+        ``dst`` first). The buffer is a fresh host allocation of
+        ``llama_state_seq_get_size(ctx, src)`` bytes.
+
+        Returns:
+            the bytes copied; 0 when either call failed (``dst`` is then unknown).
+        """
+        expect(ctx, ContextHandle)
+        fn = self.symbols.fn
+        size = int(fn["state_seq_get_size"](ctx.ctx, src))
+        if size <= 0:
+            return 0
+        buf = (ctypes.c_uint8 * size)()
+        n = int(fn["state_seq_get_data"](ctx.ctx, buf, size, src))
+        if n <= 0:
+            return 0
+        return n if int(fn["state_seq_set_data"](ctx.ctx, buf, n, dst)) > 0 else 0
+
+    def model_is_recurrent(self, model: ModelHandle) -> bool | None:
+        """``llama_model_is_recurrent(model) or llama_model_is_hybrid(model)``: its
+        memory keeps one state per sequence, so it cannot be cut back to a position.
+        ``None`` when the binding has neither function."""
+        expect(model, ModelHandle)
+        found = [bool(self.symbols.fn[r](model.model))
+                 for r in ("model_is_recurrent", "model_is_hybrid") if self.symbols.has(r)]
+        return any(found) if found else None
+
     def decode(self, ctx: ContextHandle, buffers: BatchBuffers) -> int:
         """``llama_decode(ctx, batch)``: 0 ok, 1 no KV slot, 2 aborted, -1 invalid, < -1 fatal."""
         return int(self._decode(ctx.ctx, buffers.struct))

@@ -51,6 +51,13 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "init_temp": ("llama_sampler_init_temp",),
     "init_dist": ("llama_sampler_init_dist",),
     "init_greedy": ("llama_sampler_init_greedy",),
+    # optional: copying one sequence's cache (prefix sharing, recurrent snapshots)
+    "state_seq_get_size": ("llama_state_seq_get_size",),
+    "state_seq_get_data": ("llama_state_seq_get_data",),
+    "state_seq_set_data": ("llama_state_seq_set_data",),
+    # optional: memories that cannot be cut back to a position
+    "model_is_recurrent": ("llama_model_is_recurrent",),
+    "model_is_hybrid": ("llama_model_is_hybrid",),
 }
 
 #: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.

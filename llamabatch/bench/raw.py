@@ -8,14 +8,17 @@ Pure functions over a :class:`~llamabatch.backend.Backend`, so they run on
 (:mod:`llamabatch.cli.bench`) prints both and writes the JSON document below.
 
 Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
-through our backend: one batch context of ``max(slots)`` sequences; for each B, B
-prompts of PP random tokens, one per sequence, laid into decodes of at most ``n_batch``
-tokens (:func:`llamabatch.plan.plan_prefill`), timed as T_PP; then TG lockstep decode
-steps of one token per sequence, each sampled token fed back (greedy, EOG ignored),
-timed as T_TG. Unlike ``llama-batched-bench`` (which only decodes) each step also
-samples one token per sequence with its own sampler chain. Each B is measured
-``rounds`` times (rounds outermost, so drift is spread over every B) and the median
-times are reported.
+through the slot engine itself (:class:`~llamabatch.scheduler.Scheduler`, the code path
+of ``BatchGenerator``; there is no second decode loop): one batch context of
+``max(slots)`` sequences; for each B, every cache is emptied and B prompts of PP random
+tokens are given to the engine, which lays them into decodes of at most ``n_batch``
+tokens; T_PP ends with the decode that ends the last prompt; then the engine decodes
+until each sequence fed back TG sampled tokens (greedy, EOG ignored: the engine sees a
+backend without EOG ids), timed as T_TG. When B*PP > n_batch, sequences whose prompt
+ended early already decode inside T_PP (continuous batching), as they would in real
+use. Unlike ``llama-batched-bench`` (which only decodes) each step also samples one
+token per sequence with its own sampler chain. Each B is measured ``rounds`` times
+(rounds outermost, so drift is spread over every B) and the median times are reported.
 
 JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
 
@@ -71,6 +74,7 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
@@ -85,8 +89,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..backend import Backend, BatchLimits, Span
-from ..params import SamplingParams
-from ..plan import plan_prefill
+from ..errors import BackendError, BatchUnavailable
+from ..params import BatchConfig, SamplingParams
+from ..prompts import Item
+from ..scheduler import Scheduler
 
 SCHEMA = "llamabatch.bench/1"
 
@@ -179,38 +185,91 @@ def random_prompts(n_seqs: int, n_tokens: int, n_vocab: int, rng: random.Random)
     return [[rng.randrange(n_vocab) for _ in range(n_tokens)] for _ in range(n_seqs)]
 
 
-def time_raw(backend: Backend, limits: BatchLimits, b: int, pp: int, tg: int,
-             rng: random.Random, clock: Clock = time.perf_counter) -> tuple[float, float]:
-    """Prefill ``b`` random prompts of ``pp`` tokens, then decode ``tg`` lockstep steps.
+class RawBackend:
+    """The backend as the raw bench shows it to the engine: no EOG ids (every sequence
+    generates a fixed number of tokens), and the clock read right after the decode that
+    ends the last prompt of a measurement. Everything else is the wrapped backend's."""
 
-    The batch context must be open (``limits`` is what ``open_batch`` returned). Every
-    sampled token is fed back; end of generation is ignored.
+    eog_ids: frozenset[int] = frozenset()
+
+    def __init__(self, backend: Backend, clock: Clock) -> None:
+        self._backend, self._clock = backend, clock
+        self.prompt_left = self.pp = 0
+        self.t_pp: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def expect(self, n_prompts: int, pp: int) -> None:
+        """A measurement starts: ``n_prompts`` prompts of ``pp`` tokens will be prefilled
+        (positions [0, pp) of each sequence; later positions are decode tokens)."""
+        self.prompt_left, self.pp, self.t_pp = n_prompts * pp, pp, None
+
+    def decode(self, spans: Sequence[Span]) -> list[int]:
+        sampled = self._backend.decode(spans)
+        if self.prompt_left > 0:
+            pp = self.pp
+            self.prompt_left -= sum(max(0, min(s.pos + len(s.tokens), pp) - s.pos)
+                                    for s in spans)
+            if self.prompt_left <= 0:
+                self.t_pp = self._clock()
+        return sampled
+
+
+class RawEngine:
+    """The slot engine on a :class:`RawBackend`, opened once for ``slots`` sequences.
+
+    Raises:
+        BatchUnavailable: the batch context cannot be created.
+    """
+
+    def __init__(self, backend: Backend, slots: int, n_ctx_seq: int, n_batch: int,
+                 tg: int, clock: Clock) -> None:
+        self.backend = RawBackend(backend, clock)
+        config = BatchConfig(slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch,
+                             max_tokens=tg + 1)
+        self.scheduler = Scheduler(self.backend, config, min_copy_tokens=n_ctx_seq + 1)
+        self.limits = self.scheduler.open()
+        self.clock = clock
+
+    def time(self, prompts: Sequence[Sequence[int]], tg: int) -> tuple[float, float]:
+        """Run ``prompts`` (of one length; fresh caches) until each fed back ``tg``
+        sampled tokens.
+
+        Returns:
+            ``(t_pp, t_tg)`` in seconds.
+
+        Raises:
+            BackendError: the engine turned batching off (the reason is the message).
+        """
+        scheduler = self.scheduler
+        scheduler.engine.reset()                   # llama-batched-bench: a fresh cache
+        sampling = SamplingParams(temperature=0.0, max_tokens=tg + 1)
+        items = [Item(i, list(p), None, sampling) for i, p in enumerate(prompts)]
+        self.backend.expect(len(items), len(items[0].tokens) if items else 0)
+        t0 = self.clock()
+        for _ in scheduler.run(iter(items), contextlib.nullcontext, len(items)):
+            pass
+        t2 = self.clock()
+        if not scheduler.stats.batching_enabled:
+            raise BackendError(f"the raw bench lost its batch context: "
+                               f"{scheduler.stats.batch_disabled_reason}")
+        t1 = self.backend.t_pp if self.backend.t_pp is not None else t2
+        return t1 - t0, t2 - t1
+
+
+def time_raw(engine: RawEngine, b: int, pp: int, tg: int, rng: random.Random
+             ) -> tuple[float, float]:
+    """Prefill ``b`` random prompts of ``pp`` tokens, then decode ``tg`` tokens each,
+    through the slot engine.
 
     Returns:
         ``(t_pp, t_tg)`` in seconds.
 
     Raises:
-        DecodeError, BackendError: from the backend (the sequences are cleared).
+        BackendError: from the engine (batching turned off).
     """
-    prompts = random_prompts(b, pp, backend.n_vocab, rng)
-    chunks = list(plan_prefill(prompts, limits.n_batch))
-    backend.start_group(b, GREEDY)
-    try:
-        last = [0] * b
-        t0 = clock()
-        for spans in chunks:
-            sampled = backend.decode(spans)
-            it = iter(sampled)
-            for span in spans:
-                if span.logits:
-                    last[span.seq_id] = next(it)
-        t1 = clock()
-        for i in range(tg):
-            last = backend.decode([Span(s, pp + i, (last[s],), True) for s in range(b)])
-        t2 = clock()
-    finally:
-        backend.clear(b)
-    return t1 - t0, t2 - t1
+    return engine.time(random_prompts(b, pp, engine.backend.n_vocab, rng), tg)
 
 
 def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int) -> None:
@@ -226,10 +285,11 @@ def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int)
                          "a lockstep step must fit one decode")
 
 
-def warm_up(backend: Backend, limits: BatchLimits, rng: random.Random) -> None:
+def warm_up(engine: RawEngine, rng: random.Random) -> None:
     """One untimed decode of a few tokens, as llama-batched-bench does before timing."""
-    n = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq)
-    time_raw(backend, limits, 1, n, 0, rng)
+    limits = engine.limits
+    n = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq - 1)
+    time_raw(engine, 1, n, 0, rng)
 
 
 def run_raw(backend: Backend, slots: Sequence[int], prompt_tokens: int, gen_tokens: int, *,
@@ -265,14 +325,19 @@ def run_raw(backend: Backend, slots: Sequence[int], prompt_tokens: int, gen_toke
     if prompt_tokens < 1 or gen_tokens < 0 or rounds < 1:
         raise ValueError(f"prompt_tokens={prompt_tokens} (>= 1), gen_tokens={gen_tokens} "
                          f"(>= 0), rounds={rounds} (>= 1)")
-    limits = backend.open_batch(max(slots), ctx_per_seq(prompt_tokens + gen_tokens), n_batch)
+    engine = RawEngine(backend, max(slots), ctx_per_seq(prompt_tokens + gen_tokens + 1),
+                       n_batch, gen_tokens, clock)
+    limits = engine.limits
+    if limits is None:
+        raise BatchUnavailable(f"the batch context could not be created: "
+                               f"{engine.scheduler.stats.batch_disabled_reason}")
     check_raw_sizes(limits, slots, prompt_tokens, gen_tokens)
     rng = random.Random(seed)
-    warm_up(backend, limits, rng)
+    warm_up(engine, rng)
     times: dict[int, list[tuple[float, float]]] = {b: [] for b in slots}
     for _ in range(rounds):
         for b in slots:
-            times[b].append(time_raw(backend, limits, b, prompt_tokens, gen_tokens, rng, clock))
+            times[b].append(time_raw(engine, b, prompt_tokens, gen_tokens, rng))
             if progress is not None:
                 progress(1)
     return [raw_row(prompt_tokens, gen_tokens, b, times[b]) for b in slots], limits

@@ -160,7 +160,8 @@ def _timed_pass(gen: BatchGenerator, prompts: Sequence[str], clock: Clock,
     return clock() - t0, tokens
 
 
-def run_workload(make_generator: Callable[[int], BatchGenerator], prompts: Sequence[str],
+def run_workload(make_generator: Callable[[int], BatchGenerator],
+                 prompts: Sequence[str] | Callable[[int], Sequence[str]],
                  slots: Sequence[int], *, rounds: int = 2,
                  clock: Clock = time.perf_counter,
                  progress: Progress | None = None) -> list[WorkloadRow]:
@@ -170,7 +171,9 @@ def run_workload(make_generator: Callable[[int], BatchGenerator], prompts: Seque
         make_generator: ``make_generator(B)`` returns a ``BatchGenerator`` with
             ``slots=B`` (greedy sampling and ``max_tokens`` are the caller's choice).
             Each is closed before returning.
-        prompts: the items, completed whole by every run.
+        prompts: the items, completed whole by every run; or ``prompts(round)`` giving
+            each round its own FRESH items (same count), so that no run replays a
+            prompt its slots already hold from an earlier round.
         slots: the B values; 1 (one at a time) is always measured, listed or not.
         rounds: each round runs alone, then every B, in that order.
         clock: seconds, monotonic.
@@ -179,7 +182,9 @@ def run_workload(make_generator: Callable[[int], BatchGenerator], prompts: Seque
     Returns:
         the one-at-a-time row first, then one row per distinct B > 1 in ``slots`` order.
     """
-    if not prompts:
+    per_round = prompts if callable(prompts) else (lambda r: prompts)
+    n_items = len(per_round(0))
+    if not n_items:
         raise ValueError("prompts is empty: the workload needs at least one item")
     if rounds < 1:
         raise ValueError(f"rounds={rounds} is out of range: valid is >= 1")
@@ -189,12 +194,13 @@ def run_workload(make_generator: Callable[[int], BatchGenerator], prompts: Seque
         for b in order:
             gens[b] = make_generator(b)
             gens[b].complete_many([warmup_prompt()] * min(b, 2))  # opens the batch context
-        rows = {b: WorkloadRow(b, len(prompts)) for b in order}
+        rows = {b: WorkloadRow(b, n_items) for b in order}
         before = {b: (gens[b].stats.items_batched, gens[b].stats.items_alone) for b in order}
-        for _ in range(rounds):
+        for r in range(rounds):
+            items = per_round(r)
             for b in order:
-                seconds, tokens = _timed_pass(gens[b], prompts, clock, progress)
-                rows[b].per_item_s.append(seconds / len(prompts))
+                seconds, tokens = _timed_pass(gens[b], items, clock, progress)
+                rows[b].per_item_s.append(seconds / len(items))
                 rows[b].tokens.append(tokens)
         alone = rows[1].per_item_s
         for b in order:

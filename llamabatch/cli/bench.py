@@ -6,9 +6,12 @@ tables (a progress bar runs on stderr):
 1. raw throughput per B, in llama.cpp's ``llama-batched-bench`` columns: B random
    prompts of PP tokens prefilled together (T_PP, S_PP), then TG lockstep steps of one
    greedy token per sequence (T_TG, S_TG), through llamabatch's batch context;
-2. a tagging workload: N chat prompts of varied length around PP, natural stops, as
-   seconds per item one at a time and in batches of each B, in alternating rounds; the
-   ratio is s/item batched over s/item alone in the same round (below 1: batching wins).
+2. a tagging workload (default S: a ~390-token system prompt shared by every item and a
+   50-150 token ticket; U: unique prompts; L: lists of 1-12 items; tagging: prompts of
+   varied length around PP), fresh prompts every round, natural stops, as seconds per
+   item one at a time and through the slot engine with each B, in alternating rounds;
+   the ratio is s/item batched over s/item alone in the same round (below 1: batching
+   wins). Both parts drive the same engine as BatchGenerator.
 
 With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench``).
 """
@@ -29,6 +32,7 @@ from ..backend import Backend
 from ..bench.raw import collect_header, ctx_per_seq, document, format_raw_table, run_raw
 from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
+from ..bench.workloads import WORKLOADS
 from .common import EXIT_OK, UsageError, guarded
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
@@ -50,10 +54,18 @@ class BenchParams:
     rounds: int = 3
     items: int = 8
     workload_rounds: int = 2
-    max_tokens: int = 64
+    max_tokens: int | None = None
     n_batch: int = 512
     seed: int = 0
     parts: tuple[str, ...] = PARTS
+    workload: str = "S"
+
+    @property
+    def reply_cap(self) -> int:
+        """``max_tokens``, else the workload's (S, U: 48; L: 200; tagging: 64)."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return WORKLOADS[self.workload].max_tokens if self.workload in WORKLOADS else 64
 
     def __post_init__(self) -> None:
         checks = [("slots", bool(self.slots) and min(self.slots) >= 1, "B values >= 1"),
@@ -61,7 +73,10 @@ class BenchParams:
                   ("gen_tokens", self.gen_tokens >= 1, ">= 1"),
                   ("rounds", self.rounds >= 1, ">= 1"), ("items", self.items >= 1, ">= 1"),
                   ("workload_rounds", self.workload_rounds >= 1, ">= 1"),
-                  ("max_tokens", self.max_tokens >= 1, ">= 1"),
+                  ("max_tokens", self.max_tokens is None or self.max_tokens >= 1,
+                   "None or >= 1"),
+                  ("workload", self.workload in (*WORKLOADS, "tagging"),
+                   f"one of {', '.join((*WORKLOADS, 'tagging'))}"),
                   ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)")]
         for name, ok, valid in checks:
             if not ok:
@@ -80,15 +95,15 @@ class BenchSetup:
 
     Attributes:
         make_backend: a fresh backend (its batch context not open) for the raw bench.
-        make_generator: ``make_generator(B, n_ctx_seq)``: a greedy ``BatchGenerator``
-            with ``slots=B``, ``max_tokens`` of the params.
+        make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a greedy
+            ``BatchGenerator`` with ``slots=B``.
         tokenize: token ids of a prompt, as the generators will count them.
         header: :func:`llamabatch.bench.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
     """
 
     make_backend: Callable[[], Backend]
-    make_generator: Callable[[int, int], BatchGenerator]
+    make_generator: Callable[[int, int, int], BatchGenerator]
     tokenize: Callable[[str], Sequence[int]]
     header: dict[str, Any]
 
@@ -176,27 +191,39 @@ def bench(setup: BenchSetup, params: BenchParams, *, out: IO[str] = sys.stdout,
 
 def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str],
               quiet: bool) -> dict[str, Any]:
-    prompts = tagging_prompts(params.items, params.prompt_tokens, setup.tokenize,
-                              seed=params.seed, spread=SPREAD)
-    lengths = [len(setup.tokenize(p)) for p in prompts]
-    n_ctx_seq = ctx_per_seq(max(lengths) + params.max_tokens)
+    name, cap = params.workload, params.reply_cap
+    if name in WORKLOADS:
+        def prompts(r: int) -> list[str]:
+            return WORKLOADS[name].prompts(params.items, setup.tokenize, params.seed + r)
+        what = WORKLOADS[name].description.split(", replies")[0]
+    else:
+        def prompts(r: int) -> list[str]:
+            return tagging_prompts(params.items, params.prompt_tokens, setup.tokenize,
+                                   seed=params.seed + r, spread=SPREAD)
+        what = "ChatML tagging prompts"
+    rounds = [prompts(r) for r in range(params.workload_rounds)]
+    lengths = [len(setup.tokenize(p)) for p in rounds[0]]
+    longest = max(len(setup.tokenize(p)) for items in rounds for p in items)
+    n_ctx_seq = ctx_per_seq(longest + cap)
     n_runs = 1 + len({b for b in params.slots if b > 1})
     bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
     try:
-        rows = run_workload(lambda b: setup.make_generator(b, n_ctx_seq), prompts,
-                            params.slots, rounds=params.workload_rounds, progress=bar.update)
+        rows = run_workload(lambda b: setup.make_generator(b, n_ctx_seq, cap),
+                            lambda r: rounds[r], params.slots,
+                            rounds=params.workload_rounds, progress=bar.update)
     finally:
         bar.close()
-    print(f"\ntagging workload: {params.items} ChatML prompts of {min(lengths)}-"
-          f"{max(lengths)} tokens, replies up to {params.max_tokens} tokens (natural stops, "
-          f"greedy), {params.workload_rounds} rounds; ratio = s/item over s/item alone in "
-          "the same round (< 1: batching saves time)", file=out)
+    print(f"\nworkload {name}: {params.items} items per round ({what}; first round "
+          f"{min(lengths)}-{max(lengths)} tokens), replies up to {cap} tokens (natural "
+          f"stops, greedy), {params.workload_rounds} rounds of fresh prompts; ratio = "
+          "s/item over s/item alone in the same round (< 1: batching saves time)", file=out)
     print(format_workload_table(rows), file=out, flush=True)
     for r in rows:
         if r.batch_disabled_reason:
             print(f"note: B={r.b}: batching was off: {r.batch_disabled_reason}", file=out)
-    doc = workload_json(rows, lengths, params.workload_rounds, params.max_tokens)
+    doc = workload_json(rows, lengths, params.workload_rounds, cap)
     doc["n_ctx_seq"] = n_ctx_seq
+    doc["name"] = name
     return doc
 
 
@@ -209,9 +236,9 @@ def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int
     greedy = SamplingParams(temperature=0.0)
     tokenizer = LlamaBackend(llm)
 
-    def make_generator(b: int, n_ctx_seq: int) -> BatchGenerator:
+    def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
         return BatchGenerator(llm, slots=b, n_ctx_seq=n_ctx_seq, n_batch=params.n_batch,
-                              max_tokens=params.max_tokens, sampling=greedy)
+                              max_tokens=max_tokens, sampling=greedy)
 
     header = collect_header(model_path=str(model_path), metadata=getattr(llm, "metadata", None),
                             threads=threads, n_gpu_layers=n_gpu_layers,
@@ -253,7 +280,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workload-rounds", type=int, default=d.workload_rounds, metavar="N",
                    help="workload rounds, each runs alone then every B (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=d.max_tokens, metavar="N",
-                   help="most reply tokens per workload item (default: %(default)s)")
+                   help="most reply tokens per workload item (default: the workload's: "
+                        "48 for S and U, 200 for L, 64 for tagging)")
+    p.add_argument("--workload", choices=(*WORKLOADS, "tagging"), default=d.workload,
+                   help="the tagging workload (default: %(default)s, a shared system "
+                        "prompt)")
     p.add_argument("--n-batch", type=int, default=d.n_batch, metavar="N",
                    help="most tokens per llama_decode (default: %(default)s)")
     p.add_argument("--seed", type=int, default=d.seed, metavar="N",
@@ -286,7 +317,7 @@ def _run(args: argparse.Namespace) -> int:
             slots=args.slots, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
             rounds=args.rounds, items=args.items, workload_rounds=args.workload_rounds,
             max_tokens=args.max_tokens, n_batch=args.n_batch, seed=args.seed,
-            parts=PARTS if args.only is None else (args.only,))
+            parts=PARTS if args.only is None else (args.only,), workload=args.workload)
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"threads={args.threads} is out of range: valid is >= 1")
     except ValueError as exc:
@@ -297,7 +328,9 @@ def _run(args: argparse.Namespace) -> int:
             else default_model_path(quiet=args.quiet))
     threads = args.threads if args.threads is not None else cpu_count()
     longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
-    n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.max_tokens)
+    if params.workload in WORKLOADS:
+        longest = max(longest, 600)              # S: ~390 + up to 150 ticket tokens + rest
+    n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
     llm = load_llama(path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads,
                      n_gpu_layers=args.n_gpu_layers)
     try:

@@ -46,7 +46,9 @@ class LlamaBackend:
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
 
     Attributes:
-        n_vocab, n_ctx, max_slots, eog_ids: see :class:`~llamabatch.backend.Backend`.
+        n_vocab, n_ctx, max_slots, eog_ids, partial_trim: see
+            :class:`~llamabatch.backend.Backend` (``partial_trim`` is read from the
+            model when the batch context opens).
 
     Raises:
         LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
@@ -63,7 +65,9 @@ class LlamaBackend:
         self.eog_ids = lib.eog_ids(lib.vocab(_ffi.model_of(llm)))
         self._ctx: BatchContext | None = None
         self._batch: LlamaBatch | None = None
-        self._samplers: list[SeqSampler] = []
+        self._samplers: dict[int, SeqSampler] = {}
+        self.partial_trim = True     # set from the model when the context opens
+        self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
         self.lock = llm_lock(llm)
 
@@ -136,6 +140,7 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
+        self.partial_trim = not ctx.is_recurrent
         self._log_kv(ctx)
         return ctx.limits
 
@@ -158,20 +163,46 @@ class LlamaBackend:
             raise BackendError("the batch context was freed: the Llama was closed")
         return self._ctx, self._batch
 
-    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
-        """Empty sequences [0, n_seqs) and give each a fresh :class:`SeqSampler`.
+    def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
+        """Give ``seq_id`` a fresh :class:`SeqSampler` of ``sampling`` (the cache stays).
 
         Raises:
-            ValueError: no batch context, or ``n_seqs`` outside [1, n_seq_max].
+            ValueError: no batch context, or ``seq_id`` outside [0, n_seq_max).
             BackendError: the ``Llama`` was closed.
         """
         ctx, _ = self._open()
-        if not 1 <= n_seqs <= ctx.limits.n_seq_max:
-            raise ValueError(f"n_seqs={n_seqs} is out of range: valid is "
-                             f"[1, {ctx.limits.n_seq_max}]")
-        ctx.clear(range(n_seqs))
-        self._close_samplers()
-        self._samplers = [SeqSampler(self._llm, sampling) for _ in range(n_seqs)]
+        n = ctx.limits.n_seq_max
+        if not isinstance(seq_id, int) or not 0 <= seq_id < n:
+            raise ValueError(f"seq_id={seq_id!r} is out of range: valid is [0, {n})")
+        old = self._samplers.pop(seq_id, None)
+        if old is not None:
+            old.close()
+        self._samplers[seq_id] = SeqSampler(self._llm, sampling)
+
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """``llama_memory_seq_rm(mem, seq_id, n_keep, -1)``; False when refused
+        (recurrent / hybrid memory).
+
+        Raises:
+            ValueError: no batch context, an id or ``n_keep`` out of range.
+            BackendError: the ``Llama`` was closed.
+        """
+        ctx, _ = self._open()
+        return ctx.trim(seq_id, n_keep)
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """Copy ``src``'s cache onto ``dst`` (``llama_state_seq_get_data`` /
+        ``set_data``; see docs/engine.md for why not ``llama_memory_seq_cp``).
+
+        Raises:
+            BackendError: llama.cpp copied nothing (``dst`` is then unknown).
+            LibraryError: the binding lacks ``llama_state_seq_*``.
+            ValueError: no batch context, ids out of range or equal.
+        """
+        ctx, _ = self._open()
+        if ctx.copy_seq(src, dst) == 0:
+            raise BackendError(f"llama_state_seq_get/set_data copied nothing from seq "
+                               f"{src} to seq {dst}")
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """One ``llama_decode`` of ``spans``; sample each span with ``logits=True``.
@@ -180,8 +211,8 @@ class LlamaBackend:
             the sampled token of each logits span, in span order.
 
         Raises:
-            ValueError: no tokens, more than ``n_batch`` tokens, a span of a sequence
-                outside the current group.
+            ValueError: no tokens, more than ``n_batch`` tokens, logits for a sequence
+                that was not started (:meth:`start_seq`).
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
             BackendError: the ``Llama`` was closed.
         """
@@ -189,15 +220,15 @@ class LlamaBackend:
         total = sum(len(span.tokens) for span in spans)
         if not 0 < total <= batch.capacity:
             raise ValueError(f"spans hold {total} tokens: valid is [1, {batch.capacity}]")
-        samplers, n_group = self._samplers, len(self._samplers)
+        samplers = self._samplers
         batch.clear()
         rows: list[tuple[SeqSampler, int]] = []
         for span in spans:
+            if span.logits and span.seq_id not in samplers:
+                raise ValueError(f"seq_id={span.seq_id} has no sampler: call start_seq "
+                                 "first")
             last = batch.add_run(span.tokens, span.pos, span.seq_id, span.logits)
             if span.logits:
-                if span.seq_id >= n_group:
-                    raise ValueError(f"seq_id={span.seq_id} is not in the group "
-                                     f"[0, {n_group}): call start_group first")
                 rows.append((samplers[span.seq_id], last))
         code = ctx.decode(batch)
         if code != 0:
@@ -205,10 +236,12 @@ class LlamaBackend:
                               code=code)
         return [sampler.sample(ctx, i) for sampler, i in rows]
 
-    def clear(self, n_seqs: int) -> None:
-        """Remove sequences [0, n_seqs) from the KV cache (no-op without a context)."""
+    def clear(self, n_seqs: int | None = None) -> None:
+        """Remove sequences [0, n_seqs) (all when ``None``) from the cache (no-op
+        without a context)."""
         if self._ctx is not None and not self._ctx.closed:
-            self._ctx.clear(range(min(n_seqs, self._ctx.limits.n_seq_max)))
+            n = self._ctx.limits.n_seq_max
+            self._ctx.clear(range(n if n_seqs is None else min(n_seqs, n)))
 
     # -- one at a time -----------------------------------------------------------
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
@@ -250,9 +283,9 @@ class LlamaBackend:
 
     # -- lifetime ----------------------------------------------------------------
     def _close_samplers(self) -> None:
-        for sampler in self._samplers:
+        for sampler in self._samplers.values():
             sampler.close()
-        self._samplers = []
+        self._samplers = {}
 
     def close(self) -> None:
         """Free samplers, batch and context, in that order (idempotent)."""

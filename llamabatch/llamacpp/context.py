@@ -139,6 +139,47 @@ class BatchContext:
         for seq_id in seq_ids:
             self._memory.seq_rm(self._seq(seq_id), -1, -1)  # whole sequence: never refused
 
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """Keep positions [0, n_keep) of ``seq_id``: ``llama_memory_seq_rm(mem, seq_id,
+        n_keep, -1)``. False when the memory refused (a recurrent or hybrid model cut
+        inside its state); the sequence must then be cleared whole.
+
+        Raises:
+            ValueError: a sequence id out of range, ``n_keep`` < 0, the context closed.
+        """
+        self._check_open()
+        if not isinstance(n_keep, int) or isinstance(n_keep, bool) or n_keep < 0:
+            raise ValueError(f"n_keep={n_keep!r} is out of range: valid is an integer >= 0")
+        if n_keep == 0:
+            return self._memory.seq_rm(self._seq(seq_id), -1, -1)
+        return self._memory.seq_rm(self._seq(seq_id), n_keep, -1)
+
+    def copy_seq(self, src: int, dst: int) -> int:
+        """Make ``dst``'s cells a copy of ``src``'s (``llama_state_seq_get_data`` /
+        ``llama_state_seq_set_data``: works across the streams of a non-unified cache,
+        unlike ``llama_memory_seq_cp``). Returns the bytes copied, 0 on failure.
+
+        Raises:
+            ValueError: an id out of range, ``src == dst``, the context closed.
+            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
+        """
+        self._check_open()
+        src, dst = self._seq(src), self._seq(dst)
+        if src == dst:
+            raise ValueError(f"copy_seq of seq {src} onto itself")
+        if not self._lib.can_copy_seq():
+            self._lib.symbols.require("state_seq_get_size", "state_seq_get_data",
+                                      "state_seq_set_data")
+        return self._lib.copy_seq(self._handle, src, dst)
+
+    @property
+    def is_recurrent(self) -> bool | None:
+        """True for a recurrent or hybrid model (``llama_model_is_recurrent`` /
+        ``llama_model_is_hybrid``), whose memory cannot be cut back to a position;
+        ``None`` when the binding cannot say."""
+        self._check_open()
+        return self._lib.model_is_recurrent(self._lib.get_model(self._handle))
+
     def clear_all(self) -> None:
         """Empty the KV cache (``llama_memory_clear(mem, true)``)."""
         self._check_open()

@@ -1,12 +1,15 @@
-"""Test helpers for programs that use llamabatch: a fake backend and hypothesis strategies.
+"""Test helpers for programs that use llamabatch: a fake backend, hypothesis strategies,
+checks of a run and a state machine.
 
 :class:`FakeBackend` implements the :class:`~llamabatch.backend.Backend` protocol with no
 library loaded, so ``BatchGenerator(backend=FakeBackend(...))`` runs the whole scheduler
 in a plain unit test. Each prompt gets a deterministic reply (a function of the prompt's
-token ids, or a mapping), the same in a batch and alone; faults can be injected (the
-batch context cannot be created, the k-th batched decode fails with a llama.cpp return
-code, an item fails even alone); every call is logged, and by default every decode plan
-is checked against llama.cpp's rules (a broken rule raises :class:`FakeBackendViolation`).
+token ids, or a mapping), the same in a batch and alone, computed from what the slot's
+cache really holds; faults can be injected (the batch context cannot be created, the
+k-th batched decode fails with a llama.cpp return code or an exception, a cache copy
+fails, an item fails even alone, a recurrent memory refuses partial trims); every call
+is logged, and by default every decode plan is checked against llama.cpp's rules (a
+broken rule raises :class:`FakeBackendViolation`).
 
 The strategies (:func:`prompts`, :func:`fault_plans`, :func:`fake_backends`) need
 hypothesis, imported only when they are called. Importing this package loads neither
@@ -17,18 +20,21 @@ token per byte, the empty string none), ids from 256 up are special tokens writt
 ``<|id|>``; 256 (:data:`EOG_ID`) is the default end-of-generation token.
 
 Modules: ``fake`` (the backend), ``records`` (its call log), ``replies`` (replies and
-fault plans), ``strategies`` (hypothesis).
+fault plans), ``strategies`` (hypothesis), ``checks`` (runs of a generator on a fake and
+their checks), ``machine`` (the hypothesis state machine of a generator's life; import
+it explicitly, it imports hypothesis).
 """
 
 from .fake import FakeBackend, FakeBackendViolation
-from .records import (AloneCall, ClearCall, CloseCall, DecodeCall, Expected, GroupLog,
-                      OpenBatchCall, SpanRecord, StartGroupCall, read_groups)
-from .replies import DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan, HashReply, Reply
-from .strategies import fake_backends, fault_plans, prompts
+from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
+                      OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, TrimCall, read_seqs)
+from .replies import (BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan,
+                      HashReply, Reply)
+from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
-    "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall", "CloseCall", "DecodeCall",
-    "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan", "GroupLog",
-    "HashReply", "OpenBatchCall", "Reply", "SpanRecord", "StartGroupCall", "fake_backends",
-    "fault_plans", "prompts", "read_groups",
+    "BACKEND_EXCEPTIONS", "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall",
+    "CloseCall", "CopyCall", "DecodeCall", "Expected", "FailWhen", "FakeBackend", "FakeBackendViolation", "FaultPlan",
+    "HashReply", "OpenBatchCall", "Reply", "SeqLog", "SpanRecord", "StartSeqCall",
+    "TrimCall", "fake_backends", "fault_plans", "prefixed_prompts", "prompts", "read_seqs",
 ]

@@ -10,8 +10,9 @@ from typing import Any
 from ..backend import BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
-from .records import (AloneCall, ClearCall, CloseCall, DecodeCall, Expected, GroupLog,
-                      OpenBatchCall, SpanRecord, StartGroupCall, Tokens, read_groups)
+from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
+                      OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, Tokens, TrimCall,
+                      read_seqs)
 from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
 
 
@@ -27,21 +28,34 @@ class FakeBackendViolation(AssertionError):
 class _Seq:
     """What the fake knows of one slot of the batch context."""
 
-    kv: int = 0
-    prompt: list[int] = field(default_factory=list)
+    kv: list[int] = field(default_factory=list)   # tokens at positions 0, 1, ...
+    started: bool = False            # start_seq since the last failure / clear
+    corrupt: bool = False            # a refused trim left the cache unknown
     reply: Tokens | None = None      # set when the prompt ended (first logits)
     n_sampled: int = 0
     last: int = -1                   # the last sampled token (to be decoded next)
     is_done: bool = False            # sampled an EOG token or its max_tokens-th token
 
+    def restart(self) -> None:
+        self.started, self.reply, self.n_sampled = True, None, 0
+        self.last, self.is_done = -1, False
+
 
 class FakeBackend:
     """A :class:`~llamabatch.backend.Backend` with deterministic replies and no library.
 
-    Sequence ``s`` of a group (and an item alone) generates ``reply(prompt)[0]``,
-    ``reply(prompt)[1]``, … where ``prompt`` is the token ids it was fed before its first
-    logits, then ``min(eog_ids)`` forever (``filler`` when ``eog_ids`` is empty) —
-    independent of batching and of the sampling parameters.
+    A sequence (and an item alone) generates ``reply(prompt)[0]``, ``reply(prompt)[1]``,
+    … where ``prompt`` is every token its cache holds at its first logits after
+    ``start_seq`` (what was reused or copied, then what was fed), then ``min(eog_ids)``
+    forever (``filler`` when ``eog_ids`` is empty) — independent of batching, of the
+    cache it came from and of the sampling parameters. A scheduler that believes a
+    cache holds something it does not gets another reply, which the tests see.
+
+    The cache of each slot is modelled token by token: ``trim`` cuts it, ``copy_seq``
+    copies it, ``clear`` empties it, ``decode`` appends; positions must continue it.
+    With ``recurrent=True`` it behaves like a recurrent / hybrid memory: ``trim`` to a
+    position inside the cache (other than 0) is refused (returns False) and leaves the
+    cache unknown until it is emptied.
 
     Args:
         reply: see :data:`Reply`; default :class:`HashReply` ``(seed=0, max_len=12)``.
@@ -59,28 +73,37 @@ class FakeBackend:
         fail_decode_at, fail_code: the ``fail_decode_at``-th decode call (1-based) raises
             ``DecodeError(code=fail_code)``; with code 2 or < -1 its tokens stay in the KV
             cache (as in llama.cpp), with 1 or -1 nothing changes. Settable later.
+        fail_exc: raise this exception (e.g. ``MemoryError()``) instead of
+            ``DecodeError`` at ``fail_decode_at``; nothing is decoded. Settable later.
+        fail_copy_at: the ``fail_copy_at``-th ``copy_seq`` (1-based) raises
+            ``BackendError``; the destination's cache is then unknown. Settable later.
+        recurrent: refuse partial trims (see above).
+        declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
+            False); else the scheduler must learn it from a refused trim.
         fail_alone: prompts (token tuples) or a predicate on them whose
             ``generate_alone`` raises ``BackendError`` when iterated. Settable later.
         check: check every call against llama.cpp's rules and log it. ``False`` is a fast
             mode for benchmarks: no checks, no log (``num_decode_calls`` still counts).
 
     Attributes:
-        log: every call, in order (:class:`OpenBatchCall`, :class:`StartGroupCall`,
-            :class:`DecodeCall`, :class:`ClearCall`, :class:`AloneCall`,
-            :class:`CloseCall`).
+        log: every call, in order (:class:`OpenBatchCall`, :class:`StartSeqCall`,
+            :class:`TrimCall`, :class:`CopyCall`, :class:`DecodeCall`,
+            :class:`ClearCall`, :class:`AloneCall`, :class:`CloseCall`).
+        partial_trim: see :class:`~llamabatch.backend.Backend`.
         violations: the message of every :class:`FakeBackendViolation` raised.
         limits: what ``open_batch`` returned, or ``None``.
 
     Raises:
-        FakeBackendViolation (from ``decode``, ``start_group``, ``clear``, ``open_batch``,
-            the iterators of ``generate_alone``): more than n_batch tokens or none in a
-            decode; a seq id outside [0, n_seqs of the group); a position that does not
-            continue the sequence without gaps from 0; a sequence past n_ctx_seq; a token
-            outside [0, n_vocab); prompt tokens fed after the prompt ended; a decoded token
+        FakeBackendViolation (from the batch calls and the iterators of
+            ``generate_alone``): more than n_batch tokens or none in a decode; a seq id
+            outside [0, n_seq_max); a sequence decoded without ``start_seq``, or whose
+            cache is unknown (a refused trim, a failed copy); a position that does not
+            continue the sequence's cache; a sequence past n_ctx_seq; a token outside
+            [0, n_vocab); prompt tokens fed after the prompt ended; a decoded token
             other than the one just sampled, or without logits; a sequence decoded after
-            it finished; a decode with no group started or after ``close``; a second
-            ``open_batch``; a token pulled alone after an EOG, past ``max_tokens`` or past
-            the context.
+            it finished; a call with no batch context or after ``close``; a second
+            ``open_batch``; a token pulled alone after an EOG, past ``max_tokens`` or
+            past the context.
     """
 
     def __init__(self, reply: Reply | None = None, *, eog_ids: Collection[int] = (EOG_ID,),
@@ -90,7 +113,9 @@ class FakeBackend:
                  tokenizer: Callable[[str], list[int]] | None = None,
                  detokenizer: Callable[[Sequence[int]], str] | None = None,
                  fail_open: bool = False, fail_decode_at: int | None = None,
-                 fail_code: int = -1,
+                 fail_code: int = -1, fail_exc: BaseException | None = None,
+                 fail_copy_at: int | None = None, recurrent: bool = False,
+                 declares_recurrent: bool = True,
                  fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
                  check: bool = True) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -108,6 +133,11 @@ class FakeBackend:
         self.fail_open = fail_open
         self.fail_decode_at = fail_decode_at
         self.fail_code = fail_code
+        self.fail_exc = fail_exc
+        self.fail_copy_at = fail_copy_at
+        self.recurrent = recurrent
+        self.partial_trim = not (recurrent and declares_recurrent)
+        self.num_copies = 0
         self.fail_alone = fail_alone
         self.check = check
         self.log: list[object] = []
@@ -116,7 +146,6 @@ class FakeBackend:
         self.num_decode_calls = 0
         self.closed = False
         self._seqs: list[_Seq] = []
-        self._n_group = 0             # sequences of the group in flight (0: none)
         self._open_tried = False
 
     def __repr__(self) -> str:
@@ -255,44 +284,90 @@ class FakeBackend:
 
     @property
     def kv_lengths(self) -> tuple[int, ...]:
-        """Tokens in each slot's KV cache (empty before ``open_batch``)."""
-        return tuple(s.kv for s in self._seqs)
+        """Tokens in each slot's cache (empty before ``open_batch``)."""
+        return tuple(len(s.kv) for s in self._seqs)
 
-    def start_group(self, n_seqs: int, sampling: SamplingParams) -> None:
-        """Empty sequences [0, n_seqs) and start a group of them.
+    def cached(self, seq_id: int) -> Tokens:
+        """The tokens slot ``seq_id``'s cache holds, positions 0, 1, ..."""
+        return tuple(self._seqs[seq_id].kv)
+
+    def _seq(self, seq_id: int, what: str) -> _Seq:
+        self._require_open(what)
+        n = self.limits.n_seq_max
+        self._require(isinstance(seq_id, int) and 0 <= seq_id < n,
+                      f"{what}: seq id {seq_id} outside [0, {n})")
+        return self._seqs[seq_id]
+
+    def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
+        """Give ``seq_id`` a fresh sampler state (its cache stays).
 
         Raises:
-            FakeBackendViolation: no batch context, or n_seqs outside [1, n_seq_max].
+            FakeBackendViolation: no batch context, or ``seq_id`` out of range.
         """
-        self._require_open("start_group")
-        self._require(1 <= n_seqs <= self.limits.n_seq_max,
-                      f"start_group({n_seqs}) outside [1, {self.limits.n_seq_max}]")
+        seq = self._seq(seq_id, "start_seq")
         if self.check:
-            self.log.append(StartGroupCall(n_seqs, sampling, self.kv_lengths))
-        for i in range(n_seqs):
-            self._seqs[i] = _Seq()
-        self._n_group = n_seqs
+            self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
+        seq.restart()
 
-    def clear(self, n_seqs: int) -> None:
-        """Remove sequences [0, n_seqs) from the KV cache; the group (if all) ends.
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """Keep positions [0, n_keep); refused (False) on a recurrent fake when
+        ``0 < n_keep < len(cache)``, which leaves the cache unknown.
+
+        Raises:
+            FakeBackendViolation: no batch context, ``seq_id`` or ``n_keep`` out of range.
+        """
+        seq = self._seq(seq_id, "trim")
+        self._require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
+        ok = not (self.recurrent and 0 < n_keep < len(seq.kv))
+        if self.check:
+            self.log.append(TrimCall(seq_id, n_keep, ok))
+        if ok:
+            del seq.kv[n_keep:]
+            if n_keep == 0:
+                seq.corrupt = False
+        else:
+            seq.corrupt = True
+        return ok
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """Make ``dst``'s cache a copy of ``src``'s.
+
+        Raises:
+            BackendError: this is the ``fail_copy_at``-th copy (``dst`` is then unknown).
+            FakeBackendViolation: no batch context, an id out of range, ``src == dst``.
+        """
+        a, b = self._seq(src, "copy_seq"), self._seq(dst, "copy_seq")
+        self._require(src != dst, f"copy_seq of seq {src} onto itself")
+        self.num_copies += 1
+        if self.num_copies == self.fail_copy_at:
+            b.corrupt = True
+            raise BackendError(f"fake: copy_seq failed (fault at copy {self.num_copies})")
+        if self.check:
+            self.log.append(CopyCall(src, dst, len(a.kv)))
+        b.kv[:] = a.kv
+        b.corrupt = a.corrupt
+
+    def clear(self, n_seqs: int | None = None) -> None:
+        """Empty the caches of sequences [0, n_seqs) (all when ``None``); they must be
+        started again before they are decoded.
 
         Raises:
             FakeBackendViolation: no batch context, or n_seqs outside [0, n_seq_max].
         """
         self._require_open("clear")
-        self._require(0 <= n_seqs <= self.limits.n_seq_max, f"clear({n_seqs}) out of range")
+        n = self.limits.n_seq_max if n_seqs is None else n_seqs
+        self._require(0 <= n <= self.limits.n_seq_max, f"clear({n_seqs}) out of range")
         if self.check:
             self.log.append(ClearCall(n_seqs))
-        for i in range(n_seqs):
+        for i in range(n):
             self._seqs[i] = _Seq()
-        if n_seqs >= self._n_group:
-            self._n_group = 0
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """Decode ``spans`` and sample one token per span with logits (see the class).
 
         Raises:
-            DecodeError: this is the ``fail_decode_at``-th call (code ``fail_code``).
+            DecodeError: this is the ``fail_decode_at``-th call (code ``fail_code``),
+                or ``fail_exc`` then.
             FakeBackendViolation: the plan breaks a rule (see the class).
         """
         self.num_decode_calls += 1
@@ -303,12 +378,10 @@ class FakeBackend:
         seqs, sampled = self._seqs, []
         for span in spans:
             seq = seqs[span.seq_id]
-            seq.kv += len(span.tokens)
-            if seq.reply is None:
-                seq.prompt.extend(span.tokens)
+            seq.kv.extend(span.tokens)
             if span.logits:
                 if seq.reply is None:
-                    seq.reply = self.reply_of(seq.prompt)
+                    seq.reply = self.reply_of(seq.kv)
                 token = self._token_at(seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
@@ -320,10 +393,15 @@ class FakeBackend:
         return sampled
 
     def _fail(self, spans: Sequence[Span]) -> list[int]:
+        if self.fail_exc is not None:
+            if self.check:
+                self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
+                                           (), -100))
+            raise self.fail_exc
         code = self.fail_code
         if code == 2 or code < -1:          # processed ubatches stay in memory
             for span in spans:
-                self._seqs[span.seq_id].kv += len(span.tokens)
+                self._seqs[span.seq_id].kv.extend(span.tokens)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
         raise DecodeError(f"fake: llama_decode returned {code} "
@@ -335,23 +413,26 @@ class FakeBackend:
 
     def _check_plan(self, spans: Sequence[Span]) -> None:
         self._require_open("decode")
-        self._require(self._n_group > 0, "decode with no group started (or after clear)")
         n_tokens = sum(len(s.tokens) for s in spans)
         self._require(n_tokens > 0, "decode of zero tokens")
         self._require(n_tokens <= self.limits.n_batch,
                       f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}")
         kv: dict[int, int] = {}
         waiting: set[int] = set()           # sampled in this call: not yet known
+        n_seq_max = self.limits.n_seq_max
         for span in spans:
             s = span.seq_id
-            self._require(isinstance(s, int) and 0 <= s < self._n_group,
-                          f"seq id {s} outside [0, {self._n_group})")
+            self._require(isinstance(s, int) and 0 <= s < n_seq_max,
+                          f"seq id {s} outside [0, {n_seq_max})")
             seq = self._seqs[s]
+            self._require(seq.started, f"seq {s} decoded without start_seq")
+            self._require(not seq.corrupt, f"seq {s} decoded while its cache is unknown "
+                                           "(a refused trim or a failed copy)")
             self._require(not seq.is_done, f"seq {s} decoded after it finished")
             self._require(s not in waiting, f"seq {s} decoded again after its logits "
                                             "in the same call")
             self._require(len(span.tokens) > 0, f"an empty span of seq {s}")
-            pos = kv.get(s, seq.kv)
+            pos = kv.get(s, len(seq.kv))
             self._require(span.pos == pos, f"seq {s}: position {span.pos}, expected {pos}")
             kv[s] = pos + len(span.tokens)
             self._require(kv[s] <= self.limits.n_ctx_seq,
@@ -421,7 +502,6 @@ class FakeBackend:
         if self.check:
             self.log.append(CloseCall())
         self.closed = True
-        self._n_group = 0
 
     # -- reading the log -------------------------------------------------------------
     def copy(self, **changes: Any) -> FakeBackend:
@@ -433,6 +513,6 @@ class FakeBackend:
         """The logged calls of one kind, e.g. ``fake.calls(DecodeCall)``."""
         return [c for c in self.log if isinstance(c, kind)]
 
-    def groups(self) -> list[GroupLog]:
-        """The batched groups, read back from the log (see :func:`read_groups`)."""
-        return read_groups(self.log)
+    def seqs(self) -> list[SeqLog]:
+        """Every item run in a slot, read back from the log (see :func:`read_seqs`)."""
+        return read_seqs(self.log)

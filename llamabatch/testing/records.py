@@ -22,12 +22,30 @@ class OpenBatchCall:
 
 
 @dataclass(frozen=True, slots=True)
-class StartGroupCall:
-    """``start_group(n_seqs, sampling)``; ``kv_before`` is each slot's KV length before."""
+class StartSeqCall:
+    """``start_seq(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
 
-    n_seqs: int
+    seq_id: int
     sampling: SamplingParams
-    kv_before: tuple[int, ...]
+    kv_before: Tokens
+
+
+@dataclass(frozen=True, slots=True)
+class TrimCall:
+    """``trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
+
+    seq_id: int
+    n_keep: int
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CopyCall:
+    """``copy_seq(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
+
+    src: int
+    dst: int
+    n_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +77,9 @@ class DecodeCall:
 
 @dataclass(frozen=True, slots=True)
 class ClearCall:
-    """``clear(n_seqs)``."""
+    """``clear(n_seqs)`` (``None``: every sequence)."""
 
-    n_seqs: int
+    n_seqs: int | None
 
 
 @dataclass(slots=True)
@@ -87,28 +105,32 @@ class CloseCall:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupLog:
-    """One batched group read back from the log (see :meth:`FakeBackend.groups`).
+class SeqLog:
+    """One item's run in a slot, read back from the log (see :meth:`FakeBackend.seqs`).
 
     Attributes:
-        n_seqs: sequences of the group (``start_group``).
-        prompts: per sequence, the tokens it was fed up to and including its first span
-            with logits (its prompt, if the scheduler put the logits in the right place).
-        outputs: per sequence, every token sampled for it (EOG included).
-        prompt_ends: per sequence, the decode call whose logits gave its first token
-            (``None`` if none did).
-        decode_calls: the 1-based numbers of the group's decode calls.
-        error_code: the injected ``DecodeError`` code, if a decode of the group failed.
-        cleared: a ``clear(n >= n_seqs)`` ended the group.
+        seq_id: its slot.
+        start: index in the log of its :class:`StartSeqCall`.
+        sampling: what ``start_seq`` got.
+        cached: tokens its cache held when its first prompt token was decoded
+            (reused or copied; the prompt's rest was prefilled after them).
+        prompt: its whole prompt: ``cached`` plus the tokens fed up to and including
+            its first span with logits.
+        outputs: every token sampled for it (EOG included).
+        prompt_end: the decode call whose logits gave its first token (``None``: none).
+        decode_calls: the 1-based numbers of the decode calls it took part in.
+        error_code: the injected ``DecodeError`` code, if one of those failed.
     """
 
-    n_seqs: int
-    prompts: tuple[Tokens, ...]
-    outputs: tuple[Tokens, ...]
-    prompt_ends: tuple[int | None, ...]
+    seq_id: int
+    start: int
+    sampling: SamplingParams
+    cached: Tokens
+    prompt: Tokens
+    outputs: Tokens
+    prompt_end: int | None
     decode_calls: tuple[int, ...]
     error_code: int | None
-    cleared: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,57 +143,67 @@ class Expected:
 
 
 @dataclass(slots=True)
-class _OpenGroup:
-    """A group being read back from the log."""
-
-    n_seqs: int
-    prompts: list[list[int]]
-    outputs: list[list[int]]
-    ends: list[int | None]
+class _OpenSeq:
+    seq_id: int
+    start: int
+    sampling: SamplingParams
+    kv: list[int]
+    cached: Tokens | None = None
+    outputs: list[int] = field(default_factory=list)
+    end: int | None = None
     calls: list[int] = field(default_factory=list)
     error_code: int | None = None
 
-    @classmethod
-    def start(cls, n: int) -> _OpenGroup:
-        return cls(n, [[] for _ in range(n)], [[] for _ in range(n)], [None] * n)
+    prompt: Tokens | None = None
 
-    def add(self, call: DecodeCall) -> None:
-        self.calls.append(call.call)
-        if self.error_code is None:
-            self.error_code = call.error_code
-        sampled = iter(call.sampled)
-        for span in call.spans:
-            s = span.seq_id
-            if not 0 <= s < self.n_seqs:
-                continue
-            if self.ends[s] is None:
-                self.prompts[s].extend(span.tokens)
-                if span.logits:
-                    self.ends[s] = call.call
-            if span.logits and call.error_code is None:
-                self.outputs[s].append(next(sampled))
-
-    def end(self, cleared: bool) -> GroupLog:
-        return GroupLog(self.n_seqs, tuple(map(tuple, self.prompts)),
-                        tuple(map(tuple, self.outputs)), tuple(self.ends),
-                        tuple(self.calls), self.error_code, cleared)
+    def close(self) -> SeqLog:
+        cached = tuple(self.kv) if self.cached is None else self.cached
+        prompt = tuple(self.kv) if self.prompt is None else self.prompt
+        return SeqLog(self.seq_id, self.start, self.sampling, cached, prompt,
+                      tuple(self.outputs), self.end, tuple(self.calls), self.error_code)
 
 
-def read_groups(log: Iterable[object]) -> list[GroupLog]:
-    """The batched groups of a call log, in order: one per :class:`StartGroupCall`,
-    ended by a :class:`ClearCall` of all its sequences (or by the next group)."""
-    done: list[GroupLog] = []
-    group: _OpenGroup | None = None
-    for call in log:
-        if isinstance(call, StartGroupCall):
-            if group is not None:
-                done.append(group.end(False))
-            group = _OpenGroup.start(call.n_seqs)
-        elif isinstance(call, DecodeCall) and group is not None:
-            group.add(call)
-        elif isinstance(call, ClearCall) and group is not None and call.n_seqs >= group.n_seqs:
-            done.append(group.end(True))
-            group = None
-    if group is not None:
-        done.append(group.end(False))
-    return done
+def read_seqs(log: Iterable[object]) -> list[SeqLog]:
+    """Every item's run in a slot, in the order they started (one per
+    :class:`StartSeqCall`), the cache contents replayed from the trims, copies, clears
+    and decodes of the log."""
+    kv: dict[int, list[int]] = {}
+    open_: dict[int, _OpenSeq] = {}
+    done: list[_OpenSeq] = []
+    for k, call in enumerate(log):
+        if isinstance(call, StartSeqCall):
+            if call.seq_id in open_:
+                done.append(open_.pop(call.seq_id))
+            kv[call.seq_id] = list(call.kv_before)
+            open_[call.seq_id] = _OpenSeq(call.seq_id, k, call.sampling, kv[call.seq_id])
+        elif isinstance(call, TrimCall):
+            cache = kv.setdefault(call.seq_id, [])
+            del cache[call.n_keep if call.ok else 0:]
+        elif isinstance(call, CopyCall):
+            cache = kv.setdefault(call.dst, [])
+            cache[:] = kv.get(call.src, [])[:call.n_tokens]
+        elif isinstance(call, ClearCall):
+            for s, cache in kv.items():
+                if call.n_seqs is None or s < call.n_seqs:
+                    cache.clear()
+        elif isinstance(call, DecodeCall):
+            sampled = iter(call.sampled)
+            for span in call.spans:
+                seq = open_.get(span.seq_id)
+                cache = kv.setdefault(span.seq_id, [])
+                if seq is not None:
+                    seq.calls.append(call.call)
+                    if seq.error_code is None:
+                        seq.error_code = call.error_code
+                    if seq.cached is None:
+                        seq.cached = tuple(cache)
+                if call.error_code is None or call.error_code == 2 or call.error_code < -1:
+                    cache.extend(span.tokens)
+                if seq is None or not span.logits or call.error_code is not None:
+                    continue
+                if seq.end is None:
+                    seq.end, seq.prompt = call.call, tuple(cache)
+                seq.outputs.append(next(sampled))
+    done.extend(open_.values())
+    done.sort(key=lambda s: s.start)
+    return [s.close() for s in done]

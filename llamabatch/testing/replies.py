@@ -18,6 +18,10 @@ EOG_ID = 256
 #: ``llama_decode`` return codes a fault plan can inject (llama.h): 1 no KV slot,
 #: 2 aborted, -1 invalid batch, -3 fatal.
 DECODE_FAULT_CODES = (1, 2, -1, -3)
+#: Exceptions other than ``DecodeError`` a backend call may raise (issue 9): out of
+#: memory, a library error, an OS error from the shared library.
+BACKEND_EXCEPTIONS = (MemoryError("fake: out of memory"), RuntimeError("fake: ggml error"),
+                      OSError("fake: libllama"))
 
 #: ``reply``: a function of the prompt's token ids, or a mapping from a prompt (its text
 #: or its token ids) to its reply (text or token ids); a missing prompt replies nothing.
@@ -83,8 +87,11 @@ class FaultPlan:
     fail_decode_at: int | None = None
     fail_code: int = -1
     fail_alone: Callable[[Tokens], bool] | None = None
+    fail_exc: BaseException | None = None
+    fail_copy_at: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The plan as ``FakeBackend`` keyword arguments."""
         return {"fail_open": self.fail_open, "fail_decode_at": self.fail_decode_at,
-                "fail_code": self.fail_code, "fail_alone": self.fail_alone}
+                "fail_code": self.fail_code, "fail_alone": self.fail_alone,
+                "fail_exc": self.fail_exc, "fail_copy_at": self.fail_copy_at}

@@ -6,7 +6,7 @@ hypothesis is imported when a strategy is asked for, not when this module is imp
 from __future__ import annotations
 
 from .fake import FakeBackend
-from .replies import DECODE_FAULT_CODES, FailWhen, FaultPlan, HashReply
+from .replies import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan, HashReply
 
 
 def _st():
@@ -40,10 +40,42 @@ def prompts(*, min_items: int = 0, max_items: int = 100, max_len: int = 80,
     return st.lists(item, min_size=min_items, max_size=max_items)
 
 
+def prefixed_prompts(*, min_items: int = 0, max_items: int = 40, max_prefix: int = 60,
+                     max_suffix: int = 20, n_vocab: int = 260):
+    """Lists of token-id prompts that share prefixes, as a tagger's prompts do: each is
+    one of up to 3 prefixes (0 to ``max_prefix`` ids) plus its own suffix (1 to
+    ``max_suffix`` ids), sometimes a prompt repeated, sometimes a prefix of another.
+
+    Returns:
+        a hypothesis ``SearchStrategy[list[list[int]]]``.
+    """
+    st = _st()
+    ids = st.integers(0, n_vocab - 1)
+
+    @st.composite
+    def build(draw):
+        heads = draw(st.lists(st.lists(ids, max_size=max_prefix), min_size=1, max_size=3))
+        n = draw(st.integers(min_items, max_items))
+        out: list[list[int]] = []
+        for _ in range(n):
+            kind = draw(st.sampled_from(["new", "new", "new", "repeat", "cut"]))
+            if kind != "new" and out:
+                base = draw(st.sampled_from(out))
+                out.append(list(base) if kind == "repeat"
+                           else base[:draw(st.integers(1, len(base)))])
+            else:
+                head = draw(st.sampled_from(heads))
+                out.append(head + draw(st.lists(ids, min_size=1, max_size=max_suffix)))
+        return out
+
+    return build()
+
+
 def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
     """:class:`FaultPlan` s: mostly none; sometimes the batch cannot be created
-    (``fail_open``), the k-th decode fails with a code of :data:`DECODE_FAULT_CODES`,
-    or the prompts matching a :class:`FailWhen` fail alone.
+    (``fail_open``), the k-th decode fails with a code of :data:`DECODE_FAULT_CODES`
+    or raises one of :data:`BACKEND_EXCEPTIONS`, the k-th copy of a cache fails, or
+    the prompts matching a :class:`FailWhen` fail alone.
 
     Returns:
         a hypothesis ``SearchStrategy[FaultPlan]``.
@@ -54,13 +86,16 @@ def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
         fail_open=st.sampled_from([False] * 5 + [True]) if fail_open else st.just(False),
         fail_decode_at=st.none() | st.integers(1, max_decode_at),
         fail_code=st.sampled_from(DECODE_FAULT_CODES),
-        fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1)))
+        fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1)),
+        fail_exc=st.sampled_from((None,) * 6 + BACKEND_EXCEPTIONS),
+        fail_copy_at=st.none() | st.integers(1, 6))
 
 
 def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int = 40):
     """:class:`FakeBackend` s with random replies (:class:`HashReply`, sometimes with an
     EOG in the middle), 0-3 EOG ids, n_vocab 260-300, n_ctx 2-4096, ctx_pad 1/8/256, an
-    optional n_batch cap, and faults drawn from ``faults`` (default :func:`fault_plans`).
+    optional n_batch cap, a recurrent memory one time in four (declared up front or
+    not), and faults drawn from ``faults`` (default :func:`fault_plans`).
 
     Args:
         faults: a ``SearchStrategy[FaultPlan]``.
@@ -84,6 +119,8 @@ def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int 
             reply, eog_ids=eog, n_vocab=n_vocab, n_ctx=n_ctx,
             max_slots=draw(st.integers(8, 64)), max_tokens=max_tokens,
             ctx_pad=draw(st.sampled_from([1, 1, 8, 256])),
-            n_batch_cap=draw(st.none() | st.integers(1, 64)), **draw(faults).kwargs())
+            n_batch_cap=draw(st.none() | st.integers(1, 64)),
+            recurrent=draw(st.sampled_from([False, False, False, True])),
+            declares_recurrent=draw(st.booleans()), **draw(faults).kwargs())
 
     return build()

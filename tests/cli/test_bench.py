@@ -21,7 +21,7 @@ from llamabatch.bench.workload import (SYSTEM, format_workload_table, ratios, ru
                                        tagging_prompts, workload_json)
 from llamabatch.cli.main import main
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
-from llamabatch.testing import DecodeCall, FakeBackend, StartGroupCall
+from llamabatch.testing import DecodeCall, FakeBackend, StartSeqCall
 
 SLOTS = (1, 2, 4, 8)
 
@@ -67,21 +67,25 @@ def test_raw_rows_one_per_b_with_batched_bench_arithmetic():
     assert fake.violations == []
 
 
-def test_raw_decodes_follow_llama_cpp_rules_and_feed_back_samples():
+def test_raw_drives_the_slot_engine_and_feeds_back_samples():
     fake = raw_fake()
     run_raw(fake, (3,), 40, 4, rounds=1, n_batch=32, clock=step_clock())
     decodes = fake.calls(DecodeCall)
     assert all(d.n_tokens <= 32 for d in decodes)
-    # warm-up (16 tokens) + prefill of 120 tokens in 32-token decodes + 4 steps
-    assert len(decodes) == 1 + math.ceil(120 / 32) + 4
-    steps = decodes[-4:]
-    for prev, step in zip(decodes[-5:], steps):
-        assert [s.seq_id for s in step.spans] == [0, 1, 2]
-        assert all(len(s.tokens) == 1 and s.logits for s in step.spans)
-    assert [s.pos for s in steps[0].spans] == [40, 40, 40]
-    assert tuple(s.tokens[0] for s in steps[1].spans) == steps[0].sampled
-    groups = fake.calls(StartGroupCall)
-    assert all(g.sampling.is_greedy for g in groups)
+    assert decodes[0].n_tokens == 16                       # the warm-up: 16 tokens
+    timed = decodes[1:]
+    # 3 prompts of 40 tokens through 32-token decodes, prompts ending early decode in
+    # the same calls (decode tokens first), then each sequence fed back 4 samples
+    assert sum(d.n_tokens for d in timed) == 3 * (40 + 4)
+    positions = {s: [] for s in range(3)}
+    for d in timed:
+        for span in d.spans:
+            positions[span.seq_id] += range(span.pos, span.pos + len(span.tokens))
+    assert positions == {s: list(range(44)) for s in range(3)}
+    assert timed[2].spans[0] == (timed[2].spans[0].__class__(0, 40, (timed[1].sampled[0],),
+                                                               True))
+    assert fake.violations == []                           # fed back what was sampled
+    assert all(c.sampling.is_greedy for c in fake.calls(StartSeqCall))
 
 
 def test_raw_row_is_the_median_of_rounds():
@@ -171,9 +175,11 @@ def check_document(doc: dict, slots=SLOTS) -> None:
         check_types(row, RAW_ROW_TYPES)
         assert row["n_kv"] == row["pl"] * (row["pp"] + row["tg"])
     assert set(doc["params"]) == {"slots", "prompt_tokens", "gen_tokens", "rounds", "items",
-                                  "workload_rounds", "max_tokens", "n_batch", "seed", "parts"}
+                                  "workload_rounds", "max_tokens", "n_batch", "seed", "parts",
+                                  "workload"}
     w = doc["workload"]
-    assert set(w) == {"items", "rounds", "max_tokens", "n_ctx_seq", "prompt_tokens", "rows"}
+    assert set(w) == {"items", "rounds", "max_tokens", "n_ctx_seq", "prompt_tokens", "rows",
+                      "name"}
     assert len(w["prompt_tokens"]) == w["items"]
     assert [r["b"] for r in w["rows"]] == [1] + [b for b in slots if b > 1]
     for row in w["rows"]:
@@ -267,7 +273,7 @@ def fake_setup(tmp_path: Path, max_tokens: int) -> BenchSetup:
     model.write_bytes(b"GGUF" + bytes(12))
     tokenizer = FakeBackend()
 
-    def make_generator(b: int, n_ctx_seq: int) -> BatchGenerator:
+    def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
         return BatchGenerator(backend=FakeBackend(max_tokens=max_tokens), slots=b,
                               n_ctx_seq=n_ctx_seq, max_tokens=max_tokens,
                               sampling=SamplingParams(temperature=0.0))

@@ -204,19 +204,19 @@ def test_complete_three_examples_with_two_slots_shows_progress_and_summary(
         assert r["finish_reason"] in ("stop", "length")
         assert r["n_prompt_tokens"] > 20
         assert 1 <= r["n_tokens"] <= 8 or r["finish_reason"] == "stop"
-    # a page of 3 with 2 slots: a group of two, then a group of one completed alone
-    assert [r["path"] for r in records] == ["batch", "batch", "alone"]
+    # 3 items with 2 slots: the third takes the first slot that frees up
+    assert [r["path"] for r in records] == ["batch", "batch", "batch"]
     # the tqdm bar: items done/total, items/s, ETA, share completed alone
     bar = err.replace("\r", "\n")
     rate = r"[\d.]+(item/s|s/item)"
     assert re.search(rf"complete: +67%\|.*\| 2/3 \[\d\d:\d\d<\d\d:\d\d, +{rate}, alone=0%\]",
                      bar)
-    assert re.search(rf"complete: 100%\|.*\| 3/3 .*{rate}, alone=33%\]", bar)
+    assert re.search(rf"complete: 100%\|.*\| 3/3 .*{rate}, alone=0%\]", bar)
     summary = err.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"llamabatch: 3 items, 0 errors, 1 completed alone; tokens in \d+, out \d+; wall "
+        r"llamabatch: 3 items, 0 errors, 0 completed alone; tokens in \d+, out \d+; wall "
         r"[\d.]+ s \(generation [\d.]+ s\), [\d.]+ tokens/s out; batching on \(2 slots, "
-        r"1 groups decoded together\)", summary), summary
+        r"3 items batched\)", summary), summary
 
 
 @pytest.mark.real_model

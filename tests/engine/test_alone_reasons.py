@@ -12,9 +12,21 @@ REPLIES = {"apple": "fruit", "kale": "vegetable", "salmon": "fish", "rye": "grai
 KEY = "n_prompt_tokens + max_tokens > n_ctx_seq"
 
 
-def test_a_huge_max_tokens_sends_every_item_alone_and_says_so_once(caplog) -> None:
+def test_a_huge_max_tokens_is_capped_by_n_ctx_and_still_batched() -> None:
+    # a reply can never pass the one-at-a-time context: the cap is min(max_tokens,
+    # n_ctx - n_prompt), which fits the default n_ctx_seq = min(4096, n_ctx)
+    gen = BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512), slots=2, max_tokens=10**12)
+    out = gen.complete_many(["apple", "kale", "salmon", "rye"])
+    assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
+    assert {c.path for c in out} == {"batch"}
+    assert gen.stats.alone_reasons == {}
+
+
+def test_a_huge_max_tokens_over_a_small_slot_sends_every_item_alone_and_says_so_once(
+        caplog) -> None:
     caplog.set_level(logging.WARNING, logger="llamabatch")
-    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, max_tokens=10**12)
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, n_ctx_seq=256,
+                         max_tokens=10**12)
     out = gen.complete_many(["apple", "kale", "salmon", "rye"])
     assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
     assert {c.path for c in out} == {"alone"}
@@ -25,12 +37,12 @@ def test_a_huge_max_tokens_sends_every_item_alone_and_says_so_once(caplog) -> No
 
 
 def test_only_the_items_that_do_not_fit_are_counted() -> None:
-    # one token per byte: apple 5 + 6 and kale 4 + 6 fit 11 tokens, salmon 6 + 6 does not
-    # (counted); rye then has no partner in its group and goes alone too (not counted)
+    # one token per byte: apple 5 + 6, kale 4 + 6 and rye 3 + 6 fit 11 tokens, salmon
+    # 6 + 6 does not (counted, completed alone in its place)
     gen = BatchGenerator(backend=FakeBackend(REPLIES, ctx_pad=1), slots=2, n_ctx_seq=11,
                          max_tokens=6)
     out = gen.complete_many(["apple", "kale", "salmon", "rye"])
-    assert [c.path for c in out] == ["batch", "batch", "alone", "alone"]
+    assert [c.path for c in out] == ["batch", "batch", "alone", "batch"]
     assert gen.stats.alone_reasons == {KEY: 1}
 
 

@@ -17,10 +17,12 @@ SAMPLING = SamplingParams()
 
 
 def opened(n_seqs: int = 2, **kw) -> FakeBackend:
-    """A fake with a batch context of 4 slots (n_ctx_seq 16, n_batch 8), a group started."""
+    """A fake with a batch context of 4 slots (n_ctx_seq 16, n_batch 8), sequences
+    [0, n_seqs) started."""
     fake = FakeBackend({(1, 2): [5, 6, 7], (3,): [9]}, **kw)
     fake.open_batch(4, 16, 8)
-    fake.start_group(n_seqs, SAMPLING)
+    for s in range(n_seqs):
+        fake.start_seq(s, SAMPLING)
     return fake
 
 
@@ -43,7 +45,7 @@ def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
     assert fake.decode([Span(0, 1, (2,), True), Span(1, 1, (9,), True)]) == [5, 256]
     assert fake.decode([Span(0, 2, (5,), True)]) == [6]
     assert fake.kv_lengths == (3, 2, 0, 0)
-    fake.clear(2)
+    fake.clear()
     assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
     assert fake.calls(DecodeCall)[0].sampled == (9,)
 
@@ -51,7 +53,8 @@ def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
 @pytest.mark.parametrize("spans, message", [
     ([], "zero tokens"),
     ([Span(0, 0, tuple(range(1, 10)), True)], "n_batch"),
-    ([Span(2, 0, (1,), True)], "seq id 2"),
+    ([Span(2, 0, (1,), True)], "seq 2 decoded without start_seq"),
+    ([Span(4, 0, (1,), True)], "seq id 4"),
     ([Span(-1, 0, (1,), True)], "seq id -1"),
     ([Span(0, 1, (1,), True)], "position 1, expected 0"),
     ([Span(0, 0, (), True), Span(1, 0, (1,), True)], "empty span"),
@@ -94,17 +97,48 @@ def test_overflowing_the_sequence_context_is_a_violation() -> None:
         fake.decode([Span(0, 16, (1,), True)])
 
 
-def test_decoding_without_a_group_or_after_close_is_a_violation() -> None:
+def test_decoding_after_a_clear_or_after_close_is_a_violation() -> None:
     fake = opened()
-    fake.clear(2)
-    with pytest.raises(FakeBackendViolation, match="no group"):
+    fake.clear()
+    with pytest.raises(FakeBackendViolation, match="without start_seq"):
         fake.decode([Span(0, 0, (1,), True)])
     fake.close()
     fake.close()
     with pytest.raises(FakeBackendViolation, match="after close"):
         fake.decode([Span(0, 0, (1,), True)])
     with pytest.raises(FakeBackendViolation, match="without a batch context"):
-        FakeBackend().start_group(2, SAMPLING)
+        FakeBackend().start_seq(0, SAMPLING)
+
+
+def test_a_cache_is_reused_trimmed_and_copied_and_positions_must_continue_it() -> None:
+    fake = opened(n_seqs=1)
+    assert fake.decode([Span(0, 0, (1, 2), True)]) == [5]
+    fake.start_seq(1, SAMPLING)
+    fake.copy_seq(0, 1)
+    assert fake.cached(1) == (1, 2)
+    with pytest.raises(FakeBackendViolation, match="position 0, expected 2"):
+        fake.decode([Span(1, 0, (1,), True)])
+    fake.violations.clear()
+    assert fake.trim(1, 1)
+    assert fake.decode([Span(1, 1, (2,), True)]) == [5]   # the reply of the whole cache
+    fake.start_seq(0, SAMPLING)
+    assert fake.trim(0, 0) and fake.kv_lengths[0] == 0
+    assert fake.decode([Span(0, 0, (3,), True)]) == [9]
+    assert fake.violations == []
+
+
+def test_a_recurrent_fake_refuses_partial_trims_and_then_needs_a_clear() -> None:
+    fake = opened(n_seqs=1, recurrent=True)
+    assert not fake.partial_trim
+    fake.decode([Span(0, 0, (1, 2), True)])
+    assert fake.trim(0, 2)                                 # nothing to cut: fine
+    assert not fake.trim(0, 1)
+    fake.start_seq(0, SAMPLING)
+    with pytest.raises(FakeBackendViolation, match="unknown"):
+        fake.decode([Span(0, 2, (3,), True)])
+    assert fake.trim(0, 0)                                 # a whole sequence: always
+    assert fake.decode([Span(0, 0, (3,), True)]) == [9]
+    assert FakeBackend(recurrent=True, declares_recurrent=False).partial_trim
 
 
 def test_open_batch_pads_caps_and_refuses_a_second_call() -> None:

@@ -32,19 +32,29 @@ class InterruptedFake(FakeBackend):
         return super().decode(spans)
 
 
-@pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("a bug")])
 @pytest.mark.parametrize("at", [1, 3])
-def test_an_exception_in_the_middle_of_a_group_leaves_no_slot_filled(exc, at):
-    fake = InterruptedFake(REPLIES, at=at, exc=exc)
+def test_an_interrupt_in_the_middle_of_a_decode_leaves_no_slot_filled(at):
+    fake = InterruptedFake(REPLIES, at=at, exc=KeyboardInterrupt())
     gen = BatchGenerator(backend=fake, slots=4, max_tokens=20)
-    with pytest.raises(type(exc)):
+    with pytest.raises(KeyboardInterrupt):
         gen.complete_many(["apple", "kale", "salmon", "rye"])
     assert fake.kv_lengths == (0, 0, 0, 0)          # cleared on the way out
-    # the generator is still usable, and batching was not turned off by a non-llama error
+    # the generator is still usable, and batching was not turned off by an interrupt
     out = gen.complete_many(["rye", "salmon", "kale", "apple"])
     assert [c.text for c in out] == ["grain", "fish", "vegetable", "fruit"]
     assert [c.path for c in out] == ["batch"] * 4 and gen.stats.batching_enabled
     assert fake.violations == []
+
+
+@pytest.mark.parametrize("at", [1, 3])
+def test_an_exception_of_the_backend_turns_batching_off_and_loses_nothing(at):
+    fake = InterruptedFake(REPLIES, at=at, exc=RuntimeError("a library error"))
+    gen = BatchGenerator(backend=fake, slots=4, max_tokens=20)
+    out = gen.complete_many(["apple", "kale", "salmon", "rye"])
+    assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
+    assert {c.path for c in out} == {"alone"}
+    assert "RuntimeError: a library error" in gen.stats.batch_disabled_reason
+    assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
 
 
 def test_odd_prompt_types_are_text_or_an_error_in_place():

@@ -18,7 +18,7 @@ def test_tag_all_labels_each_text_in_order():
     fake = FakeBackend({"Tag: apple\nLabel:": " fruit", "Tag: kale\nLabel:": " vegetable"})
     with BatchGenerator(backend=fake, slots=4, max_tokens=16) as gen:
         assert tag_all(gen, ["apple", "kale", "apple"]) == ["fruit", "vegetable", "fruit"]
-    assert gen.stats.groups_batched == 1 and fake.violations == []
+    assert gen.stats.items_batched == 3 and fake.violations == []
 
 
 def test_tag_all_survives_a_failed_batch_and_a_failing_item():

@@ -2,6 +2,7 @@
 
 Each test builds a :class:`FakeBackend` whose replies are given by text (the fake's
 tokenizer is one token per UTF-8 byte) and checks results, paths and the call log.
+The slot engine's own examples (cache reuse, copies, refill) are in test_slot_engine.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 from llamabatch import BatchGenerator, Completion
 from llamabatch.testing import (ClearCall, DecodeCall, FakeBackend, OpenBatchCall,
-                                SpanRecord, StartGroupCall)
+                                SpanRecord, StartSeqCall)
 
 REPLIES = {"apple": "fruit", "kale": "vegetable", "salmon": "fish", "rye": "grain",
            "fig": "fruit"}
@@ -39,12 +40,17 @@ def test_results_keep_input_order_with_errors_in_place() -> None:
     assert fake.violations == []
 
 
-def test_a_lone_last_item_is_completed_alone() -> None:
+def test_a_fifth_item_takes_the_first_slot_that_frees_up() -> None:
     fake = FakeBackend(REPLIES)
     out = gen_for(fake, slots=4).complete_many(["apple", "kale", "salmon", "rye", "fig"])
-    assert summary(out)[-1] == (4, "fruit", "stop", "alone")
+    assert summary(out)[-1] == (4, "fruit", "stop", "batch")
     assert [c.path for c in out[:4]] == ["batch"] * 4
-    assert [g.n_seqs for g in fake.groups()] == [4]
+    seqs = fake.seqs()
+    assert [s.prompt for s in seqs] == [tuple(w.encode()) for w in
+                                        ["apple", "kale", "salmon", "rye", "fig"]]
+    first_free = min(seqs[:4], key=lambda s: s.decode_calls[-1])   # "rye": "grain"
+    assert seqs[4].seq_id == first_free.seq_id
+    assert seqs[4].decode_calls[0] == first_free.decode_calls[-1] + 1
 
 
 def test_a_prompt_too_long_for_its_sequence_is_completed_alone_in_place() -> None:
@@ -54,7 +60,7 @@ def test_a_prompt_too_long_for_its_sequence_is_completed_alone_in_place() -> Non
         ["apple", long_prompt, "fig"])
     assert summary(out) == [(0, "fruit", "stop", "batch"), (1, "long", "stop", "alone"),
                             (2, "fruit", "stop", "batch")]
-    assert fake.groups()[0].prompts == (tuple(b"apple"), tuple(b"fig"))
+    assert [s.prompt for s in fake.seqs()] == [tuple(b"apple"), tuple(b"fig")]
 
 
 def test_fitting_uses_the_allocated_n_ctx_seq() -> None:
@@ -69,16 +75,17 @@ def test_prefill_splits_prompts_across_decodes_with_logits_on_last_tokens() -> N
     gen_for(fake, slots=2, n_batch=3).complete_many(["abcde", "wxyz"])
     a, w = b"abcde", b"wxyz"
     decodes = fake.calls(DecodeCall)
-    assert [d.spans for d in decodes[:3]] == [
+    assert [d.spans for d in decodes[:2]] == [
         (SpanRecord(0, 0, tuple(a[:3]), False),),
-        (SpanRecord(0, 3, tuple(a[3:]), True), SpanRecord(1, 0, tuple(w[:1]), False)),
-        (SpanRecord(1, 1, tuple(w[1:]), True),)]
-    assert fake.groups()[0].prompt_ends == (2, 3)
-    assert decodes[3].spans == (SpanRecord(0, 5, (ord("1"),), True),
-                                SpanRecord(1, 4, (ord("2"),), True))
+        (SpanRecord(0, 3, tuple(a[3:]), True), SpanRecord(1, 0, tuple(w[:1]), False))]
+    # decode tokens first, then the rest of the budget to the prompt still prefilling
+    assert decodes[2].spans == (SpanRecord(0, 5, (ord("1"),), True),
+                                SpanRecord(1, 1, tuple(w[1:3]), False))
+    assert decodes[3].spans == (SpanRecord(1, 3, tuple(w[3:]), True),)
+    assert [s.prompt_end for s in fake.seqs()] == [2, 4]
 
 
-def test_lockstep_steps_split_when_n_batch_is_below_the_running_sequences() -> None:
+def test_decode_steps_take_turns_when_n_batch_is_below_the_running_sequences() -> None:
     fake = FakeBackend({"a": "xyz", "b": "xyz", "c": "xyz", "d": "xyz"})
     out = gen_for(fake, slots=4, n_batch=2).complete_many(["a", "b", "c", "d"])
     assert [c.text for c in out] == ["xyz"] * 4
@@ -121,7 +128,7 @@ def test_no_eog_ids_means_every_reply_ends_at_the_cap() -> None:
 
 
 @pytest.mark.parametrize("code", [1, 2, -1, -3])
-def test_a_failed_decode_completes_the_group_alone_and_turns_batching_off(
+def test_a_failed_decode_completes_the_items_alone_and_turns_batching_off(
         code: int, caplog: pytest.LogCaptureFixture) -> None:
     prompts = ["apple", "kale", "salmon", "rye", "fig", "apple"]
     clean = gen_for(FakeBackend(REPLIES), slots=2).complete_many(prompts)
@@ -132,11 +139,23 @@ def test_a_failed_decode_completes_the_group_alone_and_turns_batching_off(
     assert [(c.text, c.finish_reason) for c in out] == [(c.text, c.finish_reason)
                                                          for c in clean]
     assert [c.path for c in out] == ["alone"] * 6
-    assert len(fake.calls(DecodeCall)) == 2 and len(fake.calls(StartGroupCall)) == 1
+    assert len(fake.calls(DecodeCall)) == 2 and len(fake.calls(StartSeqCall)) == 2
     assert isinstance(fake.log[fake.log.index(fake.calls(DecodeCall)[-1]) + 1], ClearCall)
     assert fake.kv_lengths == (0, 0)
     assert str(code) in gen.stats.batch_disabled_reason
     assert len([r for r in caplog.records if r.name == "llamabatch"]) == 1
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError("a library error"),
+                                 OSError("libggml")])
+def test_any_exception_of_a_decode_takes_the_same_fallback(exc: BaseException) -> None:
+    prompts = ["apple", "kale", "salmon", "rye", "fig"]
+    fake = FakeBackend(REPLIES, fail_decode_at=3, fail_exc=exc)
+    gen = gen_for(fake, slots=2)
+    out = gen.complete_many(prompts)
+    assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain", "fruit"]
+    assert type(exc).__name__ in gen.stats.batch_disabled_reason
+    assert fake.kv_lengths == (0, 0) and fake.violations == []
 
 
 def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
@@ -152,14 +171,15 @@ def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
 
 
 def test_an_item_failing_alone_is_an_error_in_its_place_only() -> None:
-    fake = FakeBackend(REPLIES, fail_alone={tuple(b"fig")})
-    out = gen_for(fake, slots=2).complete_many(["fig", "kale", "fig"])
+    long_prompt = "f" * 30                    # 30 + max_tokens 20 > n_ctx_seq 32: alone
+    fake = FakeBackend({**REPLIES, long_prompt: "x"}, fail_alone={tuple(long_prompt.encode())})
+    out = gen_for(fake, slots=2, n_ctx_seq=32).complete_many(["fig", long_prompt, "kale"])
     assert [(c.finish_reason, c.path) for c in out] == [
-        ("stop", "batch"), ("stop", "batch"), ("error", "alone")]
-    assert "fail_alone" in out[2].error
+        ("stop", "batch"), ("error", "alone"), ("stop", "batch")]
+    assert "fail_alone" in out[1].error
 
 
-def test_closing_iter_groups_between_groups_keeps_finished_groups() -> None:
+def test_closing_iter_groups_between_pages_keeps_finished_pages() -> None:
     fake = FakeBackend(REPLIES)
     gen = gen_for(fake, slots=2)
     prompts = ["apple", "kale", "salmon", "rye", "fig"]
@@ -167,10 +187,10 @@ def test_closing_iter_groups_between_groups_keeps_finished_groups() -> None:
     first = next(groups)
     groups.close()
     assert [c.index for c in first] == [0, 1]
-    assert gen.stats.items_batched + gen.stats.items_alone == 2
+    assert gen.stats.items_batched + gen.stats.items_alone <= 4   # 2 yielded + in flight
     rest = gen.complete_many(prompts[2:])
     assert [c.text for c in first + rest] == ["fruit", "vegetable", "fish", "grain", "fruit"]
-    assert fake.kv_lengths == (0, 0) and fake.violations == []
+    assert fake.violations == []
 
 
 def test_slots_above_the_backend_ceiling_is_a_value_error() -> None:

@@ -51,7 +51,8 @@ def test_batched_greedy_equals_alone(backend):
                backend.tokenize(chat("Write one word about the sea, then a short poem."))]
     limits = backend.open_batch(slots=2, n_ctx_seq=256, n_batch=16)  # prefill in chunks
     assert limits == BatchLimits(n_seq_max=2, n_ctx_seq=256, n_batch=16, n_ctx=512)
-    backend.start_group(2, GREEDY)
+    backend.start_seq(0, GREEDY)
+    backend.start_seq(1, GREEDY)
     # prefill in chunks of <= 16 tokens, both prompts in each decode, then lockstep steps
     replies: list[list[int]] = [[], []]
     pos = [0, 0]
@@ -81,11 +82,46 @@ def test_batched_greedy_equals_alone(backend):
         assert reply == alone
 
 
+def greedy_after(backend, seq, pos, tokens, n=8):
+    """Feed ``tokens`` to ``seq`` from ``pos`` in one decode, then decode greedily."""
+    out = backend.decode([Span(seq, pos, tokens, True)])
+    pos += len(tokens)
+    while len(out) < n:
+        out += backend.decode([Span(seq, pos, [out[-1]], True)])
+        pos += 1
+    return out
+
+
+def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend):
+    a = backend.tokenize(chat("Name a fruit."))
+    b = backend.tokenize(chat("Name a vegetable."))
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert shared >= 5
+    backend.open_batch(slots=3, n_ctx_seq=256, n_batch=64)
+    assert backend.partial_trim and backend.can_copy       # SmolLM2: a plain KV cache
+    backend.start_seq(0, GREEDY)
+    reply_a = greedy_after(backend, 0, 0, a)
+    backend.copy_seq(0, 1)                                 # seq 1: a copy of seq 0's cells
+    assert backend.batch_context.seq_pos_max(1) == backend.batch_context.seq_pos_max(0)
+    assert backend.trim(1, shared)
+    assert backend.batch_context.seq_pos_max(1) == shared - 1
+    backend.start_seq(1, GREEDY)
+    reply_b_copied = greedy_after(backend, 1, shared, b[shared:])
+    assert backend.trim(0, shared)                         # seq 0 reused for b itself
+    backend.start_seq(0, GREEDY)
+    reply_b_reused = greedy_after(backend, 0, shared, b[shared:])
+    backend.clear()
+    assert backend.batch_context.seq_pos_max(0) == -1
+    assert reply_a == list(itertools.islice(backend.generate_alone(a, GREEDY), 8))
+    alone_b = list(itertools.islice(backend.generate_alone(b, GREEDY), 8))
+    assert reply_b_copied == alone_b and reply_b_reused == alone_b
+
+
 def test_decode_failure_raises_with_its_code(llm):
     backend = LlamaBackend(llm, decode_hook=lambda n_tokens: -1)
     try:
         backend.open_batch(slots=2, n_ctx_seq=256, n_batch=64)
-        backend.start_group(1, GREEDY)
+        backend.start_seq(0, GREEDY)
         with pytest.raises(DecodeError, match="invalid batch") as info:
             backend.decode([Span(0, 0, backend.tokenize(chat("Hi")), True)])
         assert info.value.code == -1
@@ -95,7 +131,7 @@ def test_decode_failure_raises_with_its_code(llm):
 
 def test_decode_refuses_empty_and_oversized(backend):
     backend.open_batch(slots=1, n_ctx_seq=256, n_batch=8)
-    backend.start_group(1, GREEDY)
+    backend.start_seq(0, GREEDY)
     with pytest.raises(ValueError, match=r"0 tokens"):
         backend.decode([])
     with pytest.raises(ValueError, match=r"9 tokens: valid is \[1, 8\]"):

@@ -86,7 +86,7 @@ def test_every_bad_prompt_is_an_error_in_its_place_and_the_rest_complete(llm):
             assert c.finish_reason == "error" and expect in c.error, (c.index, c.error)
             assert c.text == "" and c.token_ids == () and c.path == "alone"
     assert stats.items_failed == sum(e is not None for _, e in CASES)
-    assert stats.groups_batched >= 2  # the good prompts shared groups with bad ones
+    assert stats.items_batched >= 2  # the good prompts ran in the slots between bad ones
 
 
 def test_odd_but_valid_prompts_give_the_same_reply_batched_and_alone(llm):
@@ -94,7 +94,7 @@ def test_odd_but_valid_prompts_give_the_same_reply_batched_and_alone(llm):
                "\x00 Apples are"]
     batched, stats = complete(llm, prompts + prompts, slots=2, n_ctx_seq=256, max_tokens=5)
     alone, _ = complete(llm, prompts, slots=1, max_tokens=5)
-    assert stats.groups_batched == 5
+    assert stats.items_batched == 10
     assert [c.token_ids for c in batched] == [c.token_ids for c in alone] * 2
     # a prompt of one end-of-generation token is a prompt: the model goes on after it
     assert batched[1].n_prompt_tokens == 1 and batched[1].n_tokens > 0
@@ -119,7 +119,8 @@ def test_a_prompt_of_n_ctx_seq_minus_max_tokens_is_batched_one_more_goes_alone(l
                         sampling=GREEDY) as gen:
         results = gen.complete_many(prompts)
         assert gen.limits.n_ctx_seq == n_ctx_seq
-    assert [c.path for c in results] == ["batch", "batch", "alone", "alone"]
+    # the last item takes the first slot that frees up (no more groups of one alone)
+    assert [c.path for c in results] == ["batch", "batch", "alone", "batch"]
     assert all(c.error is None for c in results)
     alone, _ = complete(llm, [fits], slots=1, max_tokens=max_tokens)
     assert results[0].token_ids == alone[0].token_ids  # the last slot position is usable
@@ -132,7 +133,8 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
         sizes.append(n_tokens)
         return None  # decode for real
 
-    prompts = [long_tokens(llm, 512), long_tokens(llm, 513)]
+    # no shared prefix (else the second copies the first's cache and prefills 2 tokens)
+    prompts = [long_tokens(llm, 512), long_tokens(llm, 513)[::-1]]
     backend = LlamaBackend(llm, decode_hook=record)
     with BatchGenerator(backend=backend, slots=2, n_ctx_seq=768, n_batch=512,
                         max_tokens=4, sampling=GREEDY) as gen:
@@ -140,7 +142,9 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
         assert gen.limits.n_batch == 512
     assert [c.path for c in results] == ["batch", "batch"]
     assert max(sizes) == 512 and min(sizes) >= 1
-    assert sum(sizes[:3]) == 512 + 513  # prefill: 512 + 512 + 1 tokens, then the steps
+    # prefill 512 + 513 tokens in calls of at most 512 (the first reply's decode tokens
+    # go into the same calls), then 3 decode tokens per sequence (4 sampled)
+    assert sizes[:3] == [512, 512, 3] and sum(sizes) == 512 + 513 + 2 * 3
     alone, _ = complete(llm, prompts, slots=1, max_tokens=4)
     assert [c.token_ids for c in results] == [c.token_ids for c in alone]
 

@@ -53,17 +53,17 @@ def test_fruit_prompts_name_a_fruit_in_a_batch_and_alone(llm, slots):
     for c in results:
         assert c.error is None and names_a_fruit(c.text), (c.index, c.text)
     if slots == 4:
-        assert stats.groups_batched == 1 and stats.items_batched == 4
-        assert [c.path for c in results] == ["batch"] * 4 + ["alone"]  # a group of one
+        assert stats.items_batched == 5                 # the fifth refills a slot
+        assert [c.path for c in results] == ["batch"] * 5
     else:
-        assert stats.groups_batched == 0 and {c.path for c in results} == {"alone"}
+        assert stats.items_batched == 0 and {c.path for c in results} == {"alone"}
 
 
 def test_greedy_batch_equals_alone_on_the_first_8_tokens(llm):
     batched, stats = complete(llm, FRUIT_PROMPTS, slots=4, n_ctx_seq=512, max_tokens=8,
                               sampling=GREEDY)
     alone, _ = complete(llm, FRUIT_PROMPTS, slots=1, max_tokens=8, sampling=GREEDY)
-    assert stats.groups_batched == 1
+    assert stats.items_batched == 5
     for b, a in zip(batched, alone):
         assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
         assert b.text == llm.detokenize(list(b.token_ids)).decode("utf-8", "replace")
@@ -77,7 +77,7 @@ def test_mixed_lengths_keep_input_order(llm):
                               max_tokens=8, sampling=GREEDY)
     alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
     assert [c.index for c in results] == list(range(len(prompts)))
-    assert stats.groups_batched >= 3
+    assert stats.items_batched == len(prompts)
     lengths = [c.n_prompt_tokens for c in results]
     assert lengths == [len(llm.tokenize(p.encode(), special=True)) for p in prompts]
     for b, a in zip(results, alone):
@@ -105,19 +105,55 @@ def test_a_batch_that_cannot_be_created_falls_back_once(llm, caplog):
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         results, stats = complete(llm, FRUIT_PROMPTS * 2, slots=4, n_ctx_seq=huge,
                                   max_tokens=4, sampling=GREEDY)
-    assert stats.groups_batched == 0 and stats.items_alone == 10
+    assert stats.items_batched == 0 and stats.items_alone == 10
     assert "could not be created" in stats.batch_disabled_reason
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert all(c.error is None and c.path == "alone" for c in results)
 
 
-def test_nothing_leaks_between_groups(llm):
+def test_nothing_leaks_between_items_of_a_slot(llm):
     probe = FRUIT_PROMPTS[4]
     fresh, _ = complete(llm, [probe, FRUIT_PROMPTS[0]], slots=2, n_ctx_seq=512,
                         max_tokens=12, sampling=GREEDY)
     after, stats = complete(llm, FRUIT_PROMPTS[:4] + [probe, FRUIT_PROMPTS[0]], slots=2,
                             n_ctx_seq=512, max_tokens=12, sampling=GREEDY)
-    assert stats.groups_batched == 3
+    assert stats.items_batched == 6 and stats.prompt_tokens_cached > 0   # slots reused
     assert after[4].path == "batch"
     assert after[4].token_ids == fresh[0].token_ids
+
+
+SYSTEM = ("<|im_start|>system\nYou label support tickets. Answer with one word: the "
+          "category of the ticket, one of billing, login, shipping, refund, bug, other. "
+          + "Read the whole ticket before answering. " * 12 + "<|im_end|>\n")
+TICKETS = ("I was charged twice this month.", "I cannot log in since yesterday.",
+           "My parcel has not arrived.", "Please give me my money back.",
+           "The app crashes when I press save.", "What are your opening hours?",
+           "My password reset email never came.", "The invoice shows the wrong amount.",
+           "The tracking number does not work.", "The button does nothing on Android.")
+
+
+def ticket(text: str) -> str:
+    return f"{SYSTEM}<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reuse(llm):
+    """Issue 11: the shared prefix is prefilled once and copied, slots are refilled as
+    items end and reuse their caches; every reply's first 8 tokens equal the reply
+    completed alone."""
+    prompts = [ticket(t) for t in TICKETS]
+    with BatchGenerator(llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8,
+                        sampling=GREEDY, min_copy_tokens=16) as gen:
+        batched = gen.complete_many(prompts)
+        again = gen.complete_many(prompts[::-1])           # every slot reuses its cache
+        stats = gen.stats
+    alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
+    assert {c.path for c in batched + again} == {"batch"}
+    assert stats.prefix_copies >= 2                         # the first fill shared it
+    n_prompt = sum(c.n_prompt_tokens for c in batched + again)
+    assert stats.prompt_tokens_cached > n_prompt / 2
+    assert stats.prompt_tokens_cached + stats.prompt_tokens_prefilled == n_prompt
+    for b, a in zip(batched, alone):
+        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+    for b, a in zip(again, alone[::-1]):
+        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)

@@ -2,8 +2,9 @@
 context that cannot be created, a llama-cpp-python without an essential symbol.
 
 Decode failures are injected with ``LlamaBackend(llm, decode_hook=...)``: the hook sees
-each batched decode and returns llama.cpp's code instead of decoding. It fails mid-group
-(after the prompts are in the KV cache) so that clearing the group is really tested.
+each batched decode and returns llama.cpp's code instead of decoding. It fails while
+sequences are running (their prompts in the KV cache) so that clearing every sequence
+is really tested, and after some items already finished in the batch.
 """
 
 from __future__ import annotations
@@ -43,18 +44,18 @@ def clean(llm):
     """Token ids of every prompt completed alone, and of the first two batched."""
     alone, _ = run(llm, PROMPTS, slots=1)
     batched, stats = run(llm, PROMPTS[:2], slots=2)
-    assert stats.groups_batched == 1
+    assert stats.items_batched == 2
     return {"alone": alone, "batched": batched}
 
 
 class FailingDecode:
-    """Decode hook: the ``step``-th decode (1-based) of the ``group``-th batched group
-    returns ``code``; every other decode runs. Records the KV cache when it fails."""
+    """Decode hook: the ``at``-th batched decode (1-based) returns ``code``; every other
+    decode runs. Records the KV cache when it fails."""
 
-    def __init__(self, code: int, group: int, step: int) -> None:
-        self.code, self.group, self.step = code, group, step
+    def __init__(self, code: int, at: int) -> None:
+        self.code, self.at = code, at
         self.backend: LlamaBackend | None = None
-        self.n_groups = self.n_in_group = self.n_after = 0
+        self.n_calls = self.n_after = 0
         self.failed = False
         self.kv_at_failure: list[int] = []
 
@@ -62,11 +63,8 @@ class FailingDecode:
         if self.failed:
             self.n_after += 1
             return None
-        if n_tokens > 2:  # a prefill (prompts are > 2 tokens; a step has <= 2)
-            self.n_groups += 1
-            self.n_in_group = 0
-        self.n_in_group += 1
-        if self.n_groups == self.group and self.n_in_group == self.step:
+        self.n_calls += 1
+        if self.n_calls == self.at:
             ctx = self.backend.batch_context
             self.kv_at_failure = [ctx.seq_pos_max(s) for s in range(ctx.limits.n_seq_max)]
             self.failed = True
@@ -79,16 +77,16 @@ def warnings_of(caplog) -> list[str]:
             if r.levelno == logging.WARNING and r.name == "llamabatch"]
 
 
-@pytest.mark.parametrize(("code", "group", "step"), [
-    (1, 1, 3), (2, 1, 3), (-1, 1, 3), (-3, 1, 3),   # mid-group: the KV cache holds data
-    (-1, 1, 1),                                      # the first prefill decode
-    (-3, 2, 2),                                      # after a good group
+@pytest.mark.parametrize(("code", "at"), [
+    (1, 3), (2, 3), (-1, 3), (-3, 3),   # sequences running: the KV cache holds data
+    (-1, 1),                            # the first prefill decode
+    (-3, 2 + MAX_TOKENS + 1),           # after the first items ended in the batch
 ])
-def test_a_failed_batched_decode_clears_the_group_and_completes_it_alone(
-        llm, clean, caplog, code, group, step):
-    hook = FailingDecode(code, group, step)
+def test_a_failed_batched_decode_clears_every_sequence_and_completes_the_rest_alone(
+        llm, clean, caplog, code, at):
+    hook = FailingDecode(code, at)
     backend = hook.backend = LlamaBackend(llm, decode_hook=hook)
-    prompts = PROMPTS if group == 2 else PROMPTS[:4]
+    prompts = PROMPTS if at > 3 else PROMPTS[:4]
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         with BatchGenerator(backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS,
                             sampling=GREEDY) as gen:
@@ -97,15 +95,19 @@ def test_a_failed_batched_decode_clears_the_group_and_completes_it_alone(
             kv_after = [ctx.seq_pos_max(s) for s in range(ctx.limits.n_seq_max)]
             stats = gen.stats
     assert hook.failed and hook.n_after == 0          # batching stayed off after it
-    if step > 1:
-        assert min(hook.kv_at_failure) >= 0           # the group was in the KV cache ...
+    if at > 1:
+        assert max(hook.kv_at_failure) >= 0           # sequences were in the KV cache ...
     assert kv_after == [-1, -1]                       # ... and every sequence is removed
-    n_good = 2 * (group - 1)
-    assert [c.path for c in results] == ["batch"] * n_good + ["alone"] * (len(prompts) - n_good)
-    want = clean["batched"][:n_good] + clean["alone"][n_good:len(prompts)]
-    assert [c.token_ids for c in results] == want
+    n_good = stats.items_batched
+    assert (n_good > 0) == (at > 3)
+    assert sorted(c.path for c in results) == ["alone"] * (len(prompts) - n_good) + [
+        "batch"] * n_good
+    for c in results:                                 # greedy: the same tokens either way
+        want = clean["batched"][c.index] if c.index < 2 else clean["alone"][c.index]
+        assert c.token_ids == (want if c.path == "batch" or c.index >= 2
+                               else clean["alone"][c.index])
     assert all(c.error is None for c in results)
-    assert stats.groups_batched == group - 1 and stats.items_alone == len(prompts) - n_good
+    assert stats.items_alone == len(prompts) - n_good
     assert f"llama_decode returned {code}" in stats.batch_disabled_reason
     assert len(warnings_of(caplog)) == 1
 
@@ -142,7 +144,7 @@ def test_without_a_symbol_batching_needs_it_is_off_and_alone_works(
             results = gen.complete_many(PROMPTS[:3])
             stats = gen.stats
     assert [c.token_ids for c in results] == clean["alone"][:3]
-    assert stats.groups_batched == 0 and {c.path for c in results} == {"alone"}
+    assert stats.items_batched == 0 and {c.path for c in results} == {"alone"}
     reason = stats.batch_disabled_reason
     assert names[-1] in reason and binding_version() in reason, reason
     assert len(warnings_of(caplog)) == 1

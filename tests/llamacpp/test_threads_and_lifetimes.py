@@ -70,8 +70,9 @@ def test_two_threads_alternating_llm_calls_and_complete_many_match_a_serial_run(
     its own first token, so no call reuses another's cached prefix: greedy results are
     then the same whatever the interleaving."""
     own = {0: "Apples are", 1: "Cherries are"}
-    groups = {0: ["Bananas are", "Grapes are", "Lemons are"],
-              1: ["Dates are", "Kiwis are", "Mangoes are"]}
+    # the third prompt of each is too long for a slot (n_ctx_seq 256): completed alone
+    groups = {0: ["Bananas are", "Grapes are", "Lemons are sour. " * 60 + "Lemons are"],
+              1: ["Dates are", "Kiwis are", "Mangoes are sweet. " * 60 + "Mangoes are"]}
     with BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=4, sampling=GREEDY) as gen:
         lock = llamabatch.llm_lock(llm)
 

@@ -56,8 +56,8 @@ def batching_note(slots: int, stats: Any) -> str:
     reason = getattr(stats, "batch_disabled_reason", None) if stats is not None else None
     if reason:
         return f"batching off: {reason}"
-    groups = getattr(stats, "groups_batched", 0) if stats is not None else 0
-    return f"batching on ({slots} slots, {groups} groups decoded together)"
+    n = getattr(stats, "items_batched", 0) if stats is not None else 0
+    return f"batching on ({slots} slots, {n} items batched)"
 
 
 def summary_line(tally: JobTally, total: int, wall_s: float, gen_s: float, note: str,

@@ -1,0 +1,270 @@
+"""Side by side: one at a time (``Llama.create_completion``), ``BatchGenerator`` (the slot
+engine) and llama.cpp's own ``llama-server``, on the workloads of issue 11.
+
+For each B (slots), one ``llama-server`` is started on 127.0.0.1 with the same model,
+threads, n_batch, slots and per-slot context as llamabatch::
+
+    llama-server -m MODEL -np B --no-kv-unified -c B*N_CTX_SEQ -t T -b 512 -ub 512 -fa off
+
+and fed by B concurrent clients posting ``/completion`` with ``cache_prompt: true``.
+Each round makes FRESH prompts (a new seed; the S system prompt stays the same, as in a
+real backlog) so no path replays a cached prompt, and runs the three paths in an order
+that rotates from round to round. Greedy everywhere. Per (B, workload) it prints the
+median seconds per item of each path and the medians of the per-round ratios
+llamabatch / one-at-a-time and llamabatch / server, and writes everything to JSON.
+
+The server binary: ``$LLAMA_SERVER``, else ``~/.cache/llamabatch/build-0.3.36/bin/
+llama-server``. To build it from the sdist of the installed llama-cpp-python
+(``pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36``, unpacked)::
+
+    cmake -S <sdist>/vendor/llama.cpp -B BUILD -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
+    cmake --build BUILD --target llama-server -j2
+
+The server is stopped by this script whatever happens (terminate, then kill after
+10 s; SIGTERM to this script unwinds like Ctrl-C); every wait is bounded. Each B, each
+workload can be run on its own (``--slots 4 --workloads S``) and the JSON files merged.
+
+Usage::
+
+    python benchmarks/vs_llama_server.py --slots 4 8 --rounds 3 --json vs_server.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.bench.workloads import WORKLOADS, Workload
+
+DEFAULT_SERVER = Path.home() / ".cache/llamabatch/build-0.3.36/bin/llama-server"
+PATHS = ("one", "batch", "server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A llama-server child process on 127.0.0.1 (a context manager that stops it)."""
+
+    def __init__(self, binary: Path, model: str, slots: int, n_ctx_seq: int, threads: int,
+                 n_batch: int, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [str(binary), "-m", model, "-np", str(slots), "--no-kv-unified",
+                    "-c", str(slots * n_ctx_seq), "-t", str(threads), "-b", str(n_batch),
+                    "-ub", str(n_batch), "-fa", "off", "--host", "127.0.0.1",
+                    "--port", str(self.port)]
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> Server:
+        self._log = open(self.log, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with {self.proc.returncode}; "
+                                   f"see {self.log}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise RuntimeError(f"llama-server did not become healthy in 180 s; see {self.log}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._log.close()
+
+    def complete(self, prompt: str, max_tokens: int) -> int:
+        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, "temperature": 0.0,
+                           "cache_prompt": True, "stream": False}).encode()
+        req = urllib.request.Request(self.url + "/completion", body,
+                                     {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return int(json.loads(r.read())["tokens_predicted"])
+
+    def complete_all(self, prompts: list[str], max_tokens: int, clients: int) -> int:
+        """Send ``prompts`` through ``clients`` concurrent clients; total reply tokens."""
+        todo: queue.Queue[str] = queue.Queue()
+        for p in prompts:
+            todo.put(p)
+        tokens: list[int] = []
+        errors: list[BaseException] = []
+
+        def client() -> None:
+            while True:
+                try:
+                    p = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    tokens.append(self.complete(p, max_tokens))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                    return
+
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=900)
+        if errors:
+            raise RuntimeError(f"a server request failed: {errors[0]!r}")
+        return sum(tokens)
+
+
+def run_path(path: str, prompts: list[str], w: Workload, llm: Any, gen: BatchGenerator,
+             server: Server, b: int) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    if path == "one":
+        n = sum(llm.create_completion(p, max_tokens=w.max_tokens, temperature=0.0)
+                ["usage"]["completion_tokens"] for p in prompts)
+    elif path == "batch":
+        sampling = SamplingParams(temperature=0.0, max_tokens=w.max_tokens)
+        n = sum(c.n_tokens for c in gen.complete_many(prompts, sampling=sampling))
+    else:
+        n = server.complete_all(prompts, w.max_tokens, b)
+    return time.perf_counter() - t0, n
+
+
+def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
+    items = args.items or 2 * b
+    log = Path(args.server_log or f"/tmp/llama-server-B{b}.log")
+    with Server(args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch,
+                log) as server, BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq,
+                                               n_batch=args.n_batch,
+                                               sampling=SamplingParams(temperature=0.0)
+                                               ) as gen:
+        warm = Workload("warm-up", 4, "")
+        for path in PATHS:                       # untimed warm-up of every path
+            run_path(path, WORKLOADS["L"].prompts(2, tokenize, seed=999_999), warm, llm,
+                     gen, server, b)
+        rows = {w: {p: [] for p in PATHS} for w in args.workloads}
+        tokens = {w: {p: [] for p in PATHS} for w in args.workloads}
+        for r in range(args.rounds):
+            order = PATHS[r % 3:] + PATHS[:r % 3]
+            for name in args.workloads:
+                w = WORKLOADS[name]
+                prompts = w.prompts(items, tokenize, seed=args.seed + 1000 * b + r)
+                for path in order:
+                    secs, n = run_path(path, prompts, w, llm, gen, server, b)
+                    rows[name][path].append(secs / items)
+                    tokens[name][path].append(n / items)
+                    print(f"B={b} round {r + 1} {name} {path:6s} {secs / items:.3f} s/item "
+                          f"{n / items:.1f} tok/item", file=sys.stderr, flush=True)
+        stats = gen.stats
+        for name in args.workloads:
+            per = rows[name]
+            vs_one = [a / o for a, o in zip(per["batch"], per["one"])]
+            vs_server = [a / s for a, s in zip(per["batch"], per["server"])]
+            out.setdefault("results", []).append({
+                "b": b, "workload": name, "items": items, "rounds": args.rounds,
+                "per_item_s": per, "tokens_per_item": tokens[name],
+                "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
+                "ratio_batch_over_one": statistics.median(vs_one),
+                "ratio_batch_over_server": statistics.median(vs_server),
+                "ratios_batch_over_one": vs_one, "ratios_batch_over_server": vs_server})
+        out.setdefault("engine_stats", {})[str(b)] = {
+            "items_batched": stats.items_batched, "items_alone": stats.items_alone,
+            "prompt_tokens": stats.prompt_tokens,
+            "prompt_tokens_cached": stats.prompt_tokens_cached,
+            "prompt_tokens_prefilled": stats.prompt_tokens_prefilled,
+            "prefix_copies": stats.prefix_copies, "decode_calls": stats.decode_calls,
+            "batch_disabled_reason": stats.batch_disabled_reason}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| B | workload | one at a time s/item | llamabatch s/item | llama-server s/item "
+             "| llamabatch / one at a time | llamabatch / server |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r["median_per_item_s"]
+        lines.append(f"| {r['b']} | {r['workload']} | {m['one']:.3f} | {m['batch']:.3f} | "
+                     f"{m['server']:.3f} | {r['ratio_batch_over_one']:.2f} | "
+                     f"{r['ratio_batch_over_server']:.2f} |")
+    return "\n".join(lines)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", help="GGUF (default: llamabatch's default model)")
+    ap.add_argument("--server", type=Path,
+                    default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_SERVER)))
+    ap.add_argument("--slots", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--items", type=int, default=0, help="items per round (default 2*B)")
+    ap.add_argument("--workloads", nargs="+", default=["S", "U", "L"], choices=WORKLOADS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-ctx-seq", type=int, default=1024)
+    ap.add_argument("--n-batch", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--server-log", default=None)
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    # SIGTERM (e.g. `kill PID`) unwinds like Ctrl-C, so the server is stopped on the way
+    signal.signal(signal.SIGTERM, _interrupt)
+    if not args.server.is_file():
+        ap.error(f"no llama-server at {args.server}: set $LLAMA_SERVER or build it "
+                 "(see this script's docstring)")
+    if args.model is None:
+        from llamabatch.model import default_model_path
+        args.model = str(default_model_path())
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=args.model, n_ctx=args.n_ctx_seq, n_batch=args.n_batch,
+                          n_threads=args.threads, n_threads_batch=args.threads,
+                          flash_attn=False, verbose=False)
+
+    def tokenize(text: str) -> list[int]:
+        return llm.tokenize(text.encode(), add_bos=True, special=True)
+
+    out: dict[str, Any] = {"command": sys.argv, "model": args.model,
+                           "threads": args.threads, "n_ctx_seq": args.n_ctx_seq,
+                           "n_batch": args.n_batch, "server": str(args.server),
+                           "workloads": {k: WORKLOADS[k].description for k in args.workloads}}
+    t0 = time.perf_counter()
+    try:
+        for b in args.slots:
+            bench_b(args, b, llm, tokenize, out)
+    finally:
+        out["wall_s"] = time.perf_counter() - t0
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        llm.close()
+    print(table(out.get("results", [])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

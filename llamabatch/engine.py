@@ -1,0 +1,290 @@
+"""The slot engine: sequences in slots that keep their cache, refilled as they end.
+
+Pure Python over a :class:`~llamabatch.backend.Backend`. :meth:`SlotEngine.place` puts
+an item in the free slot whose cache shares the most with its prompt (trimming the
+rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.slots`);
+:meth:`SlotEngine.step` runs one ``llama_decode`` mixing the running sequences' decode
+tokens with prompt chunks (:func:`llamabatch.plan.plan_step`) and returns the
+sequences that ended. Every sampled token goes through :func:`llamabatch.stop.check_stop`.
+
+Any exception a backend call raises becomes :class:`BatchFailed`; the caller
+(:class:`~llamabatch.scheduler.Scheduler`) then empties every cache with
+:meth:`SlotEngine.reset` and completes the items in flight one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from .backend import Backend, BatchLimits
+from .completion import Stats
+from .errors import DecodeError, decode_meaning
+from .plan import Decoding, Prefilling, plan_step
+from .prompts import Item
+from .slots import CopyPlan, Slot, SlotTable
+from .stop import check_stop
+
+
+class BatchFailed(Exception):
+    """A backend call of the batch path failed; ``reason`` says which and why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Status(IntEnum):
+    """Where a sequence stands; ordered so ``status >= FINISHED`` means done."""
+
+    COPY = 0        # waiting for another slot to hold the prefix it will copy
+    PREFILL = 1
+    DECODE = 2
+    FINISHED = 3
+
+
+@dataclass(slots=True)
+class Seq:
+    """One item running in a slot.
+
+    Attributes:
+        fed: prompt tokens in the slot's cache (reused, copied or prefilled).
+        breaks: prompt lengths at which a prefill call must stop, so that another
+            slot can copy the cache exactly there (recurrent models only).
+    """
+
+    item: Item
+    slot: Slot
+    budget: int
+    fed: int = 0
+    copy: CopyPlan | None = None
+    output: list[int] = field(default_factory=list)
+    status: Status = Status.PREFILL
+    finish_reason: str | None = None
+    breaks: set[int] = field(default_factory=set)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.item.tokens
+
+
+def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a backend method; any exception becomes :class:`BatchFailed`."""
+    try:
+        return fn(*args)
+    except DecodeError as exc:
+        raise BatchFailed(f"llama_decode returned {exc.code} "
+                          f"({decode_meaning(exc.code)}): {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
+        raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+
+class SlotEngine:
+    """Runs items in the slots of an open batch context.
+
+    Args:
+        backend: a backend whose batch context is open.
+        limits: what ``open_batch`` returned.
+        stats: counters to update (cache reuse, copies, decode calls).
+        min_copy_tokens: copy another slot's cache only when it saves at least this
+            many more prompt tokens than the slot's own cache (>= 1).
+
+    Attributes:
+        exact: True once the memory is known to refuse trims to a position > 0
+            (``backend.partial_trim`` False, or a refused trim): caches are then only
+            reused up to their very end.
+        dirty: True while a backend call that changes caches is in progress (an
+            exception escaping it leaves the caches unknown: :meth:`reset`).
+    """
+
+    def __init__(self, backend: Backend, limits: BatchLimits, stats: Stats,
+                 min_copy_tokens: int = 32) -> None:
+        self.backend, self.limits, self.stats = backend, limits, stats
+        self.table = SlotTable(limits.n_seq_max)
+        self.min_copy_tokens = max(1, min_copy_tokens)
+        if not getattr(backend, "can_copy", True):      # no llama_state_seq_* here
+            self.min_copy_tokens = limits.n_ctx_seq + 1
+        self.exact = not getattr(backend, "partial_trim", True)
+        self.running: dict[int, Seq] = {}   # seq id -> Seq, in placement order
+        self.dirty = False
+        self._n_waiting = 0                  # sequences in Status.COPY
+        self._rotate = 0
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def has_free_slot(self) -> bool:
+        return len(self.running) < len(self.table)
+
+    def in_flight(self) -> list[Item]:
+        """The items running now, in input order."""
+        return sorted((s.item for s in self.running.values()), key=lambda it: it.index)
+
+    def release(self) -> list[Item]:
+        """Stop every running item (a run ends early); the caches stay valid for reuse.
+
+        Returns:
+            the items that were running, in input order.
+        """
+        items = self.in_flight()
+        for seq in self.running.values():
+            seq.slot.busy = False
+        self.running.clear()
+        self._n_waiting = 0
+        return items
+
+    def reset(self) -> list[Item]:
+        """Empty every cache (after a failure or an interruption) and forget them.
+
+        Returns:
+            the items that were running, in input order.
+        """
+        items = self.release()
+        self.table.forget_all()
+        self.dirty = False
+        try:
+            self.backend.clear(None)
+        except Exception:  # noqa: BLE001 - nothing more to do; the table forgot them
+            pass
+        return items
+
+    # -- placing an item ---------------------------------------------------------------
+    def place(self, item: Item, budget: int) -> None:
+        """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
+
+        Raises:
+            BatchFailed: a backend call failed.
+            ValueError: no slot is free.
+        """
+        best = self.table.best_free(item.tokens)
+        if best is None:
+            raise ValueError("no free slot: check has_free_slot first")
+        slot, n_own = best
+        slot.busy = True
+        seq = Seq(item, slot, budget)
+        self.running[slot.seq_id] = seq      # from here a failure hands the item back
+        _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling)
+        planned = {sid: s.tokens for sid, s in self.running.items()
+                   if s.status == Status.PREFILL and s is not seq}
+        waiting = {sid for sid, s in self.running.items() if s.status == Status.COPY}
+        for sid in waiting:
+            planned[sid] = ()                # its cache is not its own yet: no source
+        copy = self.table.copy_source(item.tokens, slot, n_own, planned,
+                                      self.min_copy_tokens, self.exact)
+        if copy is None:
+            self._keep(seq, n_own)
+            return
+        seq.copy, seq.status = copy, Status.COPY
+        src = self.running.get(copy.src)
+        if self.exact and src is not None:
+            src.breaks.add(copy.n_tokens)
+        if not self._try_copy(seq):
+            self._n_waiting += 1
+
+    def _keep(self, seq: Seq, n: int) -> None:
+        """Keep the first ``n`` cached tokens of ``seq``'s slot and prefill the rest."""
+        slot = seq.slot
+        if n < len(slot.cached):
+            ok = False
+            if n > 0 and not self.exact:
+                ok = self._trim(slot, n)
+                if not ok:
+                    self.exact = True       # a recurrent / hybrid memory: learned now
+            if not ok:
+                n = 0
+                if not self._trim(slot, 0):
+                    raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
+            del slot.cached[n:]
+        seq.fed, seq.status = n, Status.PREFILL
+        self.stats.prompt_tokens_cached += n
+
+    def _trim(self, slot: Slot, n: int) -> bool:
+        self.dirty = True
+        ok = bool(_guard("trim", self.backend.trim, slot.seq_id, n))
+        self.dirty = False
+        return ok
+
+    def _try_copy(self, seq: Seq) -> bool:
+        """Copy the source's cache into ``seq``'s slot if it holds the prefix now."""
+        plan, dst = seq.copy, seq.slot
+        src = self.table.slots[plan.src]
+        have = len(src.cached)
+        if have < plan.n_tokens:
+            return False
+        if self.exact and have > plan.n_tokens:     # cannot cut back: prefill instead
+            seq.copy = None
+            self._keep(seq, 0)
+            return True
+        self.dirty = True
+        _guard("copy_seq", self.backend.copy_seq, src.seq_id, dst.seq_id)
+        self.dirty = False
+        dst.cached[:] = src.cached
+        self.stats.prefix_copies += 1
+        seq.copy = None
+        self._keep(seq, plan.n_tokens)
+        return True
+
+    # -- one decode --------------------------------------------------------------------
+    def step(self) -> list[Seq]:
+        """One ``llama_decode`` of the running sequences.
+
+        Returns:
+            the sequences that ended in it (their slots are free again).
+
+        Raises:
+            BatchFailed: a backend call failed (call :meth:`reset`).
+        """
+        spans = self._plan()
+        self.dirty = True
+        sampled = _guard("decode", self.backend.decode, spans)
+        n_logits = sum(span.logits for span in spans)
+        if not isinstance(sampled, list) or len(sampled) != n_logits:
+            raise BatchFailed(f"decode returned {sampled!r} for {n_logits} sequences")
+        self.stats.decode_calls += 1
+        eog_ids = self.backend.eog_ids
+        it = iter(sampled)
+        for span in spans:
+            seq = self.running[span.seq_id]
+            seq.slot.cached.extend(span.tokens)
+            if seq.status == Status.PREFILL:
+                seq.fed += len(span.tokens)
+                self.stats.prompt_tokens_prefilled += len(span.tokens)
+                seq.breaks.discard(seq.fed)
+            if span.logits:
+                token = next(it)
+                reason = check_stop(token, len(seq.output), seq.budget, eog_ids)
+                if reason != "stop":
+                    seq.output.append(token)
+                seq.status = Status.DECODE if reason is None else Status.FINISHED
+                seq.finish_reason = reason
+        self.dirty = False
+        if self._n_waiting:                 # running is in placement order (a dict)
+            for seq in [s for s in self.running.values() if s.status == Status.COPY]:
+                if self._try_copy(seq):
+                    self._n_waiting -= 1
+        done = [s for s in self.running.values() if s.status == Status.FINISHED]
+        for seq in done:
+            seq.slot.busy = False
+            del self.running[seq.slot.seq_id]
+        return done
+
+    def _plan(self) -> list:
+        seqs = self.running.values()
+        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.output[-1])
+                    for s in seqs if s.status == Status.DECODE]
+        if len(decoding) > self.limits.n_batch:     # not all fit: take turns
+            k = self._rotate % len(decoding)
+            decoding = decoding[k:] + decoding[:k]
+            self._rotate += self.limits.n_batch
+        prefilling = []
+        for s in seqs:
+            if s.status != Status.PREFILL:
+                continue
+            later = [b - s.fed for b in s.breaks if b > s.fed]
+            prefilling.append(Prefilling(s.slot.seq_id, s.fed, s.tokens[s.fed:],
+                                         min(later) if later else None))
+        spans = plan_step(decoding, prefilling, self.limits.n_batch)
+        if not spans:       # only copies waiting (cannot happen: their sources prefill)
+            raise BatchFailed("nothing to decode: every running sequence waits for a copy")
+        return spans

@@ -1,0 +1,149 @@
+"""Examples of the slot engine on the fake backend: cache reuse, prefix copies, refill,
+recurrent memories, per-item sampling, pages. The broad properties are in
+test_scheduler_properties.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
+from llamabatch.testing import (CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall,
+                                TrimCall)
+
+SYSTEM = list(range(1, 41))                       # a 40-token shared "system prompt"
+REPLY = HashReply(seed=5, max_len=6, n_vocab=260)
+
+
+def prompts(n: int, head=SYSTEM) -> list[list[int]]:
+    return [head + [100 + k, 200 + k] for k in range(n)]
+
+
+def expected(fake: FakeBackend, items, max_tokens=8):
+    return [fake.expected(p, max_tokens).token_ids for p in items]
+
+
+def test_a_slot_reuses_the_prefix_it_holds_and_prefills_only_the_rest():
+    fake = FakeBackend(REPLY)
+    items = prompts(6)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=8, min_copy_tokens=64) as gen:
+        out = gen.complete_many(items)
+        stats = gen.stats
+    assert [c.token_ids for c in out] == expected(fake, items)
+    seqs = fake.seqs()
+    assert [len(s.cached) for s in seqs[:2]] == [0, 0]             # first fill: cold
+    assert all(len(s.cached) == 40 for s in seqs[2:])             # then the system prompt
+    assert stats.prompt_tokens_cached == 4 * 40
+    assert stats.prompt_tokens_prefilled == 2 * 42 + 4 * 2
+    assert [c.n_keep for c in fake.calls(TrimCall)] == [40] * 4   # cut after the prefix
+
+
+def test_a_prefix_shared_by_waiting_items_is_prefilled_once_and_copied():
+    fake = FakeBackend(REPLY)
+    items = prompts(4)
+    with BatchGenerator(backend=fake, slots=4, max_tokens=8, n_batch=512,
+                        min_copy_tokens=16) as gen:
+        out = gen.complete_many(items)
+        stats = gen.stats
+    assert [c.token_ids for c in out] == expected(fake, items)
+    copies = fake.calls(CopyCall)
+    assert [(c.src, c.dst) for c in copies] == [(0, 1), (0, 2), (0, 3)]
+    assert stats.prefix_copies == 3
+    assert stats.prompt_tokens_prefilled == 42 + 3 * 2            # the prefix once
+    first = fake.calls(DecodeCall)[0]
+    assert [(s.seq_id, len(s.tokens)) for s in first.spans] == [(0, 42)]
+
+
+def test_a_finished_sequence_is_refilled_in_the_same_decode_as_the_others_steps():
+    fake = FakeBackend({(1, 2): [7], (3, 4): [7, 7, 7, 7, 7], (5, 6): [9, 9]})
+    with BatchGenerator(backend=fake, slots=2, max_tokens=8) as gen:
+        gen.complete_many([[1, 2], [3, 4], [5, 6]])
+    decodes = fake.calls(DecodeCall)
+    # call 2: seq 0 decodes 7 and samples the EOG; seq 1 decodes its 7
+    # call 3: seq 1 decodes, and the third item's prompt goes to the free seq 0
+    assert [(s.seq_id, s.tokens) for s in decodes[2].spans] == [(1, (7,)), (0, (5, 6))]
+    starts = fake.calls(StartSeqCall)
+    assert [s.seq_id for s in starts] == [0, 1, 0]
+
+
+@pytest.mark.parametrize("declares", [True, False])
+def test_a_recurrent_memory_reuses_only_exact_states(declares):
+    fake = FakeBackend(REPLY, recurrent=True, declares_recurrent=declares)
+    items = prompts(4) + prompts(4, head=SYSTEM[:30])
+    with BatchGenerator(backend=fake, slots=4, max_tokens=8, min_copy_tokens=16) as gen:
+        out = gen.complete_many(items)
+        stats = gen.stats
+    assert [c.token_ids for c in out] == expected(fake, items)
+    assert fake.violations == []
+    if declares:                           # the 40-token prefix: a state taken exactly there
+        assert stats.prefix_copies >= 3
+    for seq in fake.seqs():                # every reuse was of a whole cache, never cut
+        assert seq.prompt[:len(seq.cached)] == seq.cached
+    refused = [t for t in fake.calls(TrimCall) if not t.ok]
+    assert (len(refused) == 0) == declares  # found out at the first refusal otherwise
+
+
+def test_per_item_sampling_and_max_tokens_reach_each_sequence():
+    fake = FakeBackend(REPLY)
+    items = prompts(3)
+    sampling = [SamplingParams(temperature=0.0, max_tokens=1),
+                SamplingParams(temperature=0.5, seed=3), SamplingParams(max_tokens=2)]
+    with BatchGenerator(backend=fake, slots=3, max_tokens=8) as gen:
+        out = gen.complete_many(items, sampling=sampling)
+        with pytest.raises(ValueError, match="2 SamplingParams for 3 prompts"):
+            gen.complete_many(items, sampling=sampling[:2])
+        with pytest.raises(ValueError, match="sampling\\[1\\] is dict"):
+            gen.complete_many(items, sampling=[sampling[0], {}, sampling[2]])
+    assert [len(c.token_ids) <= cap for c, cap in zip(out, (1, 8, 2))] == [True] * 3
+    assert [c.token_ids for c in out] == [e[:cap] for e, cap in
+                                          zip(expected(fake, items), (1, 8, 2))]
+    started = {s.seq_id: s.sampling for s in fake.calls(StartSeqCall)}
+    assert sorted(started.values(), key=repr) == sorted(sampling, key=repr)
+
+
+def test_a_page_is_yielded_while_later_items_are_still_running():
+    fake = FakeBackend({(1,): [], (2,): [], (3,): [5] * 20, (4,): []})
+    with BatchGenerator(backend=fake, slots=2, max_tokens=30) as gen:
+        pages = gen.iter_groups([[1], [2], [3], [4]])
+        first = next(pages)
+        assert [c.index for c in first] == [0, 1]
+        n_decodes = fake.num_decode_calls
+        assert [c.index for c in next(pages)] == [2, 3]
+        assert fake.num_decode_calls > n_decodes
+        with pytest.raises(StopIteration):
+            next(pages)
+
+
+def test_a_second_run_in_the_same_thread_is_refused_while_the_first_is_open():
+    with BatchGenerator(backend=FakeBackend(REPLY), slots=2, max_tokens=4) as gen:
+        pages = gen.iter_groups(prompts(6))
+        next(pages)
+        with pytest.raises(GeneratorBusy):
+            gen.complete_many(prompts(2))
+        pages.close()
+        assert len(gen.complete_many(prompts(2))) == 2
+
+
+class FailingStart(FakeBackend):
+    """A fake whose ``at``-th ``start_seq`` raises (a sampler chain that cannot be built)."""
+
+    def __init__(self, *args, at: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.at, self.n_starts = at, 0
+
+    def start_seq(self, seq_id, sampling):
+        self.n_starts += 1
+        if self.n_starts == self.at:
+            raise MemoryError("fake: no memory for a sampler chain")
+        return super().start_seq(seq_id, sampling)
+
+
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
+    fake = FailingStart(REPLY, at=at)
+    items = prompts(5)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=8) as gen:
+        out = gen.complete_many(items)
+        assert "MemoryError" in gen.stats.batch_disabled_reason
+    assert [c.index for c in out] == list(range(5))
+    assert [c.token_ids for c in out] == expected(fake, items)
+    assert fake.violations == []
