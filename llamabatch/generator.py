@@ -19,6 +19,12 @@ from .prompts import prepare
 from .scheduler import Scheduler
 
 
+def _check_many(prompts: object) -> None:
+    if isinstance(prompts, (str, bytes, bytearray)):
+        raise TypeError(f"prompts is one {type(prompts).__name__}; give a list of prompts "
+                        "(e.g. [prompt]), not a single prompt")
+
+
 class BatchGenerator:
     """Complete many prompts on one loaded model, several sequences at a time.
 
@@ -133,7 +139,9 @@ class BatchGenerator:
 
         Raises:
             GeneratorClosed: the generator, or its ``Llama``, was closed.
+            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
         """
+        _check_many(prompts)
         self._check_open()
         numbered = enumerate(prompts)
         slots, page_size = self.config.slots, self.config.page_size
@@ -153,5 +161,7 @@ class BatchGenerator:
 
         Raises:
             GeneratorClosed: the generator, or its ``Llama``, was closed.
+            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
         """
+        _check_many(prompts)
         return [c for group in self.iter_groups(prompts) for c in group]

@@ -18,7 +18,7 @@ from .errors import BackendError, BatchUnavailable, DecodeError, decode_meaning
 from .params import BatchConfig, SamplingParams
 from .plan import plan_prefill
 from .prompts import Item
-from .stop import check_stop
+from .stop import Reply
 
 log = logging.getLogger("llamabatch")
 
@@ -37,15 +37,15 @@ class SeqState:
 
     item: Item
     seq_id: int
-    budget: int
-    output: list[int] = field(default_factory=list)
+    reply: Reply
+    last: int = -1
     status: Status = Status.PREFILL
-    finish_reason: str | None = None
+    n_sampled: int = field(default=0)
 
     @property
     def pos(self) -> int:
         """Position of the last sampled token (the next one to decode)."""
-        return len(self.item.tokens) + len(self.output) - 1
+        return len(self.item.tokens) + self.n_sampled - 1
 
     @property
     def is_finished(self) -> bool:
@@ -93,7 +93,7 @@ class Scheduler:
         return True
 
     def _fits(self, item: Item) -> bool:
-        return item.n_prompt_tokens + self.config.max_tokens <= self.limits.n_ctx_seq
+        return item.n_prompt_tokens + self.max_tokens <= self.limits.n_ctx_seq
 
     # -- groups -------------------------------------------------------------------------
     def run_group(self, items: Sequence[Item]) -> list[Completion]:
@@ -116,15 +116,14 @@ class Scheduler:
 
     def _run_batched(self, items: list[Item]) -> dict[int, Completion]:
         backend, n = self.backend, len(items)
-        seqs = [SeqState(item, seq_id, self._budget(item))
-                for seq_id, item in enumerate(items)]
+        seqs = [SeqState(item, seq_id, self._reply(item)) for seq_id, item in enumerate(items)]
         try:
             backend.start_group(n, self.sampling)
             for spans in plan_prefill([s.item.tokens for s in seqs], self.limits.n_batch):
                 self._decode(spans, seqs)
             running = [s for s in seqs if not s.is_finished]
             while running:
-                step = [Span(s.seq_id, s.pos, (s.output[-1],), True) for s in running]
+                step = [Span(s.seq_id, s.pos, (s.last,), True) for s in running]
                 for start in range(0, len(step), self.limits.n_batch):
                     self._decode(step[start:start + self.limits.n_batch], seqs)
                 running = [s for s in running if not s.is_finished]
@@ -139,26 +138,19 @@ class Scheduler:
             backend.clear(n)
         self.stats.groups_batched += 1
         self.stats.items_batched += n
-        return {s.item.index: self._completion(s.item, s.output, s.finish_reason, "batch")
-                for s in seqs}
+        return {s.item.index: self._completion(s.item, s.reply, "batch") for s in seqs}
 
     def _decode(self, spans: list[Span], seqs: list[SeqState]) -> None:
         sampled = self.backend.decode(spans)
         self.stats.decode_calls += 1
-        eog_ids = self.backend.eog_ids
         it = iter(sampled)
         for span in spans:
             if not span.logits:
                 continue
             seq = seqs[span.seq_id]
             token = next(it)
-            reason = check_stop(token, len(seq.output), seq.budget, eog_ids)
-            if reason != "stop":
-                seq.output.append(token)
-            if reason is None:
-                seq.status = Status.DECODE
-            else:
-                seq.status, seq.finish_reason = Status.FINISHED, reason
+            seq.last, seq.n_sampled = token, seq.n_sampled + 1
+            seq.status = Status.FINISHED if seq.reply.add(token) else Status.DECODE
 
     # -- one at a time ------------------------------------------------------------------
     def run_alone(self, item: Item) -> Completion:
@@ -166,17 +158,12 @@ class Scheduler:
         self.stats.items_alone += 1
         if item.error is not None:
             return self._error(item, item.error)
-        budget = self._budget(item)
-        output: list[int] = []
-        reason = None
+        reply = self._reply(item)
         tokens = iter(())
         try:
             tokens = self.backend.generate_alone(item.tokens, self.sampling)
             for token in tokens:
-                reason = check_stop(token, len(output), budget, self.backend.eog_ids)
-                if reason != "stop":
-                    output.append(token)
-                if reason is not None:
+                if reply.add(token):
                     break
         except BackendError as exc:
             return self._error(item, f"failed even alone: {exc}")
@@ -184,18 +171,26 @@ class Scheduler:
             close = getattr(tokens, "close", None)
             if close is not None:
                 close()
-        if reason is None:
+        if not reply.is_finished:
             return self._error(item, "the backend stopped generating without a reason")
-        return self._completion(item, output, reason, "alone")
+        return self._completion(item, reply, "alone")
 
-    def _budget(self, item: Item) -> int:
-        """Most tokens ``item`` may generate: ``max_tokens``, or less when the one-at-a-time
-        context (``n_ctx``) is shorter, so a reply never depends on its path."""
-        return min(self.config.max_tokens, self.backend.n_ctx - len(item.tokens))
+    @property
+    def max_tokens(self) -> int:
+        """Most reply tokens per item: ``sampling.max_tokens``, else ``config.max_tokens``."""
+        return self.sampling.max_tokens or self.config.max_tokens
+
+    def _reply(self, item: Item) -> Reply:
+        """The stop rule of ``item``: at most ``max_tokens``, or fewer when the
+        one-at-a-time context (``n_ctx``) is shorter, so a reply never depends on its
+        path; EOG, ``stop_token_ids`` and ``stop`` strings from the sampling params."""
+        budget = min(self.max_tokens, self.backend.n_ctx - len(item.tokens))
+        return Reply(budget, self.backend.eog_ids, self.backend.detokenize,
+                     self.sampling.stop, self.sampling.stop_token_ids)
 
     # -- results ------------------------------------------------------------------------
-    def _completion(self, item: Item, output: list[int], reason: str, path: str) -> Completion:
-        return Completion(item.index, self.backend.detokenize(output), tuple(output), reason,
+    def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+        return Completion(item.index, reply.text, tuple(reply.token_ids), reply.finish_reason,
                           None, len(item.tokens), path)
 
     def _error(self, item: Item, message: str) -> Completion:
