@@ -14,7 +14,7 @@ from enum import IntEnum
 
 from .backend import Backend, BatchLimits, Span
 from .completion import Completion, Stats
-from .errors import BackendError, BatchUnavailable, DecodeError, decode_meaning
+from .errors import BackendError, BatchUnavailable, DecodeError, GrammarError, decode_meaning
 from .params import BatchConfig, SamplingParams
 from .plan import plan_prefill
 from .prompts import Item
@@ -127,6 +127,8 @@ class Scheduler:
                 for start in range(0, len(step), self.limits.n_batch):
                     self._decode(step[start:start + self.limits.n_batch], seqs)
                 running = [s for s in running if not s.is_finished]
+        except GrammarError as exc:  # the items' own error; batching stays on
+            return {s.item.index: self._error(s.item, str(exc)) for s in seqs}
         except DecodeError as exc:
             self._disable(f"llama_decode returned {exc.code} "
                           f"({decode_meaning(exc.code)}) in a batch of {n}: {exc}")
@@ -143,14 +145,23 @@ class Scheduler:
     def _decode(self, spans: list[Span], seqs: list[SeqState]) -> None:
         sampled = self.backend.decode(spans)
         self.stats.decode_calls += 1
-        it = iter(sampled)
+        it = iter(zip(sampled, self._take_logprobs(len(sampled))))
         for span in spans:
             if not span.logits:
                 continue
             seq = seqs[span.seq_id]
-            token = next(it)
+            token, logprobs = next(it)
             seq.last, seq.n_sampled = token, seq.n_sampled + 1
-            seq.status = Status.FINISHED if seq.reply.add(token) else Status.DECODE
+            seq.status = Status.FINISHED if seq.reply.add(token, logprobs) else Status.DECODE
+
+    def _take_logprobs(self, n: int) -> list:
+        """The backend's logprobs of its last ``n`` tokens (``Backend.take_logprobs``, an
+        optional method), or ``None`` each when not asked for or not offered."""
+        take = getattr(self.backend, "take_logprobs", None)
+        if self.sampling.logprobs is None or take is None:
+            return [None] * n
+        taken = list(take())
+        return taken + [None] * (n - len(taken)) if len(taken) < n else taken[:n]
 
     # -- one at a time ------------------------------------------------------------------
     def run_alone(self, item: Item) -> Completion:
@@ -163,8 +174,10 @@ class Scheduler:
         try:
             tokens = self.backend.generate_alone(item.tokens, self.sampling)
             for token in tokens:
-                if reply.add(token):
+                if reply.add(token, self._take_logprobs(1)[0]):
                     break
+        except GrammarError as exc:
+            return self._error(item, str(exc))
         except BackendError as exc:
             return self._error(item, f"failed even alone: {exc}")
         finally:
@@ -190,8 +203,9 @@ class Scheduler:
 
     # -- results ------------------------------------------------------------------------
     def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+        logprobs = tuple(reply.logprobs) if self.sampling.logprobs is not None else None
         return Completion(item.index, reply.text, tuple(reply.token_ids), reply.finish_reason,
-                          None, len(item.tokens), path)
+                          None, len(item.tokens), path, logprobs)
 
     def _error(self, item: Item, message: str) -> Completion:
         return Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")

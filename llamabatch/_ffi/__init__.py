@@ -13,14 +13,14 @@ Raises (from :func:`load` and the :class:`Library` methods):
 
 from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle
 from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load
-from .llm import (SHARED_CONTEXT_FIELDS, context_params_of, is_loaded, model_of,
+from .llm import (SHARED_CONTEXT_FIELDS, context_of, context_params_of, is_loaded, model_of,
                   on_model_close, threads_of)
 from .memory import MemoryOps
 from .views import BatchBuffers
 
 __all__ = [
     "FALLBACK_MAX_PARALLEL_SEQUENCES", "SHARED_CONTEXT_FIELDS", "BatchBuffers",
-    "ContextHandle", "Library", "MemoryOps", "ModelHandle", "SamplerHandle",
+    "ContextHandle", "Library", "context_of", "MemoryOps", "ModelHandle", "SamplerHandle",
     "VocabHandle", "context_params_of", "is_loaded", "load", "model_of", "on_model_close",
     "threads_of",
 ]

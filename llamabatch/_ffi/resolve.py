@@ -51,6 +51,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "init_temp": ("llama_sampler_init_temp",),
     "init_dist": ("llama_sampler_init_dist",),
     "init_greedy": ("llama_sampler_init_greedy",),
+    "init_grammar": ("llama_sampler_init_grammar",),  # optional: grammar / json / choices
+    "sampler_apply": ("llama_sampler_apply",),        # optional: grammar checked lazily
+    "sampler_accept": ("llama_sampler_accept",),      # optional: idem
 }
 
 #: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.

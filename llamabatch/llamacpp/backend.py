@@ -23,13 +23,14 @@ from typing import Any
 
 from .. import _ffi
 from ..backend import BatchLimits, Span
+from ..constraints import grammar_of
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
-from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
-                     decode_meaning)
+from ..errors import (BackendError, BatchUnavailable, DecodeError, GrammarError,
+                     LibraryError, decode_meaning)
 from ..locks import llm_lock
 from ..params import SamplingParams
-from .sampler import SeqSampler
+from .sampler import SeqSampler, top_logprobs
 
 
 class LlamaBackend:
@@ -58,6 +59,7 @@ class LlamaBackend:
         self._ctx: BatchContext | None = None
         self._batch: LlamaBatch | None = None
         self._samplers: list[SeqSampler] = []
+        self._logprobs: list = []
         self.lock = llm_lock(llm)
 
     # -- state -------------------------------------------------------------------
@@ -133,6 +135,7 @@ class LlamaBackend:
         Raises:
             ValueError: no batch context, or ``n_seqs`` outside [1, n_seq_max].
             BackendError: the ``Llama`` was closed.
+            GrammarError: llama.cpp refused the grammar of ``sampling`` (nothing decoded).
         """
         ctx, _ = self._open()
         if not 1 <= n_seqs <= ctx.limits.n_seq_max:
@@ -141,6 +144,15 @@ class LlamaBackend:
         ctx.clear(range(n_seqs))
         self._close_samplers()
         self._samplers = [SeqSampler(self._llm, sampling) for _ in range(n_seqs)]
+
+    def take_logprobs(self) -> list:
+        """The log-probabilities of the tokens produced since the last call (one entry
+        per sampled token of :meth:`decode`, in its order, or per token pulled from
+        :meth:`generate_alone`): ``(token_id, logprob)`` pairs, likeliest first, or
+        ``None`` when ``sampling.logprobs`` is ``None``. See
+        :func:`~llamabatch.llamacpp.sampler.top_logprobs`."""
+        taken, self._logprobs = self._logprobs, []
+        return taken
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """One ``llama_decode`` of ``spans``; sample each span with ``logits=True``.
@@ -172,7 +184,9 @@ class LlamaBackend:
         if code != 0:
             raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}",
                               code=code)
-        return [sampler.sample(ctx, i) for sampler, i in rows]
+        sampled = [sampler.sample(ctx, i) for sampler, i in rows]
+        self._logprobs = [sampler.last_logprobs for sampler, _ in rows]
+        return sampled
 
     def clear(self, n_seqs: int) -> None:
         """Remove sequences [0, n_seqs) from the KV cache (no-op without a context)."""
@@ -183,19 +197,26 @@ class LlamaBackend:
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
 
+        A grammar (``grammar`` / ``json_schema`` / ``choices``) goes to ``Llama.generate``
+        as a ``LlamaGrammar``, which puts it after penalties over the whole vocabulary;
+        it is first built once here, since llama-cpp-python adds the stage without
+        checking llama.cpp's NULL for a grammar it refuses.
+
         Raises:
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
                 closed (when iterated).
+            GrammarError: llama.cpp refused the grammar (when iterated).
         """
         self._check_llm()
         llm = self._llm
+        grammar = self._llama_grammar(sampling)
         llm.set_seed(sampling.effective_seed)
         stream = llm.generate(
             list(tokens), top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
             typical_p=sampling.typical_p, temp=sampling.temperature,
             repeat_penalty=sampling.repeat_penalty,
             frequency_penalty=sampling.frequency_penalty,
-            presence_penalty=sampling.presence_penalty, reset=True)
+            presence_penalty=sampling.presence_penalty, reset=True, grammar=grammar)
         window = llm.last_n_tokens_size
         llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
         try:
@@ -208,15 +229,38 @@ class LlamaBackend:
                     raise BackendError(f"llama-cpp-python: {exc}") from exc
                 finally:
                     llm.last_n_tokens_size = window  # the chain exists after 1st next()
+                if sampling.logprobs is not None:
+                    self._logprobs.append(self._alone_logprobs(token, sampling.logprobs))
                 yield token
         finally:
             stream.close()
+
+    def _llama_grammar(self, sampling: SamplingParams) -> Any:
+        text = grammar_of(sampling)
+        if text is None:
+            return None
+        lib = _ffi.load()
+        check = lib.samplers.new_grammar(lib.vocab(_ffi.model_of(self._llm)), text)
+        lib.samplers.free(check)  # llama.cpp accepted it: Llama may build it too
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        return LlamaGrammar.from_string(text, verbose=False)
+
+    def _alone_logprobs(self, token: int, n: int) -> Any:
+        """The logprobs of the token ``Llama.generate`` just sampled: its context's last
+        row of logits (``llama_get_logits_ith(ctx, -1)``) is still the one it sampled from."""
+        ctx = _ffi.context_of(self._llm)
+        logits = None if ctx is None else _ffi.load().logits(ctx, -1, self.n_vocab)
+        if logits is None:
+            raise BackendError("cannot read the Llama's logits for logprobs")
+        return top_logprobs(logits, token, n)
 
     # -- lifetime ----------------------------------------------------------------
     def _close_samplers(self) -> None:
         for sampler in self._samplers:
             sampler.close()
         self._samplers = []
+        self._logprobs = []
 
     def close(self) -> None:
         """Free samplers, batch and context, in that order (idempotent)."""

@@ -118,6 +118,8 @@ class FakeBackend:
         self._seqs: list[_Seq] = []
         self._n_group = 0             # sequences of the group in flight (0: none)
         self._open_tried = False
+        self._sampling: SamplingParams | None = None  # of the group in flight
+        self._logprobs: list = []
 
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__
@@ -272,6 +274,20 @@ class FakeBackend:
         for i in range(n_seqs):
             self._seqs[i] = _Seq()
         self._n_group = n_seqs
+        self._sampling = sampling
+
+    def take_logprobs(self) -> list:
+        """The optional ``Backend.take_logprobs``: one entry per token sampled since the
+        last call; the fake's replies are certain, so each is ``((token, 0.0),)`` (the
+        chosen token, probability 1), or ``None`` without ``sampling.logprobs``."""
+        taken, self._logprobs = self._logprobs, []
+        return taken
+
+    def _note_logprobs(self, sampling: SamplingParams | None, token: int) -> None:
+        if sampling is not None and sampling.logprobs is not None:
+            self._logprobs.append(((token, 0.0),))
+        else:
+            self._logprobs.append(None)
 
     def clear(self, n_seqs: int) -> None:
         """Remove sequences [0, n_seqs) from the KV cache; the group (if all) ends.
@@ -301,6 +317,7 @@ class FakeBackend:
         if self.num_decode_calls == self.fail_decode_at:
             return self._fail(spans)
         seqs, sampled = self._seqs, []
+        self._logprobs = []
         for span in spans:
             seq = seqs[span.seq_id]
             seq.kv += len(span.tokens)
@@ -314,6 +331,7 @@ class FakeBackend:
                 seq.last = token
                 seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
                 sampled.append(token)
+                self._note_logprobs(self._sampling, token)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
                                        tuple(sampled), None))
@@ -412,6 +430,8 @@ class FakeBackend:
                                   f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}")
                 last = self._token_at(reply, i)
                 call.n_pulled += 1
+                self._logprobs = []
+                self._note_logprobs(call.sampling, last)
                 yield last
         finally:
             call.closed = True

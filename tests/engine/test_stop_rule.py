@@ -128,3 +128,17 @@ def test_one_string_instead_of_a_list_is_a_type_error(method: str) -> None:
     with pytest.raises(TypeError, match="list"):
         result = getattr(gen, method)("one prompt")
         list(result)
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_logprobs_have_one_entry_per_reply_token_in_both_paths(slots: int) -> None:
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=slots,
+                         sampling=SamplingParams(logprobs=1, stop=["."]))
+    for c in gen.complete_many(list(REPLIES)):
+        assert c.logprobs is not None and len(c.logprobs) == c.n_tokens
+        assert [entry[0][0] for entry in c.logprobs] == list(c.token_ids)
+
+
+def test_no_logprobs_unless_asked() -> None:
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2)
+    assert all(c.logprobs is None for c in gen.complete_many(list(REPLIES)))
