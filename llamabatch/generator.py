@@ -7,9 +7,11 @@ hands each group to the :class:`~llamabatch.scheduler.Scheduler`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
@@ -82,6 +84,7 @@ class BatchGenerator:
             raise ValueError(f"slots={slots} is out of range: valid is 1 to "
                              f"{backend.max_slots} (llama_max_parallel_sequences())")
         self.backend = backend
+        self._llm = llm
         self._scheduler = Scheduler(backend, self.config, sampling)
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
@@ -165,3 +168,51 @@ class BatchGenerator:
         """
         _check_many(prompts)
         return [c for group in self.iter_groups(prompts) for c in group]
+
+    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]]], *,
+             template: Any = None) -> list[Completion]:
+        """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
+        is formatted with the model's own chat template, generation prompt appended, and
+        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.chat`, what
+        ``llamabatch complete`` does with ``messages``).
+
+        Args:
+            conversations: a list of conversations (a list of message lists).
+            template: a :class:`~llamabatch.chat.ChatTemplate` instead of the model's
+                (needed with a ``backend`` and no ``Llama``).
+
+        Returns:
+            one completion per conversation, in order; a conversation the template
+            refuses (or that is not a list of messages) gets its error in its place.
+
+        Raises:
+            TypeError: ``conversations`` is one string, or one conversation (a list of
+                message dicts) instead of a list of them.
+            ChatTemplateError: the model has no chat template (and none was given).
+            GeneratorClosed: the generator, or its ``Llama``, was closed.
+        """
+        from .chat import ChatTemplate, chat_tokens, check_messages
+
+        _check_many(conversations)
+        conversations = list(conversations)
+        if conversations and isinstance(conversations[0], Mapping):
+            raise TypeError("conversations is one conversation (a list of messages); "
+                            "give a list of conversations, e.g. [messages]")
+        if template is None:
+            if self._llm is None:
+                raise ValueError("chat needs template= (a llamabatch.chat.ChatTemplate) "
+                                 "when the generator has a backend and no Llama")
+            template = ChatTemplate.from_llama(self._llm)
+        prompts: list[object] = []
+        refused: dict[int, str] = {}
+        for k, messages in enumerate(conversations):
+            try:
+                text = template.render(check_messages(messages))
+                prompts.append(chat_tokens(self._llm, text) if self._llm is not None
+                               else text)
+            except (ValueError, TypeError, RuntimeError, UnicodeError) as exc:
+                refused[k] = f"conversation {k}: {exc}"
+                prompts.append([])  # an empty prompt: no model work, replaced below
+        done = self.complete_many(prompts)
+        return [dataclasses.replace(c, error=refused[c.index], finish_reason="error")
+                if c.index in refused else c for c in done]

@@ -142,3 +142,20 @@ def test_logprobs_have_one_entry_per_reply_token_in_both_paths(slots: int) -> No
 def test_no_logprobs_unless_asked() -> None:
     gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2)
     assert all(c.logprobs is None for c in gen.complete_many(list(REPLIES)))
+
+
+def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> None:
+    from llamabatch.chat import ChatTemplate
+
+    template = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+                            "{% endfor %}[assistant]")
+    replies = {"[user]hi[assistant]": "hello", "[user]yo[assistant]": "hey"}
+    gen = BatchGenerator(backend=FakeBackend(replies), slots=2)
+    done = gen.chat([[{"role": "user", "content": "hi"}], [{"role": "user"}],
+                     [{"role": "user", "content": "yo"}]], template=template)
+    assert [c.text for c in done] == ["hello", "", "hey"]
+    assert done[1].finish_reason == "error" and done[1].error.startswith("conversation 1")
+    with pytest.raises(TypeError, match="list of conversations"):
+        gen.chat([{"role": "user", "content": "hi"}], template=template)
+    with pytest.raises(TypeError):
+        gen.chat("hi", template=template)

@@ -69,12 +69,12 @@ def test_json_schema_replies_parse_and_validate(llm, slots: int) -> None:
 def test_the_batched_grammar_picks_what_the_full_grammar_chain_picks_alone(llm) -> None:
     # batched: grammar checked lazily; alone: Llama.generate's chain with the grammar
     # over the whole vocabulary. Greedy, so the two must agree on confident prompts.
-    prompts = [prompt for prompt, _ in example_tickets()[:8]]
-    batched = complete(llm, prompts, 4, json_schema=SCHEMA)
+    prompts = [prompt for prompt, _ in example_tickets()[::4]]
+    batched = complete(llm, prompts, 5, json_schema=SCHEMA)
     alone = complete(llm, prompts, 1, json_schema=SCHEMA)
-    assert [c.path for c in batched] == ["batch"] * 8
+    assert [c.path for c in batched] == ["batch"] * 5
     same = [b.token_ids[:8] == a.token_ids[:8] for b, a in zip(batched, alone)]
-    assert sum(same) >= 7, [(b.text, a.text) for b, a in zip(batched, alone)]
+    assert sum(same) >= 4, [(b.text, a.text) for b, a in zip(batched, alone)]
 
 
 def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
@@ -86,7 +86,7 @@ def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
 def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
     eog = LlamaBackend(llm).eog_ids
     params = SamplingParams(temperature=0.0, repeat_penalty=1.3, json_schema=SCHEMA)
-    for prompt, _ in example_tickets()[::5]:
+    for prompt, _ in example_tickets()[::10]:
         prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         outputs = []
         for lazy in (True, False):
@@ -94,7 +94,7 @@ def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
                     LlamaBatch(512, 1) as batch, \
                     SeqSampler(llm, params, lazy_grammar=lazy) as sampler:
                 tokens, pos, out = prompt_ids, 0, []
-                while len(out) < 40:
+                while len(out) < 30:
                     batch.clear()
                     row = batch.add_run(tokens, pos, 0, True)
                     assert ctx.decode(batch) == 0
@@ -136,30 +136,33 @@ STOP_PROMPTS = [
 
 
 def create_completion(llm, prompt: str, stop: list[str]) -> tuple[str, str]:
-    out = llm.create_completion(prompt, max_tokens=40, temperature=0.0, stop=stop, seed=1)
+    out = llm.create_completion(prompt, max_tokens=24, temperature=0.0, stop=stop, seed=1)
     choice = out["choices"][0]
     return choice["text"], choice["finish_reason"]
 
 
 def spanning_stop(llm, prompt: str) -> str:
     """A stop string made of the end of one reply token and the start of the next."""
-    tokens = complete(llm, [prompt], 1)[0].token_ids
+    tokens = complete(llm, [prompt], 1, max_tokens=24)[0].token_ids
     pieces = [llm.detokenize([t]).decode("utf-8", errors="ignore") for t in tokens]
-    for k in range(3, len(pieces) - 1):
-        a, b = pieces[k].strip(), pieces[k + 1].strip()
-        if len(a) >= 2 and len(b) >= 2 and pieces[k].endswith(a) and pieces[k + 1].startswith(b):
+    for k in range(2, len(pieces) - 1):
+        a, b = pieces[k], pieces[k + 1]
+        if len(a.strip()) >= 2 and len(b.strip()) >= 2 and not b[0].isspace():
             return a[-2:] + b[:2]
-    pytest.skip("no two neighbouring word tokens in the reply")
+    pytest.skip("no two neighbouring word pieces in the reply")
 
 
-@pytest.mark.parametrize("index", range(len(STOP_PROMPTS)))
-@pytest.mark.parametrize("slots", [1, 3])
-def test_stop_strings_equal_create_completion_greedy(llm, index: int, slots: int) -> None:
-    prompt = STOP_PROMPTS[index]
-    stops = [[spanning_stop(llm, prompt)], ["\n"], [".", ","]]
-    for stop in stops:
-        ours = complete(llm, STOP_PROMPTS, slots, stop=stop, max_tokens=40)[index]
-        assert (ours.text, ours.finish_reason) == create_completion(llm, prompt, stop), stop
+@pytest.mark.parametrize("stop", [["\n"], [".", ","], "spanning"])
+def test_stop_strings_equal_create_completion_greedy(llm, stop) -> None:
+    if stop == "spanning":
+        stop = [spanning_stop(llm, STOP_PROMPTS[0])]
+        assert len(stop[0]) == 4
+    for slots in (1, 3):
+        ours = complete(llm, STOP_PROMPTS, slots, stop=stop, max_tokens=24)
+        for prompt, c in zip(STOP_PROMPTS, ours):
+            assert (c.text, c.finish_reason) == create_completion(llm, prompt, stop), stop
+    if len(stop[0]) == 4:
+        assert ours[0].finish_reason == "stop"  # the spanning stop string was found
 
 
 def test_per_item_max_tokens_caps_the_reply(llm) -> None:
