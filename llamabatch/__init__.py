@@ -5,14 +5,14 @@ Public names only. Importing this package loads no native library.
 
 from .completion import Completion, Stats
 from .errors import (BackendError, BatchUnavailable, DecodeError, GeneratorClosed,
-                     LibraryError, LlamaBatchError)
+                     GrammarError, LibraryError, LlamaBatchError)
 from .generator import BatchGenerator
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
 
 __all__ = [
     "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "Completion",
-    "DecodeError", "GeneratorClosed", "LibraryError", "LlamaBatchError", "SamplingParams",
+    "DecodeError", "GeneratorClosed", "GrammarError", "LibraryError", "LlamaBatchError", "SamplingParams",
     "Stats", "llm_lock",
 ]
 __version__ = "0.1.0"

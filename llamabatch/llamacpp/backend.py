@@ -26,8 +26,8 @@ from ..backend import BatchLimits, Span
 from ..constraints import grammar_of
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
-from ..errors import (BackendError, BatchUnavailable, DecodeError, GrammarError,
-                     LibraryError, decode_meaning)
+from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
+                     decode_meaning)
 from ..locks import llm_lock
 from ..params import SamplingParams
 from .sampler import SeqSampler, top_logprobs

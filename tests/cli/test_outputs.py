@@ -152,13 +152,13 @@ def test_text_lines_from_standard_input_go_through_the_chat_template(
     lines = "I was charged twice.\nThe app crashes on start.\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
     out = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", "-", "-o", out, *FAST, "--quiet",
-                           "--system", "You tag tickets.", "--template",
+    code, _, err = run_cli(capsys, "complete", "-", "-o", out, *FAST, "--max-tokens", "12",
+                           "--quiet", "--system", "You tag tickets.", "--template",
                            "Ticket: {text}\nCategory?", "--choices", "billing,bug")
     assert code == 0, err
     records = read_jsonl(out)
     assert [r["id"] for r in records] == [1, 2]
-    assert all(r["text"] in ("billing", "bug") for r in records)
+    assert all(r["text"] in ("billing", "bug") for r in records), records
     chat_tokens = records[0]["n_prompt_tokens"]
     code, _, err = run_cli(capsys, "complete", _text_file(tmp_path, lines), "-o", out,
                            "--overwrite", *FAST, "--quiet", "--raw")
