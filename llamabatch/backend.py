@@ -3,6 +3,15 @@
 The scheduler (``scheduler.py``) drives a backend and never imports ``_ffi``. Two
 backends exist: :class:`llamabatch.llamacpp.backend.LlamaBackend` (llama.cpp through a
 loaded ``llama_cpp.Llama``) and :class:`llamabatch.testing.FakeBackend` (no library).
+
+Optional method (looked up with ``getattr``, so older backends still satisfy the protocol):
+
+``take_logprobs() -> list[tuple[tuple[int, float], ...] | None]``
+    the log-probabilities of the tokens produced since the previous call: one entry per
+    token returned by the last ``decode`` (in its order) or per token pulled from
+    ``generate_alone``; each entry is ``(token_id, logprob)`` pairs, or ``None`` when the
+    sequence's ``SamplingParams.logprobs`` is ``None``. Without it, ``Completion.logprobs``
+    stays ``None``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,12 @@ class Completion:
         path: ``"batch"`` when decoded in the batch context, ``"alone"`` when completed one
             at a time through the ``Llama`` object (or when it failed before any decode),
             ``"remote"`` when a server of a pool made it (:mod:`llamabatch.remote`).
+        logprobs: with ``SamplingParams(logprobs=N)``, one entry per token of
+            ``token_ids``: a tuple of ``(token_id, logprob)`` pairs, the N likeliest
+            tokens of that step (natural log of the model's softmax over the raw
+            logits, before any sampler stage, as ``create_completion(logprobs=N)``
+            reports them), likeliest first, then the chosen token if it is not among
+            them; ``None`` when not asked for (or with a backend that offers none).
     """
 
     index: int
@@ -34,6 +40,7 @@ class Completion:
     error: str | None
     n_prompt_tokens: int
     path: Path
+    logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
 
     @property
     def n_tokens(self) -> int:

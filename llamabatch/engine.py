@@ -5,7 +5,8 @@ an item in the free slot whose cache shares the most with its prompt (trimming t
 rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.slots`);
 :meth:`SlotEngine.step` runs one ``llama_decode`` mixing the running sequences' decode
 tokens with prompt chunks (:func:`llamabatch.plan.plan_step`) and returns the
-sequences that ended. Every sampled token goes through :func:`llamabatch.stop.check_stop`.
+sequences that ended. Every sampled token goes through the sequence's
+:class:`llamabatch.stop.Reply` (EOG, stop ids, stop strings, length), as alone.
 
 Any exception a backend call raises becomes :class:`BatchFailed`; the caller
 (:class:`~llamabatch.scheduler.Scheduler`) then empties every cache with
@@ -21,11 +22,11 @@ from typing import Any
 
 from .backend import Backend, BatchLimits
 from .completion import Stats
-from .errors import DecodeError, decode_meaning
+from .errors import DecodeError, GrammarError, decode_meaning
 from .plan import Decoding, Prefilling, plan_step
 from .prompts import Item
 from .slots import CopyPlan, Slot, SlotTable
-from .stop import check_stop
+from .stop import Reply
 
 
 class BatchFailed(Exception):
@@ -50,6 +51,8 @@ class Seq:
     """One item running in a slot.
 
     Attributes:
+        reply: the stop rule and the reply so far.
+        last: the last sampled token (the next one to decode), -1 before the first.
         fed: prompt tokens in the slot's cache (reused, copied or prefilled).
         breaks: prompt lengths at which a prefill call must stop, so that another
             slot can copy the cache exactly there (recurrent models only).
@@ -57,12 +60,11 @@ class Seq:
 
     item: Item
     slot: Slot
-    budget: int
+    reply: Reply
+    last: int = -1
     fed: int = 0
     copy: CopyPlan | None = None
-    output: list[int] = field(default_factory=list)
     status: Status = Status.PREFILL
-    finish_reason: str | None = None
     breaks: set[int] = field(default_factory=set)
 
     @property
@@ -70,10 +72,14 @@ class Seq:
         return self.item.tokens
 
 
-def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a backend method; any exception becomes :class:`BatchFailed`."""
+def _guard(what: str, fn: Callable[..., Any], *args: Any,
+           passthrough: type[Exception] | tuple[type[Exception], ...] = ()) -> Any:
+    """Call a backend method; any exception but ``passthrough`` becomes
+    :class:`BatchFailed`."""
     try:
         return fn(*args)
+    except passthrough:
+        raise
     except DecodeError as exc:
         raise BatchFailed(f"llama_decode returned {exc.code} "
                           f"({decode_meaning(exc.code)}): {exc}") from exc
@@ -150,10 +156,12 @@ class SlotEngine:
         return items
 
     # -- placing an item ---------------------------------------------------------------
-    def place(self, item: Item, budget: int) -> None:
+    def place(self, item: Item, reply: Reply) -> None:
         """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
 
         Raises:
+            GrammarError: llama.cpp refused the item's grammar (the item's own error;
+                no slot was taken, every cache stays valid).
             BatchFailed: a backend call failed.
             ValueError: no slot is free.
         """
@@ -162,9 +170,15 @@ class SlotEngine:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
         slot.busy = True
-        seq = Seq(item, slot, budget)
+        seq = Seq(item, slot, reply)
         self.running[slot.seq_id] = seq      # from here a failure hands the item back
-        _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling)
+        try:
+            _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling,
+                   passthrough=GrammarError)
+        except GrammarError:                 # start_seq changes no cache
+            del self.running[slot.seq_id]
+            slot.busy = False
+            raise
         planned = {sid: s.tokens for sid, s in self.running.items()
                    if s.status == Status.PREFILL and s is not seq}
         waiting = {sid for sid, s in self.running.items() if s.status == Status.COPY}
@@ -242,8 +256,7 @@ class SlotEngine:
         if not isinstance(sampled, list) or len(sampled) != n_logits:
             raise BatchFailed(f"decode returned {sampled!r} for {n_logits} sequences")
         self.stats.decode_calls += 1
-        eog_ids = self.backend.eog_ids
-        it = iter(sampled)
+        it = iter(zip(sampled, self._logprobs(spans, n_logits)))
         for span in spans:
             seq = self.running[span.seq_id]
             seq.slot.cached.extend(span.tokens)
@@ -252,12 +265,10 @@ class SlotEngine:
                 self.stats.prompt_tokens_prefilled += len(span.tokens)
                 seq.breaks.discard(seq.fed)
             if span.logits:
-                token = next(it)
-                reason = check_stop(token, len(seq.output), seq.budget, eog_ids)
-                if reason != "stop":
-                    seq.output.append(token)
+                token, logprobs = next(it)
+                seq.last = token
+                reason = seq.reply.add(token, logprobs)
                 seq.status = Status.DECODE if reason is None else Status.FINISHED
-                seq.finish_reason = reason
         self.dirty = False
         if self._n_waiting:                 # running is in placement order (a dict)
             for seq in [s for s in self.running.values() if s.status == Status.COPY]:
@@ -269,9 +280,20 @@ class SlotEngine:
             del self.running[seq.slot.seq_id]
         return done
 
+    def _logprobs(self, spans: list, n: int) -> list:
+        """The backend's logprobs of the ``n`` tokens just sampled (the optional
+        ``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
+        take = getattr(self.backend, "take_logprobs", None)
+        wanted = any(self.running[s.seq_id].item.sampling.logprobs is not None
+                     for s in spans if s.logits)
+        if take is None or not wanted:
+            return [None] * n
+        taken = list(_guard("take_logprobs", take))
+        return (taken + [None] * n)[:n]
+
     def _plan(self) -> list:
         seqs = self.running.values()
-        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.output[-1])
+        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.last)
                     for s in seqs if s.status == Status.DECODE]
         if len(decoding) > self.limits.n_batch:     # not all fit: take turns
             k = self._rotate % len(decoding)

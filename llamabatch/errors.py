@@ -43,6 +43,12 @@ class LibraryError(LlamaBatchError):
     """llama-cpp-python's shared library or one of its essential symbols is missing."""
 
 
+class GrammarError(LlamaBatchError, ValueError):
+    """A grammar (GBNF text, or one made from ``json_schema`` / ``choices``) that
+    llama.cpp refuses (``llama_sampler_init_grammar`` returned NULL), or that allows no
+    token at some step. It is the error of the items that use it; others go on."""
+
+
 class Closed(LlamaBatchError, ValueError):
     """An object was used after its ``close()`` (or after the ``Llama`` it needs was closed).
 

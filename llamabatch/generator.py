@@ -8,11 +8,12 @@ time, as soon as each page is complete.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 
 #: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
 DEFAULT_N_CTX_SEQ = 4096
+
+
+def _check_many(prompts: object) -> None:
+    if isinstance(prompts, (str, bytes, bytearray)):
+        raise TypeError(f"prompts is one {type(prompts).__name__}; give a list of prompts "
+                        "(e.g. [prompt]), not a single prompt")
 
 
 class BatchGenerator:
@@ -108,6 +115,7 @@ class BatchGenerator:
         if check is not None and slots > 1:
             check(slots, n_ctx_seq, n_batch)
         self.backend = backend
+        self._llm = llm
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
             raise ValueError(f"min_copy_tokens={min_copy_tokens!r} is out of range: valid "
                              "is an integer >= 1")
@@ -245,7 +253,9 @@ class BatchGenerator:
                 the prompts' (checked up front for a sized ``prompts``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
             GeneratorBusy: this thread is already inside a run of this generator.
+            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
         """
+        _check_many(prompts)
         self._check_open()
         return self._pages(prompts, self._samplings(prompts, sampling))
 
@@ -282,8 +292,59 @@ class BatchGenerator:
         Raises:
             ValueError: a bad ``sampling`` (see :meth:`iter_groups`).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
+            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
         """
+        _check_many(prompts)
         return [c for group in self.iter_groups(prompts, sampling) for c in group]
+
+
+    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]]], *,
+             template: Any = None) -> list[Completion]:
+        """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
+        is formatted with the model's own chat template, generation prompt appended, and
+        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.chat`, what
+        ``llamabatch complete`` does with ``messages``).
+
+        Args:
+            conversations: a list of conversations (a list of message lists).
+            template: a :class:`~llamabatch.chat.ChatTemplate` instead of the model's
+                (needed with a ``backend`` and no ``Llama``).
+
+        Returns:
+            one completion per conversation, in order; a conversation the template
+            refuses (or that is not a list of messages) gets its error in its place.
+
+        Raises:
+            TypeError: ``conversations`` is one string, or one conversation (a list of
+                message dicts) instead of a list of them.
+            ChatTemplateError: the model has no chat template (and none was given).
+            GeneratorClosed: the generator, or its ``Llama``, was closed.
+        """
+        from .chat import ChatTemplate, chat_tokens, check_messages
+
+        _check_many(conversations)
+        conversations = list(conversations)
+        if conversations and isinstance(conversations[0], Mapping):
+            raise TypeError("conversations is one conversation (a list of messages); "
+                            "give a list of conversations, e.g. [messages]")
+        if template is None:
+            if self._llm is None:
+                raise ValueError("chat needs template= (a llamabatch.chat.ChatTemplate) "
+                                 "when the generator has a backend and no Llama")
+            template = ChatTemplate.from_llama(self._llm)
+        prompts: list[object] = []
+        refused: dict[int, str] = {}
+        for k, messages in enumerate(conversations):
+            try:
+                text = template.render(check_messages(messages))
+                prompts.append(chat_tokens(self._llm, text) if self._llm is not None
+                               else text)
+            except (ValueError, TypeError, RuntimeError, UnicodeError) as exc:
+                refused[k] = f"conversation {k}: {exc}"
+                prompts.append([])  # an empty prompt: no model work, replaced below
+        done = self.complete_many(prompts)
+        return [dataclasses.replace(c, error=refused[c.index], finish_reason="error")
+                if c.index in refused else c for c in done]
 
 
 def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:

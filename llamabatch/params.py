@@ -9,8 +9,10 @@ before any model work.
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
 #: ``LLAMA_DEFAULT_SEED`` in llama.h: the dist sampler then draws a random seed.
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -40,11 +42,31 @@ class SamplingParams:
     The chain is llama-cpp-python's (``Llama._init_sampler``): penalties(last_n
     ``penalty_last_n``) → top_k → typical_p → top_p → min_p → temperature → dist(seed);
     ``temperature == 0`` picks greedily. The same chain is used in a batch and alone.
-    ``max_tokens`` (optional) caps this item's reply instead of the generator's
-    ``max_tokens``.
+
+    What the reply may be and where it ends (each honoured the same way in a batch and
+    alone; names follow llama-cpp-python's ``create_completion`` and vLLM):
+
+    Attributes:
+        max_tokens: most reply tokens of this item; ``None`` = the generator's
+            ``max_tokens``.
+        stop: strings that end the reply (one ``str`` or a sequence); the reply is cut
+            before the first one found, ``finish_reason`` ``"stop"``, as
+            ``Llama.create_completion(stop=...)`` does. A stop string may span tokens.
+        stop_token_ids: token ids that end the reply besides the end-of-generation ones
+            (the id itself is not part of the reply).
+        grammar: GBNF text (llama.cpp ``grammars/README.md``) with a ``root`` rule; a
+            grammar stage per sequence, after penalties as in ``Llama._init_sampler``.
+        json_schema: a JSON schema (a dict or its JSON text), compiled to GBNF with
+            llama-cpp-python's ``json_schema_to_gbnf``; the reply parses as JSON.
+        choices: the reply is exactly one of these strings (a tagger's labels).
+        logprobs: top-N log-probabilities of each reply token on ``Completion.logprobs``
+            (0 = only the chosen token's), ``None`` = off.
+
+    At most one of ``grammar``, ``json_schema``, ``choices`` is set.
 
     Raises:
-        ValueError: a parameter outside its range (named in the message).
+        ValueError: a parameter outside its range or of the wrong type (named in the
+            message), or more than one of grammar / json_schema / choices.
     """
 
     temperature: float = 0.8
@@ -58,8 +80,15 @@ class SamplingParams:
     seed: int | None = None
     penalty_last_n: int = 64
     max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    grammar: str | None = None
+    json_schema: Mapping[str, object] | str | None = None
+    choices: tuple[str, ...] | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
+        _normalize_reply_fields(self)
         _check(_is_real(self.temperature) and self.temperature >= 0,
                "temperature", self.temperature, "a finite number >= 0 (0 = greedy)")
         _check(_is_int(self.top_k) and self.top_k >= 0,
@@ -81,6 +110,20 @@ class SamplingParams:
         _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
                "max_tokens", self.max_tokens,
                "None (the generator's max_tokens) or an integer >= 1")
+        _check(self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= 20),
+               "logprobs", self.logprobs, "None or an integer in [0, 20] (OpenAI's limit)")
+
+    def __hash__(self) -> int:  # json_schema may be a dict: hash its canonical JSON text
+        return hash(tuple(json.dumps(v, sort_keys=True) if isinstance(v, Mapping) else v
+                          for v in (getattr(self, f.name) for f in fields(self))))
+
+    @property
+    def constraint(self) -> str | None:
+        """Which of ``grammar`` / ``json_schema`` / ``choices`` is set, or ``None``."""
+        for name in ("grammar", "json_schema", "choices"):
+            if getattr(self, name) is not None:
+                return name
+        return None
 
     @property
     def is_greedy(self) -> bool:
@@ -91,6 +134,50 @@ class SamplingParams:
     def effective_seed(self) -> int:
         """The seed given to the dist sampler: ``seed`` or ``LLAMA_DEFAULT_SEED``."""
         return LLAMA_DEFAULT_SEED if self.seed is None else self.seed
+
+
+def _str_tuple(name: str, value: object, *, allow_empty: bool) -> tuple[str, ...]:
+    """``value`` as a tuple of non-empty strings; one ``str`` is one string (as
+    llama-cpp-python's ``stop``), never its characters."""
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name}={value!r} is not valid: give a string or a list of strings")
+    if any(v == "" for v in value):
+        raise ValueError(f"{name}={value!r} holds an empty string; every entry needs text")
+    if not value and not allow_empty:
+        raise ValueError(f"{name}=[] is not valid: give at least one string (or None)")
+    return tuple(value)
+
+
+def _normalize_reply_fields(p: SamplingParams) -> None:
+    """Normalize and check ``stop``, ``stop_token_ids``, ``grammar``, ``json_schema``,
+    ``choices`` (sequences become tuples, so the dataclass stays frozen and hashable)."""
+    stop = () if p.stop is None else _str_tuple("stop", p.stop, allow_empty=True)
+    object.__setattr__(p, "stop", stop)
+    ids = p.stop_token_ids
+    if not isinstance(ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in ids):
+        raise ValueError(f"stop_token_ids={ids!r} is not valid: give a list of token ids "
+                         "(integers >= 0)")
+    object.__setattr__(p, "stop_token_ids", tuple(ids))
+    if p.grammar is not None and (not isinstance(p.grammar, str) or not p.grammar.strip()):
+        raise ValueError(f"grammar={p.grammar!r} is not valid: give GBNF text "
+                         "(with a 'root' rule) or None")
+    schema = p.json_schema
+    if isinstance(schema, str):
+        try:
+            json.loads(schema)
+        except ValueError as exc:
+            raise ValueError(f"json_schema is not valid JSON: {exc}") from None
+    elif schema is not None and not isinstance(schema, Mapping):
+        raise ValueError(f"json_schema is {type(schema).__name__}: give a dict, its JSON "
+                         "text, or None")
+    if p.choices is not None:
+        object.__setattr__(p, "choices", _str_tuple("choices", p.choices, allow_empty=False))
+    given = [n for n in ("grammar", "json_schema", "choices") if getattr(p, n) is not None]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} are both set: give at most one of grammar, "
+                         "json_schema, choices")
 
 
 def default_page_size(slots: int) -> int:

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from .backend import Backend, BatchLimits
 from .completion import Completion, Stats
 from .engine import BatchFailed, Seq, SlotEngine
-from .errors import BackendError, BatchUnavailable
+from .errors import BackendError, BatchUnavailable, GrammarError
 from .params import BatchConfig
 from .prompts import Item
-from .stop import check_stop
+from .stop import Reply
 
 log = logging.getLogger("llamabatch")
 
@@ -201,7 +201,9 @@ class Scheduler:
                 return done
             else:
                 try:
-                    engine.place(item, self.budget(item))
+                    engine.place(item, self.reply(item))
+                except GrammarError as exc:  # the item's own error; batching goes on
+                    done.append(self._error(item, str(exc)))
                 except BatchFailed as exc:
                     return done + self._fail(exc, queue)
         if not engine.running:
@@ -224,27 +226,39 @@ class Scheduler:
         """Complete one item outside the batch context; failures become its error."""
         if item.error is not None:
             return self._error(item, item.error)
-        budget = self.budget(item)
-        output: list[int] = []
-        reason = None
+        reply = self.reply(item)
+        take = self._logprobs_taker(item)
         tokens = iter(())
         try:
             tokens = self.backend.generate_alone(item.tokens, item.sampling)
             for token in tokens:
-                reason = check_stop(token, len(output), budget, self.backend.eog_ids)
-                if reason != "stop":
-                    output.append(token)
-                if reason is not None:
+                if reply.add(token, take()[0] if take is not None else None):
                     break
+        except GrammarError as exc:
+            return self._error(item, str(exc))
         except BackendError as exc:
             return self._error(item, f"failed even alone: {exc}")
         finally:
             close = getattr(tokens, "close", None)
             if close is not None:
                 close()
-        if reason is None:
+        if not reply.is_finished:
             return self._error(item, "the backend stopped generating without a reason")
-        return self._completion(item, output, reason, "alone")
+        return self._completion(item, reply, "alone")
+
+    def reply(self, item: Item) -> Reply:
+        """The stop rule of ``item`` (:class:`~llamabatch.stop.Reply`): at most
+        :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
+        sampling params."""
+        sampling = item.sampling
+        return Reply(self.budget(item), self.backend.eog_ids, self.backend.detokenize,
+                     sampling.stop, sampling.stop_token_ids)
+
+    def _logprobs_taker(self, item: Item) -> Callable[[], list] | None:
+        """``backend.take_logprobs`` (optional) when ``item`` asks for logprobs."""
+        if item.sampling.logprobs is None:
+            return None
+        return getattr(self.backend, "take_logprobs", None)
 
     # -- results -----------------------------------------------------------------------
     def count(self, c: Completion) -> None:
@@ -259,11 +273,12 @@ class Scheduler:
             s.items_alone += 1
 
     def _batched(self, seq: Seq) -> Completion:
-        return self._completion(seq.item, seq.output, seq.finish_reason, "batch")
+        return self._completion(seq.item, seq.reply, "batch")
 
-    def _completion(self, item: Item, output: list[int], reason: str, path: str) -> Completion:
-        return Completion(item.index, self.backend.detokenize(output), tuple(output), reason,
-                          None, len(item.tokens), path)
+    def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+        logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
+        return Completion(item.index, reply.text, tuple(reply.token_ids),
+                          reply.finish_reason, None, len(item.tokens), path, logprobs)
 
     def _error(self, item: Item, message: str) -> Completion:
         return Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")

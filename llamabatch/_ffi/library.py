@@ -52,7 +52,7 @@ class Library:
         self._module = module
         self.version = symbols.version
         self.symbols = symbols
-        self.samplers = SamplerChains(symbols)
+        self.samplers = SamplerChains(symbols, module)
         fn = symbols.fn
         self._decode = fn["decode"]
         self._logits_ith = fn["get_logits_ith"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import BatchUnavailable, LibraryError
-from .handles import ModelHandle
+from .handles import ContextHandle, ModelHandle
 
 #: ``llama_context_params`` fields copied from the ``Llama``'s own context so that both
 #: contexts compute the same way (RoPE, attention kernel, KV types, offloading).
@@ -40,6 +40,19 @@ def model_of(llm: Any) -> ModelHandle:
     if not holder.model:
         raise BatchUnavailable("the Llama's model is not loaded (was Llama.close() called?)")
     return ModelHandle(int(holder.model))
+
+
+def context_of(llm: Any) -> ContextHandle | None:
+    """The ``Llama``'s own ``llama_context *`` (``Llama.ctx``), or ``None`` when it has
+    none (closed, or a llama-cpp-python that keeps it elsewhere)."""
+    ctx = getattr(llm, "ctx", None)
+    if not ctx:
+        return None
+    address = ctx if isinstance(ctx, int) else getattr(ctx, "value", None)
+    if address is None:
+        import ctypes
+        address = ctypes.cast(ctx, ctypes.c_void_p).value
+    return ContextHandle(int(address)) if address else None
 
 
 def is_loaded(llm: Any) -> bool:

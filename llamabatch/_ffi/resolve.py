@@ -58,6 +58,9 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # optional: memories that cannot be cut back to a position
     "model_is_recurrent": ("llama_model_is_recurrent",),
     "model_is_hybrid": ("llama_model_is_hybrid",),
+    "init_grammar": ("llama_sampler_init_grammar",),  # optional: grammar / json / choices
+    "sampler_apply": ("llama_sampler_apply",),        # optional: grammar checked lazily
+    "sampler_accept": ("llama_sampler_accept",),      # optional: idem
 }
 
 #: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.

@@ -10,8 +10,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ..errors import LibraryError
-from .handles import ContextHandle, SamplerHandle, expect
+from ..errors import GrammarError, LibraryError
+from .candidates import Candidates
+from .handles import ContextHandle, SamplerHandle, VocabHandle, expect
 from .resolve import Symbols
 
 
@@ -25,7 +26,8 @@ def _arity(fn: Any) -> int:
 class SamplerChains:
     """Create, fill, inspect, sample from and free sampler chains."""
 
-    def __init__(self, symbols: Symbols) -> None:
+    def __init__(self, symbols: Symbols, module: Any = None) -> None:
+        self._module = module
         self._fn = symbols.fn
         self._symbols = symbols
         self._sample = symbols.fn["sampler_sample"]
@@ -92,6 +94,49 @@ class SamplerChains:
     def add_greedy(self, chain: SamplerHandle) -> None:
         """Append ``llama_sampler_init_greedy()`` (argmax)."""
         self._add(chain, self._fn["init_greedy"](), "greedy")
+
+    def new_grammar(self, vocab: VocabHandle, grammar: str, root: str = "root") -> SamplerHandle:
+        """``llama_sampler_init_grammar(vocab, grammar, root)``: a grammar stage on its own
+        (the caller frees it with :meth:`free`, or hands it to :meth:`add_to`).
+
+        Raises:
+            LibraryError: the symbol is missing.
+            GrammarError: llama.cpp refused the grammar (it returns NULL after logging
+                why: a parse error, an undefined rule, left recursion, no ``root``).
+        """
+        expect(vocab, VocabHandle)
+        self._symbols.require("init_grammar")
+        try:
+            text, name = grammar.encode("utf-8"), root.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise GrammarError(f"the grammar is not valid Unicode text: {exc}") from None
+        if b"\0" in text:
+            raise GrammarError("the grammar holds a NUL character")
+        stage = self._fn["init_grammar"](vocab.vocab, text, name)
+        if not stage:
+            raise GrammarError("llama.cpp refused the grammar (llama_sampler_init_grammar "
+                               "returned NULL: a GBNF parse error, an undefined rule, left "
+                               f"recursion or no '{root}' rule; llama.cpp's log says which)")
+        return SamplerHandle(stage)
+
+    def add_to(self, chain: SamplerHandle, stage: SamplerHandle) -> None:
+        """Append ``stage`` (from :meth:`new_grammar`) to ``chain``, which then owns it."""
+        expect(chain, SamplerHandle)
+        self._fn["chain_add"](chain.chain, stage.chain)
+
+    def accept(self, sampler: SamplerHandle, token: int) -> None:
+        """``llama_sampler_accept(sampler, token)``. For a grammar, ``token`` must be one
+        it allows (llama.cpp aborts otherwise): check with :meth:`Candidates.allows`."""
+        self._fn["sampler_accept"](sampler.chain, token)
+
+    def candidates(self, n_vocab: int) -> Candidates:
+        """A reusable :class:`Candidates` array of ``n_vocab`` rows.
+
+        Raises:
+            LibraryError: ``llama_sampler_apply`` / ``llama_sampler_accept`` is missing.
+        """
+        self._symbols.require("sampler_apply", "sampler_accept", "get_logits_ith")
+        return Candidates(self._module, self._fn, n_vocab)
 
     def stage_names(self, chain: SamplerHandle) -> list[str]:
         """``llama_sampler_name`` of each ``llama_sampler_chain_get(chain, i)``, in order.

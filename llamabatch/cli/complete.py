@@ -1,13 +1,21 @@
 """``llamabatch complete``: complete every prompt of a file, several at a time.
 
-Input (PROMPTS):
+Input (PROMPTS; - reads standard input):
 
 - JSONL: one JSON object per line with an optional ``id`` (a string or an integer;
   default: the 1-based line number) and either ``prompt`` (a ready string) or
   ``messages`` (a list of {"role": ..., "content": ...}, formatted with the model's own
   chat template from its GGUF metadata, generation prompt appended). Chosen for a
   ``.jsonl`` file, or for any file whose non-blank lines all parse as JSON objects.
-- Text: one prompt per line, id = the 1-based line number.
+  A line may set its own max_tokens, temperature, top_p, top_k, min_p, seed, stop,
+  grammar, json_schema, choices, response_format (and repeat_penalty,
+  frequency_penalty, presence_penalty); they replace the flags for that item. Any other
+  field is warned about once per file.
+- OpenAI batch requests: {"custom_id", "method": "POST", "url": "/v1/chat/completions"
+  or "/v1/completions", "body": {...}} lines (id = custom_id); write the answers with
+  --output-format openai.
+- Text: one prompt per line, id = the 1-based line number; each line is the user's
+  message of a chat (after --system, through --template), unless --raw.
 
 Blank lines are skipped. Ids must be unique. Every line is checked before any model
 work: a malformed line stops the job, named by its line number, or with --skip-bad
@@ -15,7 +23,8 @@ becomes an error line in its place (id = its line number).
 
 Output: one JSON object per item, in input order, written, flushed and fsynced after
 each group: ``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens",
-"path"}``. An existing non-empty output file needs --resume (skip the ids it already
+"path"}``, or with --output-format openai the Batch API's response lines
+``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``. An existing non-empty output file needs --resume (skip the ids it already
 holds and append the rest; a cut-off last line left by a killed job is removed) or
 --overwrite.
 """
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -32,7 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
-from .job.input import FORMATS, Entry, PromptItem, model_prompts, read_prompts, with_chat_prompts
+from .job.fields import with_fields
+from .job.input import (FORMATS, Entry, PromptItem, model_prompts, read_prompts,
+                        with_chat_prompts, with_text_template)
+from .job.openai import COMPLETIONS_URL, CHAT_URL, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.signals import Interrupts
@@ -59,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompts", metavar="PROMPTS", type=Path,
                    help="input file: JSONL (an object per line with \"prompt\" or "
-                        "\"messages\", and \"id\") or text (one prompt per line)")
+                        "\"messages\", and \"id\"; or OpenAI batch requests) or text "
+                        "(one prompt per line); - reads standard input")
     p.add_argument("-o", "--output", metavar="OUT", type=Path, default=None,
                    help="output JSONL file; if it exists and is not empty, --resume or "
                         "--overwrite is needed (default: standard output)")
@@ -73,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="write an error line in place of each malformed input line and "
                         "go on (default: off: a malformed line stops the job before any "
                         "model work)")
+    p.add_argument("--output-format", choices=("llamabatch", "openai"), default="llamabatch",
+                   help="output lines: llamabatch's records, or openai: the Batch API's "
+                        "response lines, keyed by custom_id (default: %(default)s)")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format (default: %(default)s: JSONL for *.jsonl or when every "
                         "non-blank line is a JSON object, else text)")
@@ -105,6 +122,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "generated, > 0; 1 = off (default: %(default)s)")
     p.add_argument("--seed", type=int, default=None, metavar="N",
                    help="sampling seed, an integer in [0, 2**32 - 1] (default: random)")
+    p.add_argument("--stop", action="append", default=None, metavar="STR",
+                   help="end a reply before this string; repeat for several (default: "
+                        "none)")
+    rule = p.add_mutually_exclusive_group()
+    rule.add_argument("--choices", metavar="A,B,C", default=None,
+                      help="every reply is exactly one of these comma-separated strings "
+                           "(default: none)")
+    rule.add_argument("--json-schema", metavar="FILE", type=Path, default=None,
+                      help="every reply is JSON valid against the JSON schema in FILE "
+                           "(default: none)")
+    rule.add_argument("--grammar", metavar="FILE", type=Path, default=None,
+                      help="every reply follows the GBNF grammar in FILE, rule root "
+                           "(default: none)")
+    p.add_argument("--system", metavar="TEXT", default=None,
+                   help="system message put before each text line's message (default: "
+                        "none)")
+    p.add_argument("--template", metavar="TEXT", default=None,
+                   help="wrap each text line: TEXT with {text} where the line goes "
+                        "(default: the line as it is)")
+    p.add_argument("--raw", action="store_true",
+                   help="give text lines to the model as they are, without the chat "
+                        "template (default: off: the model's chat template is applied)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="CPU threads (default: llama-cpp-python's: half the cores to "
                         "generate, all of them for prompts)")
@@ -118,10 +157,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _read_flag_file(flag: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        raise ValueError(f"{flag} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+                         ) from None
+
+
+def _constraint(args: argparse.Namespace) -> dict[str, Any]:
+    if args.choices is not None:
+        labels = [c.strip() for c in args.choices.split(",")]
+        if not all(labels):
+            raise ValueError(f"--choices {args.choices!r} has an empty choice; give "
+                             "comma-separated strings such as bug,billing")
+        return {"choices": labels}
+    if args.json_schema is not None:
+        text = _read_flag_file("--json-schema", args.json_schema)
+        try:
+            return {"json_schema": json.loads(text)}
+        except ValueError as exc:
+            raise ValueError(f"--json-schema {args.json_schema}: not valid JSON ({exc})"
+                             ) from None
+    if args.grammar is not None:
+        return {"grammar": _read_flag_file("--grammar", args.grammar)}
+    return {}
+
+
 def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
     sampling = SamplingParams(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty, seed=args.seed)
+        repeat_penalty=args.repeat_penalty, seed=args.seed, stop=tuple(args.stop or ()),
+        **_constraint(args))
     config = BatchConfig(slots=args.slots, n_ctx_seq=args.n_ctx_seq, n_batch=args.n_batch,
                          max_tokens=args.max_tokens, page_size=args.page_size)
     if args.threads is not None and args.threads < 1:
@@ -165,6 +232,20 @@ class _Job:
     t0: float
     tally: JobTally = dataclasses.field(default_factory=JobTally)
     next_entry: int = 0
+    model: str = "llamabatch"
+
+    def record(self, item: PromptItem, completion: Completion) -> dict[str, Any]:
+        """The output line of a completed item, in the chosen --output-format."""
+        if self.args.output_format == "openai":
+            url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
+            return response_record(item.id, url, completion, self.model)
+        return completion_record(item, completion)
+
+    def bad_record(self, bad: Any) -> dict[str, Any]:
+        """The output line of a bad input line, in the chosen --output-format."""
+        if self.args.output_format == "openai":
+            return error_response(bad.id, "invalid_request", bad.error)
+        return error_record(bad)
 
     def records(self, items: list[PromptItem], positions: list[int],
                 group: list[Completion]) -> Iterator[dict[str, Any]]:
@@ -174,7 +255,7 @@ class _Job:
             yield from self.rest(position)
             self.tally.add(completion)
             self.next_entry = position + 1
-            yield completion_record(items[completion.index], completion)
+            yield self.record(items[completion.index], completion)
 
     def rest(self, stop: int | None = None) -> Iterator[dict[str, Any]]:
         """The records of the bad lines from the next entry to ``stop`` (default: all)."""
@@ -183,7 +264,7 @@ class _Job:
             bad = self.todo[self.next_entry]  # a BadLine: records() writes the items
             self.tally.add_bad()
             self.next_entry += 1
-            yield error_record(bad)
+            yield self.bad_record(bad)
 
     def summary(self, gen_s: float, note: str) -> None:
         if not self.args.quiet:
@@ -207,7 +288,12 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     urls = remote_cli.server_urls(args)
-    entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad)
+    entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
+    try:
+        entries = with_text_template(entries, system=args.system, template=args.template,
+                                     raw=args.raw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     interrupts = Interrupts()
     with open_output(args.output, args.prompts, resume=args.resume,
                      overwrite=args.overwrite, warn=_warn) as out, interrupts.installed():
@@ -226,7 +312,9 @@ def _run(args: argparse.Namespace) -> int:
                              interrupts)
         from ..model import load_llama
 
-        llm = load_llama(_model_path(args), n_ctx=config.n_ctx_seq, n_threads=args.threads,
+        model_path = _model_path(args)
+        job.model = model_path.name
+        llm = load_llama(model_path, n_ctx=config.n_ctx_seq, n_threads=args.threads,
                          n_gpu_layers=args.n_gpu_layers)
         try:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
@@ -234,7 +322,8 @@ def _run(args: argparse.Namespace) -> int:
             interrupts.check()
             gen = _local_generator(llm, sampling, config)
             return _generate(job, gen, lambda items: model_prompts(llm, items),
-                             lambda g: batching_note(config.slots, g.stats), interrupts)
+                             lambda g: batching_note(config.slots, g.stats), interrupts,
+                             lambda items: [with_fields(sampling, it.fields) for it in items])
         finally:
             close = getattr(llm, "close", None)
             if close is not None:
@@ -269,15 +358,24 @@ def _local_generator(llm: Any, sampling: SamplingParams, config: BatchConfig) ->
 
 
 def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterable[object]],
-              note: Callable[[Any], str], interrupts: Interrupts) -> int:
-    """Write the records of ``gen.iter_groups(prompts(items))`` group by group."""
+              note: Callable[[Any], str], interrupts: Interrupts,
+              samplings_of: Callable[[list[PromptItem]], list[SamplingParams]] | None = None
+              ) -> int:
+    """Write the records of ``gen.iter_groups(prompts(items), samplings_of(items))`` page
+    by page (each item's own sampling params: the flags' with its line's fields)."""
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, PromptItem)]
     positions = [k for k, e in enumerate(job.todo) if isinstance(e, PromptItem)]
+    try:
+        samplings = None if samplings_of is None else samplings_of(items)
+    except ValueError as exc:  # e.g. a line's choices with the flags' grammar
+        raise UsageError(str(exc)) from None
     bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
-            for group in gen.iter_groups(prompts(items)):
+            groups = (gen.iter_groups(prompts(items)) if samplings is None
+                      else gen.iter_groups(prompts(items), samplings))
+            for group in groups:
                 with interrupts.held():
                     job.out.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)

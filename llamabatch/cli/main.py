@@ -20,6 +20,19 @@ from .common import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
 SUBCOMMANDS = (complete, bench)
 
 
+def _version() -> str:
+    """``llamabatch X (llama-cpp-python Y)``; Y read from the package metadata, so no
+    native library is loaded."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+    try:
+        binding = version("llama-cpp-python")
+    except PackageNotFoundError:
+        binding = "not installed"
+    return f"llamabatch {__version__} (llama-cpp-python {binding})"
+
+
 def build_parser() -> ArgumentParser:
     """The top-level parser with every subcommand of :data:`SUBCOMMANDS`."""
     parser = ArgumentParser(
@@ -27,6 +40,7 @@ def build_parser() -> ArgumentParser:
         description="Batched completion of many prompts with llama.cpp "
                     "(several sequences decoded together on one loaded model).",
     )
+    parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in SUBCOMMANDS:
         module.register(subparsers)

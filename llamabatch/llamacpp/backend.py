@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _ffi
 from ..backend import BatchLimits, Span
+from ..constraints import grammar_of
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
@@ -33,7 +34,7 @@ from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
                      decode_meaning)
 from ..locks import llm_lock
 from ..params import SamplingParams
-from .sampler import SeqSampler
+from .sampler import SeqSampler, top_logprobs
 
 log = logging.getLogger("llamabatch")
 
@@ -69,6 +70,7 @@ class LlamaBackend:
         self.partial_trim = True     # set from the model when the context opens
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
+        self._logprobs: list = []
         self.lock = llm_lock(llm)
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
@@ -169,6 +171,7 @@ class LlamaBackend:
         Raises:
             ValueError: no batch context, or ``seq_id`` outside [0, n_seq_max).
             BackendError: the ``Llama`` was closed.
+            GrammarError: llama.cpp refused the grammar of ``sampling`` (nothing decoded).
         """
         ctx, _ = self._open()
         n = ctx.limits.n_seq_max
@@ -204,6 +207,15 @@ class LlamaBackend:
             raise BackendError(f"llama_state_seq_get/set_data copied nothing from seq "
                                f"{src} to seq {dst}")
 
+    def take_logprobs(self) -> list:
+        """The log-probabilities of the tokens produced since the last call (one entry
+        per sampled token of :meth:`decode`, in its order, or per token pulled from
+        :meth:`generate_alone`): ``(token_id, logprob)`` pairs, likeliest first, or
+        ``None`` when ``sampling.logprobs`` is ``None``. See
+        :func:`~llamabatch.llamacpp.sampler.top_logprobs`."""
+        taken, self._logprobs = self._logprobs, []
+        return taken
+
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """One ``llama_decode`` of ``spans``; sample each span with ``logits=True``.
 
@@ -234,7 +246,9 @@ class LlamaBackend:
         if code != 0:
             raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}",
                               code=code)
-        return [sampler.sample(ctx, i) for sampler, i in rows]
+        sampled = [sampler.sample(ctx, i) for sampler, i in rows]
+        self._logprobs = [sampler.last_logprobs for sampler, _ in rows]
+        return sampled
 
     def clear(self, n_seqs: int | None = None) -> None:
         """Remove sequences [0, n_seqs) (all when ``None``) from the cache (no-op
@@ -251,12 +265,19 @@ class LlamaBackend:
         back to the caller's own cached tokens) once the iterator ends or is closed:
         see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
 
+        A grammar (``grammar`` / ``json_schema`` / ``choices``) goes to ``Llama.generate``
+        as a ``LlamaGrammar``, which puts it after penalties over the whole vocabulary;
+        it is first built once here, since llama-cpp-python adds the stage without
+        checking llama.cpp's NULL for a grammar it refuses.
+
         Raises:
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
                 closed (when iterated).
+            GrammarError: llama.cpp refused the grammar (when iterated).
         """
         self._check_llm()
         llm = self._llm
+        grammar = self._llama_grammar(sampling)
         guard = LlamaGuard(llm)
         try:
             llm.set_seed(sampling.effective_seed)
@@ -266,7 +287,7 @@ class LlamaBackend:
                 min_p=sampling.min_p, typical_p=sampling.typical_p,
                 temp=sampling.temperature, repeat_penalty=sampling.repeat_penalty,
                 frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty, reset=True)
+                presence_penalty=sampling.presence_penalty, reset=True, grammar=grammar)
             try:
                 while True:
                     try:
@@ -275,17 +296,40 @@ class LlamaBackend:
                         return
                     except (RuntimeError, ValueError) as exc:
                         raise BackendError(f"llama-cpp-python: {exc}") from exc
+                    if sampling.logprobs is not None:
+                        self._logprobs.append(self._alone_logprobs(token, sampling.logprobs))
                     yield token
             finally:
                 stream.close()
         finally:
             guard.restore()
 
+    def _llama_grammar(self, sampling: SamplingParams) -> Any:
+        text = grammar_of(sampling)
+        if text is None:
+            return None
+        lib = _ffi.load()
+        check = lib.samplers.new_grammar(lib.vocab(_ffi.model_of(self._llm)), text)
+        lib.samplers.free(check)  # llama.cpp accepted it: Llama may build it too
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        return LlamaGrammar.from_string(text, verbose=False)
+
+    def _alone_logprobs(self, token: int, n: int) -> Any:
+        """The logprobs of the token ``Llama.generate`` just sampled: its context's last
+        row of logits (``llama_get_logits_ith(ctx, -1)``) is still the one it sampled from."""
+        ctx = _ffi.context_of(self._llm)
+        logits = None if ctx is None else _ffi.load().logits(ctx, -1, self.n_vocab)
+        if logits is None:
+            raise BackendError("cannot read the Llama's logits for logprobs")
+        return top_logprobs(logits, token, n)
+
     # -- lifetime ----------------------------------------------------------------
     def _close_samplers(self) -> None:
         for sampler in self._samplers.values():
             sampler.close()
         self._samplers = {}
+        self._logprobs = []
 
     def close(self) -> None:
         """Free samplers, batch and context, in that order (idempotent)."""

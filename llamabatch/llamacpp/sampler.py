@@ -9,27 +9,60 @@ The chain is llama-cpp-python's ``Llama._init_sampler`` (0.3.x), stage for stage
 ``llama_sampler_sample`` (llama.h) applies the chain to the logits of one batch row and
 *accepts* the chosen token into the chain (penalty history, dist's RNG): it must not be
 accepted again. Prompt tokens are not fed to the history, as in ``Llama.generate``.
+
+A grammar (``grammar``, or the one made of ``json_schema`` / ``choices``, see
+:mod:`llamabatch.constraints`) is a ``llama_sampler_init_grammar`` stage right after
+penalties, where ``Llama._init_sampler`` puts it. Applying it to the whole vocabulary
+at every step is costly, so by default (``lazy_grammar=True``) it is checked lazily, as
+llama.cpp's common sampler does (``common/sampling.cpp``, ``grammar_first = false``):
+the chain without the grammar picks a token; if the grammar allows it, that token is
+taken, else the grammar masks the whole vocabulary and the chain picks again. With
+``temperature == 0`` this picks exactly what the full chain picks (the argmax of the
+allowed tokens either way); with ``temperature > 0`` the draw may differ from the full
+chain's (the dist RNG is used once more after a rejection), as in llama.cpp.
+
+Log-probabilities (``params.logprobs``): after each token, the ``logprobs`` likeliest
+tokens of the row's raw logits and the chosen one, as ``log_softmax(logits)``
+(``Llama.logits_to_logprobs``, what ``create_completion(logprobs=N)`` reports).
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
+import numpy as np
+
 from .. import _ffi
+from ..constraints import grammar_of
+from ..errors import GrammarError
 from ..params import SamplingParams
 
 #: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
 MIN_KEEP = 1
 
 
-def _n_vocab(lib: _ffi.Library, source: Any) -> int:
+def _vocab(lib: _ffi.Library, source: Any) -> _ffi.VocabHandle:
     if isinstance(source, _ffi.ModelHandle):
-        return lib.n_vocab(lib.vocab(source))
-    n_vocab = getattr(source, "n_vocab", None)
-    if callable(n_vocab):
-        return int(n_vocab())
+        return lib.vocab(source)
+    if callable(getattr(source, "n_vocab", None)):
+        return lib.vocab(_ffi.model_of(source))
     raise TypeError(f"expected a llama_cpp.Llama or a ModelHandle, got {type(source).__name__}")
+
+
+def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, float], ...]:
+    """The ``n`` likeliest ``(token_id, logprob)`` pairs of a row of raw logits, likeliest
+    first, then ``token`` if it is not among them; logprob = ``log_softmax(logits)``."""
+    row = logits.astype(np.float64)
+    top = row.max()
+    logz = top + math.log(float(np.exp(row - top).sum()))
+    ids = np.argpartition(-row, n)[:n] if 0 < n < row.size else np.arange(min(n, row.size))
+    ids = ids[np.argsort(-row[ids], kind="stable")]
+    pairs = [(int(t), float(row[t] - logz)) for t in ids]
+    if token not in {t for t, _ in pairs}:
+        pairs.append((token, float(row[token] - logz)))
+    return tuple(pairs)
 
 
 class SeqSampler:
@@ -39,22 +72,44 @@ class SeqSampler:
         source: a ``llama_cpp.Llama`` or a model handle (for ``n_vocab``, which the
             penalties stage needs).
         params: the sampling parameters.
+        lazy_grammar: check a grammar only on the token the chain picked (default), or
+            (False) run it over the whole vocabulary at every step as ``Llama`` does.
+
+    Attributes:
+        last_logprobs: after :meth:`sample`, the chosen token's log-probabilities when
+            ``params.logprobs`` is set (see :func:`top_logprobs`), else ``None``.
 
     Raises:
         LibraryError: a sampler symbol is missing in the installed llama-cpp-python.
+        GrammarError: llama.cpp refused the grammar, or the json_schema cannot be compiled.
         MemoryError: llama.cpp returned NULL for a stage.
     """
 
-    def __init__(self, source: Any, params: SamplingParams) -> None:
+    def __init__(self, source: Any, params: SamplingParams, *,
+                 lazy_grammar: bool = True) -> None:
         lib = _ffi.load()
         self.params = params
+        self.last_logprobs: tuple[tuple[int, float], ...] | None = None
         self._chains = chains = lib.samplers
-        n_vocab = _n_vocab(lib, source)
+        vocab = _vocab(lib, source)
+        n_vocab = lib.n_vocab(vocab)
+        grammar_text = grammar_of(params)  # GrammarError before anything is allocated
         chain = chains.new_chain()
         self._finalizer = weakref.finalize(self, chains.free, chain)
         self._chain = chain
+        self._grammar: _ffi.SamplerHandle | None = None
+        self._candidates = None
         chains.add_penalties(chain, n_vocab, params.penalty_last_n, params.repeat_penalty,
                              params.frequency_penalty, params.presence_penalty)
+        if grammar_text is not None:
+            grammar = chains.new_grammar(vocab, grammar_text)
+            if lazy_grammar:
+                self._grammar_finalizer = weakref.finalize(self, chains.free, grammar)
+                self._grammar = grammar
+            else:
+                chains.add_to(chain, grammar)
+        if self._grammar is not None or params.logprobs is not None:
+            self._candidates = chains.candidates(n_vocab)
         if params.is_greedy:
             chains.add_greedy(chain)
         else:
@@ -91,7 +146,33 @@ class SeqSampler:
         self._check_open()
         handle = ctx.handle
         ctx.check_output(i)
-        return self._chains.sample(self._chain, handle, i)
+        if self._candidates is None:
+            return self._chains.sample(self._chain, handle, i)
+        logits = self._candidates.logits(handle, i)
+        if self._grammar is None:
+            token = self._chains.sample(self._chain, handle, i)
+        else:
+            token = self._sample_lazily(logits)
+        if self.params.logprobs is not None:
+            self.last_logprobs = top_logprobs(logits, token, self.params.logprobs)
+        return token
+
+    def _sample_lazily(self, logits: np.ndarray) -> int:
+        cand, chains, chain, grammar = (self._candidates, self._chains, self._chain,
+                                        self._grammar)
+        cand.fill(logits)
+        cand.apply(chain.chain)
+        token, _ = cand.selected()
+        if not cand.allows(grammar.chain, token):
+            cand.fill(logits)
+            cand.apply(grammar.chain)  # masks what the grammar forbids with -inf
+            cand.apply(chain.chain)
+            token, logit = cand.selected()
+            if not math.isfinite(logit) or not cand.allows(grammar.chain, token):
+                raise GrammarError("the grammar allows no token of the vocabulary here")
+        chains.accept(grammar, token)  # an allowed token only: llama.cpp aborts otherwise
+        chains.accept(chain, token)
+        return token
 
     def stage_names(self) -> list[str]:
         """The chain's stage names in order (``llama_sampler_chain_get`` +
@@ -101,6 +182,8 @@ class SeqSampler:
 
     def close(self) -> None:
         """Free the chain and its stages (``llama_sampler_free``); idempotent."""
+        if self._grammar is not None:
+            self._grammar_finalizer()
         self._finalizer()
 
     def __enter__(self) -> SeqSampler:

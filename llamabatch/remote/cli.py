@@ -82,9 +82,15 @@ def open_generator(args: argparse.Namespace, urls: list[str], sampling: Any,
 
 def item_prompts(items: list[Any]) -> Iterator[object]:
     """What the pool gets for each input item: its messages (sent to
-    ``/v1/chat/completions``, where the server applies its chat template) or its prompt."""
+    ``/v1/chat/completions``, where the server applies its chat template) or its prompt,
+    as an item mapping with the line's own sampling fields when it has any."""
     for item in items:
-        yield item.messages if item.messages is not None else item.prompt
+        key = "messages" if item.messages is not None else "prompt"
+        fields = getattr(item, "fields", None)
+        if fields:
+            yield {key: getattr(item, key), **fields}
+        else:
+            yield getattr(item, key)
 
 
 def pool_note(gen: Any) -> str:

@@ -57,4 +57,5 @@ class RemoteStats:
 
 def error_completion(index: int, message: str, server: str, attempts: int) -> RemoteCompletion:
     """The completion of an item that failed: ``finish_reason == "error"``."""
-    return RemoteCompletion(index, "", (), "error", message, 0, "remote", server, attempts)
+    return RemoteCompletion(index, "", (), "error", message, 0, "remote", server=server,
+                            attempts=attempts)

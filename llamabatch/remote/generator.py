@@ -186,8 +186,9 @@ class RemoteGenerator:
     @staticmethod
     def _completion(index: int, reply: Reply, url: str, attempts: int) -> RemoteCompletion:
         return RemoteCompletion(index, reply.text, reply.token_ids, reply.finish_reason,
-                                None, reply.n_prompt_tokens, "remote", url, attempts,
-                                reply.n_completion_tokens)
+                                None, reply.n_prompt_tokens, "remote", server=url,
+                                attempts=attempts,
+                                n_completion_tokens=reply.n_completion_tokens)
 
     def _count(self, url: str, key: str, retry: bool = False) -> None:
         with self._lock:

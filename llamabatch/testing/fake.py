@@ -35,6 +35,7 @@ class _Seq:
     n_sampled: int = 0
     last: int = -1                   # the last sampled token (to be decoded next)
     is_done: bool = False            # sampled an EOG token or its max_tokens-th token
+    sampling: SamplingParams | None = None   # of the item started in it
 
     def restart(self) -> None:
         self.started, self.reply, self.n_sampled = True, None, 0
@@ -147,6 +148,7 @@ class FakeBackend:
         self.closed = False
         self._seqs: list[_Seq] = []
         self._open_tried = False
+        self._logprobs: list = []
 
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__
@@ -308,6 +310,20 @@ class FakeBackend:
         if self.check:
             self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
         seq.restart()
+        seq.sampling = sampling
+
+    def take_logprobs(self) -> list:
+        """The optional ``Backend.take_logprobs``: one entry per token sampled since the
+        last call; the fake's replies are certain, so each is ``((token, 0.0),)`` (the
+        chosen token, probability 1), or ``None`` without ``sampling.logprobs``."""
+        taken, self._logprobs = self._logprobs, []
+        return taken
+
+    def _note_logprobs(self, sampling: SamplingParams | None, token: int) -> None:
+        if sampling is not None and sampling.logprobs is not None:
+            self._logprobs.append(((token, 0.0),))
+        else:
+            self._logprobs.append(None)
 
     def trim(self, seq_id: int, n_keep: int) -> bool:
         """Keep positions [0, n_keep); refused (False) on a recurrent fake when
@@ -376,6 +392,7 @@ class FakeBackend:
         if self.num_decode_calls == self.fail_decode_at:
             return self._fail(spans)
         seqs, sampled = self._seqs, []
+        self._logprobs = []
         for span in spans:
             seq = seqs[span.seq_id]
             seq.kv.extend(span.tokens)
@@ -387,6 +404,7 @@ class FakeBackend:
                 seq.last = token
                 seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
                 sampled.append(token)
+                self._note_logprobs(seq.sampling, token)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
                                        tuple(sampled), None))
@@ -493,6 +511,8 @@ class FakeBackend:
                                   f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}")
                 last = self._token_at(reply, i)
                 call.n_pulled += 1
+                self._logprobs = []
+                self._note_logprobs(call.sampling, last)
                 yield last
         finally:
             call.closed = True

@@ -61,6 +61,16 @@ OPTION_HELP = {
     "--server": "base URL of a server, e.g. http://10.0.0.2:8080; repeatable (default: none",
     "--servers-file": "one per line; blank lines and lines starting with # are skipped",
     "--concurrency": "requests in flight per server that does not report its slots",
+    "--output-format": "the Batch API's response lines, keyed by custom_id (default: "
+                       "llamabatch)",
+    "--stop": "end a reply before this string; repeat for several (default: none)",
+    "--choices": "exactly one of these comma-separated strings (default: none)",
+    "--json-schema": "JSON valid against the JSON schema in FILE (default: none)",
+    "--grammar": "GBNF grammar in FILE, rule root (default: none)",
+    "--system": "system message put before each text line's message (default: none)",
+    "--template": "TEXT with {text} where the line goes (default: the line as it is)",
+    "--raw": "without the chat template (default: off: the model's chat template is "
+             "applied)",
 }
 
 

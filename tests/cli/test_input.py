@@ -27,9 +27,9 @@ def test_jsonl_ids_default_to_line_numbers_and_blank_lines_are_skipped(tmp_path)
 def test_text_file_one_prompt_per_line(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("first prompt\n\nsecond {prompt}\r\nthird\u2028same line\n")
-    assert read_prompts(path) == [PromptItem(1, "first prompt", 1),
-                                  PromptItem(3, "second {prompt}", 3),
-                                  PromptItem(4, "third\u2028same line", 4)]
+    assert read_prompts(path) == [PromptItem(1, "first prompt", 1, is_text=True),
+                                  PromptItem(3, "second {prompt}", 3, is_text=True),
+                                  PromptItem(4, "third\u2028same line", 4, is_text=True)]
 
 
 def test_auto_detects_jsonl_without_the_extension(tmp_path):
@@ -128,7 +128,7 @@ def test_invalid_utf8_is_named_by_line_or_skipped(tmp_path):
     with pytest.raises(UsageError, match="in.txt:2: line 2: not valid UTF-8"):
         read_prompts(path)
     fine, bad = read_prompts(path, skip_bad=True)
-    assert fine == PromptItem(1, "fine", 1)
+    assert fine == PromptItem(1, "fine", 1, is_text=True)
     assert bad.id == 2 and bad.error.startswith("line 2: not valid UTF-8")
 
 

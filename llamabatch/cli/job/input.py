@@ -5,8 +5,17 @@
   model's chat template) and an optional ``"id"`` (a string or an integer; default: the
   1-based line number). Chosen for a ``.jsonl`` file, or for any file whose non-blank
   lines all parse as JSON objects.
+  A line may also set its own sampling fields (:mod:`.fields`: ``max_tokens``,
+  ``temperature``, ``stop``, ``choices``, ``json_schema``, ``response_format`` ...); any
+  other key is reported once per file through ``warn``.
+- OpenAI batch requests (:mod:`.openai`): ``{"custom_id", "method", "url", "body"}``
+  lines, in a JSONL file, alone or mixed with plain lines; ``id`` = ``custom_id``.
 - Text: one prompt per line, id = the 1-based line number. A prompt cannot contain a
   newline in this format (chat-formatted prompts need JSONL, with ``\\n`` in the string).
+  Its item is marked ``is_text``: the command wraps it in the chat template (see
+  :func:`with_text_template`).
+
+``-`` reads standard input.
 
 Blank lines are skipped in both formats (line numbers still count them). Ids must be
 unique. A bad line (malformed JSON, wrong types, invalid UTF-8) is a
@@ -19,13 +28,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
 from ..common import UsageError
+from . import openai
+from .fields import LINE_FIELDS, sampling_fields
+
+#: The path that stands for standard input.
+STDIN = Path("-")
 
 FORMATS = ("auto", "jsonl", "text")
 
@@ -40,12 +55,19 @@ class PromptItem:
             ``None`` for a ``messages`` item until its chat template is applied.
         line: 1-based line number in the input file.
         messages: the chat messages of a ``messages`` item, else ``None``.
+        fields: the item's own :class:`~llamabatch.SamplingParams` fields (checked).
+        url: the OpenAI endpoint it was asked of (``/v1/chat/completions``,
+            ``/v1/completions``), or ``None`` for a plain line.
+        is_text: it is a line of a text file (the command may wrap it in a template).
     """
 
     id: str | int
     prompt: str | None
     line: int
     messages: list[dict[str, Any]] | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    url: str | None = None
+    is_text: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +94,10 @@ class _Bad(ValueError):
 
 
 def _decoded_lines(path: Path) -> list[tuple[int, str | None, str | None]]:
-    """The non-blank lines of ``path`` as (line number, text, UTF-8 error), BOM skipped."""
+    """The non-blank lines of ``path`` (``-``: standard input) as (line number, text,
+    UTF-8 error), BOM skipped."""
     try:
-        data = path.read_bytes()
+        data = sys.stdin.buffer.read() if path == STDIN else path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"prompts file not found: {path}") from None
     except IsADirectoryError:
@@ -116,13 +139,28 @@ def _check_text(name: str, value: object) -> None:
         raise _Bad(f"{name} holds a lone surrogate escape (not valid Unicode text)")
 
 
-def _jsonl_item(number: int, text: str) -> PromptItem:
+def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
     try:
         obj = json.loads(text)
     except ValueError as exc:
         raise _Bad(f"malformed JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise _Bad("not a JSON object")
+    url = None
+    if openai.is_request(obj):
+        try:
+            url, _, obj, extra = openai.request_parts(obj)
+        except ValueError as exc:
+            raise _Bad(str(exc)) from None
+        for key in extra:
+            unknown.setdefault(key, number)
+    for key in obj:
+        if key not in ("id", "prompt", "messages") and key not in LINE_FIELDS:
+            unknown.setdefault(key, number)
+    try:
+        fields = sampling_fields(obj)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
     item_id = obj.get("id", number)
     if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
         raise _Bad(f"\"id\" must be a string or an integer, not {json.dumps(item_id)}")
@@ -139,22 +177,23 @@ def _jsonl_item(number: int, text: str) -> PromptItem:
         for k, message in enumerate(messages):
             for key in ("role", "content"):
                 _check_text(f'"messages"[{k}]["{key}"]', message[key])
-        return PromptItem(id=item_id, prompt=None, line=number, messages=messages)
+        return PromptItem(id=item_id, prompt=None, line=number, messages=messages,
+                          fields=fields, url=url)
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
         raise _Bad(f"\"prompt\" is {type(prompt).__name__}, not a string")
     _check_text('"prompt"', prompt)
-    return PromptItem(id=item_id, prompt=prompt, line=number)
+    return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
 def _entry(path: Path, number: int, text: str | None, error: str | None, fmt: str,
-           skip_bad: bool) -> Entry:
+           skip_bad: bool, unknown: dict[str, int]) -> Entry:
     try:
         if error is not None:
             raise _Bad(error)
         if fmt == "text":
-            return PromptItem(id=number, prompt=text, line=number)
-        return _jsonl_item(number, text)
+            return PromptItem(id=number, prompt=text, line=number, is_text=True)
+        return _jsonl_item(number, text, unknown)
     except _Bad as exc:
         if skip_bad:
             return BadLine(id=number, line=number, error=f"line {number}: {exc}")
@@ -176,7 +215,8 @@ def _check_unique(path: Path, entries: list[Entry]) -> None:
 
 
 def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
-                 skip_bad: bool = False) -> list[Entry]:
+                 skip_bad: bool = False,
+                 warn: Callable[[str], None] | None = None) -> list[Entry]:
     """Read the prompts of a JSONL or text file (see the module doc for the formats).
 
     Args:
@@ -184,6 +224,8 @@ def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
         fmt: ``"jsonl"``, ``"text"`` or ``"auto"`` (JSONL for a ``.jsonl`` name or when
             every non-blank line is a JSON object, else text).
         skip_bad: a bad line becomes a :class:`BadLine` in its place instead of an error.
+        warn: called once per unknown key of the file (JSONL), naming it and the first
+            line that has it; such keys are otherwise ignored.
 
     Returns:
         the entries in file order, blank lines skipped: :class:`PromptItem`, and
@@ -203,9 +245,48 @@ def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
         is_jsonl = p.suffix.lower() == ".jsonl" or (
             bool(lines) and all(_is_json_object(text) for _, text, _ in lines))
         fmt = "jsonl" if is_jsonl else "text"
-    entries = [_entry(p, number, text, error, fmt, skip_bad) for number, text, error in lines]
+    unknown: dict[str, int] = {}
+    entries = [_entry(p, number, text, error, fmt, skip_bad, unknown)
+               for number, text, error in lines]
     _check_unique(p, entries)
+    if warn is not None:
+        known = ", ".join(("id", "prompt", "messages") + LINE_FIELDS)
+        for key, number in unknown.items():
+            warn(f"{p}:{number}: unknown field {json.dumps(key)} ignored, here and on any "
+                 f"later line (known fields: {known})")
     return entries
+
+
+def with_text_template(entries: list[Entry], *, system: str | None = None,
+                       template: str | None = None, raw: bool = False) -> list[Entry]:
+    """Turn each text-file line into what the model gets.
+
+    ``template`` (with ``{text}`` where the line goes) is applied first; then, unless
+    ``raw``, the item becomes a chat: an optional ``system`` message and the user's
+    message, formatted later with the model's chat template. With ``raw`` the (templated)
+    line is the prompt as it is.
+
+    Raises:
+        ValueError: ``template`` has no ``{text}``; ``system`` together with ``raw``.
+    """
+    if template is not None and "{text}" not in template:
+        raise ValueError(f"--template {template!r} has no {{text}}: put {{text}} where "
+                         "each line goes")
+    if raw and system is not None:
+        raise ValueError("--system needs the chat template; it cannot be used with --raw")
+    result: list[Entry] = []
+    for entry in entries:
+        if isinstance(entry, PromptItem) and entry.is_text:
+            text = entry.prompt if template is None else template.replace("{text}",
+                                                                          entry.prompt)
+            if raw:
+                entry = dataclasses.replace(entry, prompt=text)
+            else:
+                messages = ([{"role": "system", "content": system}] if system else []) + [
+                    {"role": "user", "content": text}]
+                entry = dataclasses.replace(entry, prompt=None, messages=messages)
+        result.append(entry)
+    return result
 
 
 def apply_chat_template(entries: list[Entry], template: ChatTemplate, path: Path, *,

@@ -50,7 +50,8 @@ class OutputScan:
 def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
     """Read an existing output file from its start (``f`` opened in binary mode).
 
-    Every newline-terminated line must be blank or a JSON object with an ``"id"``; the
+    Every newline-terminated line must be blank or a JSON object with an ``"id"`` (the
+    item's, or for an OpenAI batch response line, whose item is its ``"custom_id"``); the
     bytes after the last newline, if any, are a cut-off line, whatever they hold.
 
     Raises:
@@ -75,6 +76,7 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
         if not isinstance(obj, dict) or "id" not in obj:
             raise OutputCorrupt(f"{name}:{number}: line {number} of the existing output is "
                                 "not a JSON object with an \"id\"; cannot resume from it")
-        done.add(id_key(obj["id"]))
+        # an OpenAI batch response line: the item is its custom_id (its id is the line's)
+        done.add(id_key(obj["custom_id"] if "custom_id" in obj else obj["id"]))
         n_lines += 1
     return OutputScan(frozenset(done), n_lines, good_size, cut_bytes)

@@ -1,0 +1,90 @@
+"""Token candidates (``llama_token_data_array``) over one row of logits, for samplers
+applied by hand: a grammar checked lazily, and log-probabilities.
+
+``llama_sampler_sample`` (llama-sampler.cpp) fills ``cur[id] = {id, logits[id], 0}`` for
+every id of the vocabulary, sets ``selected = -1, sorted = false``, applies the sampler,
+then accepts ``cur[selected].id``. :class:`Candidates` does the same steps one by one, so a
+caller can put a grammar stage in front or skip it: the ``llama_token_data`` rows live in
+a numpy structured array (``int32 id, float32 logit, float32 p``, 12 bytes, the layout of
+llama.h's struct) that the binding's ``llama_token_data_array`` points into.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from ..errors import GrammarError
+from .handles import ContextHandle
+
+#: llama.h ``llama_token_data``: ``{llama_token id; float logit; float p;}``.
+TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+class Candidates:
+    """A reusable ``llama_token_data_array`` of ``n_vocab`` rows.
+
+    Args:
+        module: ``llama_cpp.llama_cpp`` (for its ``llama_token_data*`` declarations).
+        fn: the resolved functions (``get_logits_ith``, ``sampler_apply``).
+        n_vocab: rows.
+    """
+
+    def __init__(self, module: Any, fn: dict[str, Any], n_vocab: int) -> None:
+        if ctypes.sizeof(module.llama_token_data) != TOKEN_DATA.itemsize:
+            raise GrammarError("llama_token_data is not {int32, float, float} in this "
+                               "llama-cpp-python; cannot check a grammar lazily")
+        self.n_vocab = n_vocab
+        self.rows = np.zeros(n_vocab, dtype=TOKEN_DATA)
+        self._ids = np.arange(n_vocab, dtype=np.int32)
+        data = self.rows.ctypes.data_as(ctypes.POINTER(module.llama_token_data))
+        self._array = module.llama_token_data_array(data, n_vocab, -1, False)
+        self._ref = ctypes.byref(self._array)
+        self._one = np.zeros(1, dtype=TOKEN_DATA)
+        one = self._one.ctypes.data_as(ctypes.POINTER(module.llama_token_data))
+        self._one_array = module.llama_token_data_array(one, 1, -1, False)
+        self._one_ref = ctypes.byref(self._one_array)
+        self._logits_ith = fn["get_logits_ith"]
+        self._apply = fn["sampler_apply"]
+
+    def logits(self, ctx: ContextHandle, i: int) -> np.ndarray:
+        """A view of ``llama_get_logits_ith(ctx, i)`` (float32[n_vocab]; valid until the
+        next decode). The caller checked that row ``i`` has logits."""
+        ptr = self._logits_ith(ctx.ctx, i)
+        if not ptr:
+            raise GrammarError(f"llama_get_logits_ith returned NULL for row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def fill(self, logits: np.ndarray) -> None:
+        """``rows[id] = {id, logits[id], 0}``, ``size = n_vocab``, ``selected = -1``."""
+        rows = self.rows
+        rows["id"] = self._ids
+        rows["logit"] = logits
+        rows["p"] = 0.0
+        self._array.size, self._array.selected, self._array.sorted = self.n_vocab, -1, False
+
+    def apply(self, sampler: Any) -> None:
+        """``llama_sampler_apply(sampler, &array)`` (stages may sort and shrink it)."""
+        self._apply(sampler, self._ref)
+
+    def selected(self) -> tuple[int, float]:
+        """The id and logit at ``selected`` after a selecting stage (greedy, dist).
+
+        Raises:
+            GrammarError: nothing was selected, or only masked (-inf) tokens were left.
+        """
+        k, size = int(self._array.selected), int(self._array.size)
+        if not 0 <= k < size:
+            raise GrammarError(f"the sampler selected no token (selected={k}, size={size})")
+        row = self.rows[k]
+        return int(row["id"]), float(row["logit"])
+
+    def allows(self, sampler: Any, token: int) -> bool:
+        """True when ``sampler`` (a grammar) leaves ``token`` a finite logit: apply it to
+        a one-row array ``{token, 0, 0}`` (llama.cpp's common sampler checks the same way)."""
+        self._one[0] = (token, 0.0, 0.0)
+        self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
+        self._apply(sampler, self._one_ref)
+        return bool(np.isfinite(self._one[0]["logit"]))

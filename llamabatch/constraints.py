@@ -1,0 +1,132 @@
+"""What a reply may be: ``choices``, ``json_schema`` and ``response_format`` as GBNF.
+
+Pure Python; nothing here loads llama.cpp. The grammar text goes to llama.cpp's
+``llama_sampler_init_grammar`` (GBNF: ``grammars/README.md`` of llama.cpp).
+
+- ``choices``: ``root ::= "a" | "b" | ...``, each string a GBNF literal (escaped), so the
+  reply is exactly one of them followed by the end of generation.
+- ``json_schema``: compiled by llama-cpp-python's own converter,
+  ``llama_cpp.llama_grammar.json_schema_to_gbnf`` (what ``LlamaGrammar.from_json_schema``
+  and its chat handlers use), imported only when a schema is given.
+- ``response_format`` (OpenAI's chat completion field, as llama-cpp-python reads it):
+  ``{"type": "text"}`` nothing, ``{"type": "json_object"}`` any JSON object,
+  ``{"type": "json_schema", "json_schema": {"schema": {...}}}`` that schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import GrammarError
+
+#: Any JSON object (``response_format: {"type": "json_object"}``): the schema
+#: ``{"type": "object"}`` compiled like every other schema.
+JSON_OBJECT_SCHEMA = {"type": "object"}
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal: quotes, backslashes and control characters
+    escaped (``\\n``, ``\\r``, ``\\t``, ``\\xHH``); other characters as they are (UTF-8)."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def choices_grammar(choices: Sequence[str]) -> str:
+    """A GBNF grammar whose only sentences are the strings of ``choices``.
+
+    Raises:
+        ValueError: ``choices`` is empty or holds an empty string.
+    """
+    if not choices or any(not c for c in choices):
+        raise ValueError(f"choices={list(choices)!r}: give at least one non-empty string")
+    unique = list(dict.fromkeys(choices))
+    return "root ::= " + " | ".join(gbnf_literal(c) for c in unique) + "\n"
+
+
+@functools.lru_cache(maxsize=64)
+def _schema_gbnf(schema_json: str) -> str:
+    try:
+        from llama_cpp.llama_grammar import json_schema_to_gbnf
+    except ImportError as exc:
+        raise GrammarError(f"json_schema needs llama-cpp-python's llama_grammar module "
+                           f"({exc})") from exc
+    try:
+        return json_schema_to_gbnf(schema_json)
+    except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
+        raise GrammarError(f"json_schema cannot be compiled to a grammar "
+                           f"(llama_cpp.llama_grammar.json_schema_to_gbnf): "
+                           f"{type(exc).__name__}: {exc}") from None
+
+
+def schema_grammar(schema: Mapping[str, Any] | str) -> str:
+    """The GBNF grammar of a JSON schema (a dict or its JSON text), as llama-cpp-python
+    compiles it (properties in the schema's own order); cached by the schema's JSON text.
+
+    Raises:
+        GrammarError: the schema is not valid JSON or the converter refuses it.
+    """
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise GrammarError(f"json_schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, Mapping):
+        raise GrammarError(f"json_schema is {type(schema).__name__}; a JSON schema is an "
+                           "object")
+    return _schema_gbnf(json.dumps(schema))
+
+
+def grammar_of(params: Any) -> str | None:
+    """The grammar text of ``params`` (a :class:`~llamabatch.SamplingParams`): its
+    ``grammar``, or the one of its ``json_schema`` or ``choices``; ``None`` if none.
+
+    Raises:
+        GrammarError: the json_schema cannot be compiled.
+    """
+    if params.grammar is not None:
+        return params.grammar
+    if params.json_schema is not None:
+        return schema_grammar(params.json_schema)
+    if params.choices is not None:
+        return choices_grammar(params.choices)
+    return None
+
+
+def response_format_fields(response_format: object) -> dict[str, Any]:
+    """The :class:`~llamabatch.SamplingParams` fields that an OpenAI ``response_format``
+    stands for: ``{}`` for text, else ``{"json_schema": schema}``.
+
+    Raises:
+        ValueError: not one of the three forms (the message names what is valid).
+    """
+    if not isinstance(response_format, Mapping):
+        raise ValueError(f"response_format must be an object such as "
+                         f"{{\"type\": \"json_object\"}}, not {json.dumps(response_format)}")
+    kind = response_format.get("type")
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        schema = response_format.get("schema")  # llama-cpp-python also reads this key
+        return {"json_schema": dict(schema) if isinstance(schema, Mapping)
+                else JSON_OBJECT_SCHEMA}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        if not isinstance(schema, Mapping):
+            raise ValueError('response_format {"type": "json_schema"} needs '
+                             '"json_schema": {"name": ..., "schema": {...}}')
+        return {"json_schema": dict(schema)}
+    raise ValueError(f"response_format type {json.dumps(kind)} is not one of \"text\", "
+                     "\"json_object\", \"json_schema\"")

@@ -1,0 +1,185 @@
+"""Issue 12 on the real model: choices, JSON schemas, grammars, stop strings, logprobs,
+batched and alone (SmolLM2-135M-Instruct Q4_1)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.llamacpp.backend import LlamaBackend
+from llamabatch.llamacpp.batch import LlamaBatch
+from llamabatch.llamacpp.context import BatchContext
+from llamabatch.llamacpp.sampler import SeqSampler
+
+pytestmark = pytest.mark.real_model
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tag_prompts.jsonl"
+
+
+def example_tickets() -> list[tuple[str, tuple[str, ...]]]:
+    """(prompt, the labels its question offers) of each example ticket."""
+    out = []
+    for line in EXAMPLES.read_text(encoding="utf-8").splitlines():
+        prompt = json.loads(line)["prompt"]
+        labels = re.search(r"best: ([^?]*)\?", prompt).group(1)
+        out.append((prompt, tuple(label.strip() for label in labels.split(","))))
+    return out
+
+
+def complete(llm, prompts, slots: int, **sampling) -> list:
+    with BatchGenerator(llm, slots=slots, n_ctx_seq=512, max_tokens=60,
+                        sampling=SamplingParams(temperature=0.0, **sampling)) as gen:
+        return gen.complete_many(prompts)
+
+
+@pytest.mark.parametrize("slots", [1, 4, 8])
+def test_every_example_ticket_gets_exactly_one_of_its_own_labels(llm, slots: int) -> None:
+    tickets = example_tickets()
+    replies = []
+    for labels, run in itertools.groupby(tickets, key=lambda t: t[1]):
+        done = complete(llm, [prompt for prompt, _ in run], slots, choices=labels)
+        replies += [(c.text, c.finish_reason, c.error, labels) for c in done]
+    assert len(replies) == 20
+    assert all(text in labels and reason == "stop" and error is None
+               for text, reason, error, labels in replies), replies
+
+
+SCHEMA = {"type": "object",
+          "properties": {"label": {"enum": ["billing", "bug", "account", "feature_request"]},
+                         "confidence": {"type": "number"}},
+          "required": ["label", "confidence"]}
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+def test_json_schema_replies_parse_and_validate(llm, slots: int) -> None:
+    prompts = [prompt for prompt, _ in example_tickets()[:6]]
+    done = complete(llm, prompts, slots, json_schema=SCHEMA)
+    assert {c.path for c in done} == ({"alone"} if slots == 1 else {"batch"})
+    for c in done:
+        assert c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(c.text), SCHEMA)
+
+
+def test_the_batched_grammar_picks_what_the_full_grammar_chain_picks_alone(llm) -> None:
+    # batched: grammar checked lazily; alone: Llama.generate's chain with the grammar
+    # over the whole vocabulary. Greedy, so the two must agree on confident prompts.
+    prompts = [prompt for prompt, _ in example_tickets()[::4]]
+    batched = complete(llm, prompts, 5, json_schema=SCHEMA)
+    alone = complete(llm, prompts, 1, json_schema=SCHEMA)
+    assert [c.path for c in batched] == ["batch"] * 5
+    same = [b.token_ids[:8] == a.token_ids[:8] for b, a in zip(batched, alone)]
+    assert sum(same) >= 4, [(b.text, a.text) for b, a in zip(batched, alone)]
+
+
+def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
+    params = SamplingParams(temperature=0.0, choices=["a", "b"])
+    with SeqSampler(llm, params, lazy_grammar=False) as sampler:
+        assert [n.lstrip("?") for n in sampler.stage_names()] == ["penalties", "grammar",
+                                                                  "greedy"]
+
+
+def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
+    eog = LlamaBackend(llm).eog_ids
+    params = SamplingParams(temperature=0.0, repeat_penalty=1.3, json_schema=SCHEMA)
+    for prompt, _ in example_tickets()[::10]:
+        prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
+        outputs = []
+        for lazy in (True, False):
+            with BatchContext(llm, slots=1, n_ctx_seq=512) as ctx, \
+                    LlamaBatch(512, 1) as batch, \
+                    SeqSampler(llm, params, lazy_grammar=lazy) as sampler:
+                tokens, pos, out = prompt_ids, 0, []
+                while len(out) < 30:
+                    batch.clear()
+                    row = batch.add_run(tokens, pos, 0, True)
+                    assert ctx.decode(batch) == 0
+                    pos += len(tokens)
+                    token = sampler.sample(ctx, row)
+                    out.append(token)
+                    if token in eog:
+                        break
+                    tokens = [token]
+            outputs.append(out)
+        assert outputs[0] == outputs[1]
+        assert outputs[0][-1] in eog
+
+
+def test_a_refused_grammar_is_each_items_error_and_nothing_else_breaks(llm) -> None:
+    prompts = [prompt for prompt, _ in example_tickets()[:3]]
+    with BatchGenerator(llm, slots=2, n_ctx_seq=512, max_tokens=8,
+                        sampling=SamplingParams(grammar="root ::= undefined-rule")) as gen:
+        done = gen.complete_many(prompts)
+        assert [c.finish_reason for c in done] == ["error"] * 3
+        assert all("grammar" in c.error for c in done)
+        assert gen.stats.batching_enabled
+    assert complete(llm, prompts[:2], 2, choices=["bug"])[0].text == "bug"
+
+
+def test_a_grammar_string_is_honoured_batched_and_alone(llm) -> None:
+    prompts = [prompt for prompt, _ in example_tickets()[:4]]
+    grammar = 'root ::= "label: " ("yes" | "no")'
+    for slots in (1, 4):
+        assert {c.text for c in complete(llm, prompts, slots, grammar=grammar)} <= {
+            "label: yes", "label: no"}
+
+
+STOP_PROMPTS = [
+    "<|im_start|>user\nWrite a short poem about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nList three colors, one per line.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nExplain what a tagger is.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+def create_completion(llm, prompt: str, stop: list[str]) -> tuple[str, str]:
+    out = llm.create_completion(prompt, max_tokens=24, temperature=0.0, stop=stop, seed=1)
+    choice = out["choices"][0]
+    return choice["text"], choice["finish_reason"]
+
+
+def spanning_stop(llm, prompt: str) -> str:
+    """A stop string made of the end of one reply token and the start of the next."""
+    tokens = complete(llm, [prompt], 1, max_tokens=24)[0].token_ids
+    pieces = [llm.detokenize([t]).decode("utf-8", errors="ignore") for t in tokens]
+    for k in range(2, len(pieces) - 1):
+        a, b = pieces[k], pieces[k + 1]
+        if len(a.strip()) >= 2 and len(b.strip()) >= 2 and not b[0].isspace():
+            return a[-2:] + b[:2]
+    pytest.skip("no two neighbouring word pieces in the reply")
+
+
+@pytest.mark.parametrize("stop", [["\n"], [".", ","], "spanning"])
+def test_stop_strings_equal_create_completion_greedy(llm, stop) -> None:
+    if stop == "spanning":
+        stop = [spanning_stop(llm, STOP_PROMPTS[0])]
+        assert len(stop[0]) == 4
+    for slots in (1, 3):
+        ours = complete(llm, STOP_PROMPTS, slots, stop=stop, max_tokens=24)
+        for prompt, c in zip(STOP_PROMPTS, ours):
+            assert (c.text, c.finish_reason) == create_completion(llm, prompt, stop), stop
+    if len(stop[0]) == 4:
+        assert ours[0].finish_reason == "stop"  # the spanning stop string was found
+
+
+def test_per_item_max_tokens_caps_the_reply(llm) -> None:
+    for c in complete(llm, STOP_PROMPTS, 3, max_tokens=3):
+        assert c.n_tokens == 3 and c.finish_reason == "length"
+
+
+def test_logprobs_are_the_models_top_tokens_batched_and_alone(llm) -> None:
+    batched = complete(llm, STOP_PROMPTS, 3, logprobs=3, max_tokens=5)
+    alone = complete(llm, STOP_PROMPTS, 1, logprobs=3, max_tokens=5)
+    for b, a in zip(batched, alone):
+        assert len(b.logprobs) == b.n_tokens and len(a.logprobs) == a.n_tokens
+        for token, entry in zip(b.token_ids, b.logprobs):
+            ids = [t for t, _ in entry]
+            values = [lp for _, lp in entry]
+            assert len(entry) == 3 and ids[0] == token  # greedy: the chosen is the top
+            assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+        assert b.logprobs[0][0][0] == a.logprobs[0][0][0]
+        assert b.logprobs[0][0][1] == pytest.approx(a.logprobs[0][0][1], abs=0.05)
