@@ -108,6 +108,8 @@ def compare(arch: Arch, prompts, got: list[Completion], want: list[Completion]) 
             continue
         k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         row = logits_after(arch, list(prompt) + b[:k])
+        # a random model may have no EOG id at all: then replies never end early
+        assert arch.eog_ids, (g.index, "replies of different lengths without EOG ids")
         likeliest_eog = max(arch.eog_ids, key=lambda t: float(row[t]))
         pick_a = a[k] if k < len(a) else likeliest_eog
         pick_b = b[k] if k < len(b) else likeliest_eog
