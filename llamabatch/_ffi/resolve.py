@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from ..errors import LibraryError
+from .version import check_version, installed_version
 
 #: Role → candidate names in ``llama_cpp.llama_cpp``, newest first (llama.h names).
 CANDIDATES: dict[str, tuple[str, ...]] = {
@@ -78,8 +79,11 @@ def import_binding() -> tuple[ModuleType, str]:
     """Import ``llama_cpp.llama_cpp`` (loads the shared library) and read the version.
 
     Raises:
-        LibraryError: llama-cpp-python is not installed or its library does not load.
+        LibraryError: llama-cpp-python is not installed, its version is outside the
+            supported range (:func:`~llamabatch._ffi.version.check_version`), or its
+            library does not load.
     """
+    check_version()
     try:
         module = importlib.import_module("llama_cpp.llama_cpp")
     except ImportError as exc:
@@ -91,12 +95,7 @@ def import_binding() -> tuple[ModuleType, str]:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("llama-cpp-python")
-    except PackageNotFoundError:  # e.g. a source checkout on sys.path
-        package = importlib.import_module("llama_cpp")
-        return str(getattr(package, "__version__", "(unknown version)"))
+    return installed_version() or "(unknown version)"
 
 
 @dataclass(frozen=True, slots=True)

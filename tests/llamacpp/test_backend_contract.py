@@ -50,7 +50,10 @@ def test_batched_greedy_equals_alone(backend):
     prompts = [backend.tokenize(chat("Name a fruit.")),
                backend.tokenize(chat("Write one word about the sea, then a short poem."))]
     limits = backend.open_batch(slots=2, n_ctx_seq=256, n_batch=16)  # prefill in chunks
-    assert limits == BatchLimits(n_seq_max=2, n_ctx_seq=256, n_batch=16, n_ctx=512)
+    # llama.cpp before llama-cpp-python 0.3.2x raised an n_batch below 64 to 64
+    # (GGML_KQ_MASK_PAD); the limits say what it allocated
+    assert limits.n_batch in (16, 64)
+    assert limits == BatchLimits(n_seq_max=2, n_ctx_seq=256, n_batch=limits.n_batch, n_ctx=512)
     backend.start_seq(0, GREEDY)
     backend.start_seq(1, GREEDY)
     # prefill in chunks of <= 16 tokens, both prompts in each decode, then lockstep steps
@@ -59,7 +62,7 @@ def test_batched_greedy_equals_alone(backend):
     n_decodes = 0
     while any(p < len(t) for p, t in zip(pos, prompts)):
         n_decodes += 1
-        spans, room = [], limits.n_batch
+        spans, room = [], 16
         for seq, tokens in enumerate(prompts):
             take = min(len(tokens) - pos[seq], room // (2 - seq))
             if take > 0:
@@ -130,12 +133,12 @@ def test_decode_failure_raises_with_its_code(llm):
 
 
 def test_decode_refuses_empty_and_oversized(backend):
-    backend.open_batch(slots=1, n_ctx_seq=256, n_batch=8)
+    n = backend.open_batch(slots=1, n_ctx_seq=256, n_batch=8).n_batch  # 8, or 64 (see above)
     backend.start_seq(0, GREEDY)
     with pytest.raises(ValueError, match=r"0 tokens"):
         backend.decode([])
-    with pytest.raises(ValueError, match=r"9 tokens: valid is \[1, 8\]"):
-        backend.decode([Span(0, 0, list(range(1, 10)), True)])
+    with pytest.raises(ValueError, match=rf"{n + 1} tokens: valid is \[1, {n}\]"):
+        backend.decode([Span(0, 0, list(range(1, n + 2)), True)])
 
 
 def test_too_many_slots_is_batch_unavailable(backend):

@@ -201,7 +201,11 @@ def test_n_ctx_seq_not_a_multiple_of_256_is_padded_and_reported(llm, caplog):
         assert gen.limits is None  # nothing allocated before the first group
         results = gen.complete_many(["Apples are", "Pears are"])
         limits = gen.limits
-    assert limits.n_ctx_seq == 512 and limits.n_seq_max == 2 and limits.n_ctx == 1024
+    # llama.cpp pads each sequence to 256 (512 x 2); the one of llama-cpp-python 0.3.16
+    # padded differently: 2 x 320 (measured)
+    assert (limits.n_ctx_seq, limits.n_ctx) in ((512, 1024), (320, 640))
+    assert limits.n_seq_max == 2
     assert [c.path for c in results] == ["batch", "batch"]
-    assert any("2 sequences x 512 tokens (n_ctx_seq=300 requested)" in r.getMessage()
+    assert any(f"2 sequences x {limits.n_ctx_seq} tokens (n_ctx_seq=300 requested)"
+               in r.getMessage()
                for r in caplog.records if r.levelno == logging.INFO)
