@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..backend import Backend
-from ..bench.raw import collect_header, ctx_per_seq, document, format_raw_table, run_raw
+from ..bench.host import collect_header
+from ..bench.raw import ctx_per_seq, run_raw
+from ..bench.report import document, format_raw_table
 from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
 from ..bench.workloads import WORKLOADS
 from . import options
 from .job.report import progress_bar
 from .common import EXIT_OK, UsageError, guarded
-from ..errors import LlamaBatchError
 from .llm import loaded_llama, model_path
 from ..generator import BatchGenerator
 from ..params import SamplingParams
@@ -101,7 +102,7 @@ class BenchSetup:
         make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a greedy
             ``BatchGenerator`` with ``slots=B``.
         tokenize: token ids of a prompt, as the generators will count them.
-        header: :func:`llamabatch.bench.collect_header`'s dict (``n_ctx_seq`` filled in
+        header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
     """
 
@@ -308,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..bench.raw import cpu_count
+    from ..bench.host import cpu_count
 
     try:
         params = BenchParams(
