@@ -51,7 +51,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llamabatch.bench.raw import ctx_per_seq, parse_raw_table, run_raw
+from llamabatch.bench.raw import ctx_per_seq, run_raw
+from llamabatch.bench.report import parse_raw_table
 
 BIN_NAME = "llama-batched-bench"
 

@@ -22,6 +22,7 @@ from .interrupts import callback_interrupts
 from .params import BatchConfig, SamplingParams
 from .prompts import prepare
 from .scheduler import Scheduler
+from .closing import Closing
 
 if TYPE_CHECKING:
     from .llamacpp.kv_size import KvEstimate
@@ -36,7 +37,7 @@ def _check_many(prompts: object) -> None:
                         "(e.g. [prompt]), not a single prompt")
 
 
-class BatchGenerator:
+class BatchGenerator(Closing):
     """Complete many prompts on one loaded model, several sequences at a time.
 
     Args:
@@ -158,12 +159,6 @@ class BatchGenerator:
             if not self._closed:
                 self._closed = True
                 self.backend.close()
-
-    def __enter__(self) -> BatchGenerator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

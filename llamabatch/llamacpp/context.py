@@ -26,6 +26,7 @@ from ..backend import BatchLimits
 from .batch import LlamaBatch
 from .limits import check_context
 from ..errors import BatchUnavailable
+from ..closing import Closing
 
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).
@@ -37,7 +38,7 @@ def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
     del llm
 
 
-class BatchContext:
+class BatchContext(Closing):
     """A multi-sequence context sharing the ``Llama``'s model.
 
     Args:
@@ -249,12 +250,6 @@ class BatchContext:
     def close(self) -> None:
         """Free the context (``llama_free``); idempotent. The model stays loaded."""
         self._finalizer()
-
-    def __enter__(self) -> BatchContext:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else repr(self.limits)

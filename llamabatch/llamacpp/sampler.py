@@ -38,6 +38,7 @@ from .. import _ffi
 from ..constraints import grammar_of
 from ..errors import GrammarError
 from ..params import SamplingParams
+from ..closing import Closing
 
 #: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
 MIN_KEEP = 1
@@ -65,7 +66,7 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
     return tuple(pairs)
 
 
-class SeqSampler:
+class SeqSampler(Closing):
     """One sampler chain (``llama_sampler_chain_init``) for one sequence.
 
     Args:
@@ -185,9 +186,3 @@ class SeqSampler:
         if self._grammar is not None:
             self._grammar_finalizer()
         self._finalizer()
-
-    def __enter__(self) -> SeqSampler:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

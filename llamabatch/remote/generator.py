@@ -23,9 +23,10 @@ from .client import ItemRejected, Reply, ServerFault, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import PoolUnavailable, Server, ServerPool
 from .request import BadItem, build_request
+from ..closing import Closing
 
 
-class RemoteGenerator:
+class RemoteGenerator(Closing):
     """Complete many prompts on a pool of OpenAI-compatible servers, in input order.
 
     Each item goes to one server (``/v1/completions`` for a prompt, ``/v1/chat/completions``
@@ -123,12 +124,6 @@ class RemoteGenerator:
             self._todo.put(None)
         if self._owns_client:
             self._client.close()
-
-    def __enter__(self) -> RemoteGenerator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def stats(self) -> RemoteStats:

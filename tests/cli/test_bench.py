@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.bench.raw import (RAW_COLUMNS, SCHEMA, collect_header, ctx_per_seq, document,
-                              format_raw_table, parse_raw_table, quantization, raw_row,
-                              run_raw)
+from llamabatch.bench.host import collect_header, quantization
+from llamabatch.bench.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
+from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
 from llamabatch.bench.workload import (SYSTEM, format_workload_table, ratios, run_workload,
                                        tagging_prompts, workload_json)
 from llamabatch.cli.main import main

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from ...completion import Completion
 
@@ -81,10 +81,12 @@ def summary_line(tally: JobTally, total: int, wall_s: float, gen_s: float, note:
             f"{wall_s:.1f} s (generation {gen_s:.1f} s), {rate:.1f} tokens/s out; {note}")
 
 
-def progress_bar(total: int, quiet: bool) -> Any:
-    """A tqdm bar on stderr: items done/total, items/s, ETA; ``alone=`` is set by the
-    caller (share of the items completed alone)."""
+def progress_bar(total: int, quiet: bool, *, desc: str = "complete", unit: str = "item",
+                 file: IO[str] | None = None, leave: bool = True) -> Any:
+    """A tqdm bar on ``file`` (default: stderr): units done/total, units/s, ETA; no bar
+    when ``quiet``. ``complete`` sets ``alone=`` (share of the items completed alone);
+    ``bench`` uses it for its runs and items (``leave=False``: gone when done)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="item", file=sys.stderr, disable=quiet,
-                dynamic_ncols=True, desc="complete")
+    return tqdm(total=total, unit=unit, file=sys.stderr if file is None else file,
+                disable=quiet, dynamic_ncols=True, desc=desc, leave=leave)

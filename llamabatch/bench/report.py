@@ -1,0 +1,116 @@
+"""The bench's report: the JSON document and the raw table (formatted and parsed).
+
+JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
+
+    {
+      "schema": str,                      # "llamabatch.bench/1"
+      "header": {
+        "started_at": str,                # ISO 8601, UTC
+        "host": str, "platform": str, "python": str,
+        "cpu_model": str, "cpu_count": int, "threads": int | null,
+        "gpu_offload": bool,              # layers offloaded to a GPU device
+        "n_gpu_layers": int,
+        "devices": [{"name": str, "description": str, "type": str,
+                     "memory_total": int | null}],
+        "system_info": str | null,        # llama_print_system_info()
+        "model_path": str, "model_name": str | null, "model_arch": str | null,
+        "model_size_bytes": int | null, "quantization": str,
+        "n_ctx_seq": int | null,          # per sequence, as allocated (raw bench context)
+        "n_batch": int,
+        "llama_cpp_python_version": str,
+        "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
+      },
+      "params": {"slots": [int], "prompt_tokens": int, "gen_tokens": int, "rounds": int,
+                 "items": int, "workload_rounds": int, "max_tokens": int, "n_batch": int,
+                 "seed": int, "parts": [str]},  # parts: "raw" and/or "workload"
+      "raw": {
+        "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
+        "rows": [{                        # one per B, in --slots order; keys as
+          "pp": int, "tg": int, "pl": int, "n_kv": int,   # llama-batched-bench's jsonl
+          "t_pp": float, "speed_pp": float, "t_tg": float, "speed_tg": float,
+          "t": float, "speed": float,
+          "rounds": [{"t_pp": float, "t_tg": float}]      # every measurement
+        }]
+      } | null,
+      "workload": {                       # see llamabatch.bench.workload
+        "items": int, "rounds": int, "max_tokens": int,
+        "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
+        "prompt_tokens": [int],           # per item
+        "rows": [{
+          "b": int,                       # 1 = one at a time
+          "per_item_s": [float],          # per round: wall seconds / items
+          "median_per_item_s": float,
+          "ratio": [float],               # per round: per_item_s / alone's per_item_s
+          "ratio_median": float, "ratio_min": float, "ratio_max": float,
+          "items_per_hour": float,        # 3600 / median_per_item_s
+          "tokens_per_item": float,       # generated tokens per item (mean over rounds)
+          "items_batched": int, "items_alone": int,
+          "batch_disabled_reason": str | null
+        }]
+      } | null,
+      "wall_s": float                     # the whole command
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .raw import RAW_COLUMNS, RawRow
+
+SCHEMA = "llamabatch.bench/1"
+
+
+def document(header: Mapping[str, Any], params: Mapping[str, Any],
+             raw: Sequence[RawRow] | None, workload: Mapping[str, Any] | None,
+             wall_s: float) -> dict[str, Any]:
+    """The whole JSON document (see the module docstring)."""
+    return {
+        "schema": SCHEMA,
+        "header": dict(header),
+        "params": dict(params),
+        "raw": None if raw is None else {"columns": list(RAW_COLUMNS),
+                                         "rows": [r.to_json() for r in raw]},
+        "workload": None if workload is None else dict(workload),
+        "wall_s": wall_s,
+    }
+
+
+# -- tables --------------------------------------------------------------------------------
+def format_raw_table(rows: Sequence[RawRow]) -> str:
+    """The raw table, formatted exactly as llama-batched-bench's markdown table."""
+    lines = ["|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |" % RAW_COLUMNS,
+             "|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|"
+             % ("------", "------", "----", "------", "--------", "--------", "--------",
+                "--------", "--------", "--------")]
+    for r in rows:
+        lines.append("|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |"
+                     % r.values())
+    return "\n".join(lines)
+
+
+def parse_raw_table(text: str) -> list[dict[str, float]]:
+    """Rows of a markdown table in :data:`RAW_COLUMNS` (ours or llama-batched-bench's).
+
+    Lines that are not rows of such a table are skipped, so the whole output of
+    ``llama-batched-bench`` can be passed.
+
+    Returns:
+        one dict per row, keyed by the column names.
+    """
+    rows, header_seen = [], False
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != len(RAW_COLUMNS) or not line.lstrip().startswith("|"):
+            continue
+        if tuple(cells) == RAW_COLUMNS:
+            header_seen = True
+            continue
+        if not header_seen:
+            continue
+        try:
+            rows.append({k: float(v) for k, v in zip(RAW_COLUMNS, cells)})
+        except ValueError:  # the |---|---| line
+            continue
+    return rows

