@@ -22,6 +22,6 @@ from .views import BatchBuffers
 __all__ = [
     "FALLBACK_MAX_PARALLEL_SEQUENCES", "SHARED_CONTEXT_FIELDS", "BatchBuffers",
     "ContextHandle", "Library", "MemoryOps", "ModelHandle", "SamplerHandle",
-    "VocabHandle", "context_params_of", "cut_llm_cache", "is_loaded", "llm_cached_tokens",
+    "VocabHandle", "context_of", "context_params_of", "cut_llm_cache", "is_loaded", "llm_cached_tokens",
     "llm_settings", "load", "model_of", "on_model_close", "set_llm_settings", "threads_of",
 ]

@@ -10,7 +10,6 @@ synchronous iterator the CLI writes pages from needs no event loop in another th
 
 from __future__ import annotations
 
-import itertools
 import queue
 import random
 import threading
@@ -21,7 +20,7 @@ from ..errors import GeneratorClosed
 from ..params import MAX_PAGE_SIZE, SamplingParams
 from .client import ItemRejected, Reply, ServerFault, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
-from .pool import PoolUnavailable, Server, ServerPool
+from .pool import Server, ServerPool
 from .request import BadItem, build_request
 from ..closing import Closing
 

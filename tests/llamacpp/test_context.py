@@ -15,7 +15,7 @@ from llamabatch._ffi.sampling import SamplerChains
 from llamabatch.backend import BatchLimits
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
-from llamabatch.errors import BatchUnavailable, LibraryError
+from llamabatch.errors import LibraryError
 
 real_model = pytest.mark.real_model
 
