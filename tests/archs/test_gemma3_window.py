@@ -67,7 +67,7 @@ def test_batched_replies_equal_replies_alone_past_the_window(gemma3):
         kv_after = [gen.backend.batch_context.seq_pos_max(s) for s in range(4)]
     with BatchGenerator(gemma3, slots=1, max_tokens=COMPARED_TOKENS, sampling=GREEDY) as gen:
         alone = gen.complete_many(PROMPTS)
-    assert stats.groups_batched == 1 and stats.batching_enabled
+    assert stats.items_batched == 4 and stats.batching_enabled
     assert [c.path for c in batched] == ["batch"] * 4
     assert [c.path for c in alone] == ["alone"] * 4
     # no leak: each sequence holds at most one item's prompt + reply (emptied, or kept

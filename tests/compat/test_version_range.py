@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_pyproject_declares_exactly_the_supported_range():
     text = (ROOT / "pyproject.toml").read_text()
-    declared = re.search(r'"llama-cpp-python([^"]*)"', text).group(1)
+    declared = re.search(r'"llama-cpp-python([<>=!~][^"]*)"', text).group(1)
     assert declared == supported_range() == ">=0.3.16,<=0.3.36"
 
 

@@ -43,13 +43,18 @@ def caller_replies(llm) -> list[str]:
             for p in CALLER_PROMPTS]
 
 
+#: A prompt longer than a slot of 256 tokens (but within the Llama's 512): completed
+#: alone through the caller's Llama, whatever the slots.
+LONG = chat("Label this: " + "the printer jams again and again, " * 40)
+
+
 def use(llm, slots: int) -> None:
-    with BatchGenerator(llm, slots=slots, max_tokens=6, sampling=OURS) as gen:
+    with BatchGenerator(llm, slots=slots, n_ctx_seq=256, max_tokens=6, sampling=OURS) as gen:
         out = gen.complete_many([chat("Label this: my card was charged twice."),
-                                 chat("Label this: the app crashes."),
+                                 chat("Label this: the app crashes."), LONG,
                                  chat("Label this: password reset.")])
     assert all(c.ok for c in out)
-    assert "alone" in {c.path for c in out}  # slots=1: all; slots=2: the third
+    assert "alone" in {c.path for c in out}  # slots=1: all; slots=2: the long one
 
 
 @pytest.mark.parametrize("slots", [1, 2])
