@@ -16,11 +16,12 @@ as given (llama-server reads it on both endpoints, llama-cpp-python's server on 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import constraints
+from ..errors import GrammarError
 from ..params import SamplingParams
 
 COMPLETIONS = "/v1/completions"
@@ -49,10 +50,8 @@ class Request:
 
 
 def choices_grammar(choices: Sequence[str]) -> str:
-    """A GBNF grammar whose only sentences are the ``choices`` (each a JSON-escaped literal).
-
-    GBNF string literals take the escapes of JSON strings (llama.cpp ``grammars/README.md``),
-    so :func:`json.dumps` quotes each label.
+    """A GBNF grammar whose only sentences are the ``choices``: the local engine's
+    :func:`llamabatch.constraints.choices_grammar`, checked as an item's field.
 
     Raises:
         BadItem: ``choices`` is empty or holds something other than non-empty strings.
@@ -62,23 +61,20 @@ def choices_grammar(choices: Sequence[str]) -> str:
     for choice in choices:
         if not isinstance(choice, str) or not choice:
             raise BadItem(f"choices holds {choice!r}: every choice must be a non-empty string")
-    return "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+    return constraints.choices_grammar(choices).rstrip("\n")
 
 
 def schema_grammar(schema: object) -> str:
-    """The GBNF grammar of a JSON schema (a dict or its JSON text), compiled by
-    llama-cpp-python's ``json_schema_to_gbnf`` as ``Llama`` does for ``response_format``.
+    """The GBNF grammar of a JSON schema (a dict or its JSON text): the local engine's
+    :func:`llamabatch.constraints.schema_grammar` (llama-cpp-python's
+    ``json_schema_to_gbnf``, as ``Llama`` does for ``response_format``).
 
     Raises:
         BadItem: the schema is not JSON, or the converter refuses it.
     """
-    text = schema if isinstance(schema, str) else json.dumps(schema)
     try:
-        json.loads(text)
-        from llama_cpp.llama_grammar import json_schema_to_gbnf
-
-        return json_schema_to_gbnf(text)
-    except Exception as exc:  # the converter raises bare Exception/ValueError/KeyError
+        return constraints.schema_grammar(schema)
+    except GrammarError as exc:
         raise BadItem(f"json_schema cannot be compiled to a grammar: {exc}") from None
 
 
