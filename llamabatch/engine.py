@@ -51,8 +51,8 @@ class Seq:
     """One item running in a slot.
 
     Attributes:
-        reply: the stop rule and the reply so far.
-        last: the last sampled token (the next one to decode), -1 before the first.
+        reply: the stop rule and the reply so far (its last token is the next one to
+            decode while the sequence is decoding).
         fed: prompt tokens in the slot's cache (reused, copied or prefilled).
         breaks: prompt lengths at which a prefill call must stop, so that another
             slot can copy the cache exactly there (recurrent models only).
@@ -61,7 +61,6 @@ class Seq:
     item: Item
     slot: Slot
     reply: Reply
-    last: int = -1
     fed: int = 0
     copy: CopyPlan | None = None
     status: Status = Status.PREFILL
@@ -266,7 +265,6 @@ class SlotEngine:
                 seq.breaks.discard(seq.fed)
             if span.logits:
                 token, logprobs = next(it)
-                seq.last = token
                 reason = seq.reply.add(token, logprobs)
                 seq.status = Status.DECODE if reason is None else Status.FINISHED
         self.dirty = False
@@ -293,7 +291,7 @@ class SlotEngine:
 
     def _plan(self) -> list:
         seqs = self.running.values()
-        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.last)
+        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.reply.token_ids[-1])
                     for s in seqs if s.status == Status.DECODE]
         if len(decoding) > self.limits.n_batch:     # not all fit: take turns
             k = self._rotate % len(decoding)
