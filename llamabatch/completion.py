@@ -67,6 +67,10 @@ class Stats:
             own, or one copied from another slot) already held, so were not prefilled.
         prompt_tokens_prefilled: prompt tokens decoded in the batch context.
         prefix_copies: caches copied from one slot to another to share a prefix.
+        cache_ram_saves: sequence states saved in host memory before a slot's cache was
+            mostly thrown away (``BatchGenerator(cache_ram_mib=...)``).
+        cache_ram_loads: saved states loaded into a slot for a prompt sharing their
+            prefix (the tokens they saved count in ``prompt_tokens_cached``).
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
         alone_reasons: items completed alone for a reason the user can change, counted
@@ -84,6 +88,8 @@ class Stats:
     prompt_tokens_cached: int = 0
     prompt_tokens_prefilled: int = 0
     prefix_copies: int = 0
+    cache_ram_saves: int = 0
+    cache_ram_loads: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
     kv_bytes: int = 0

@@ -23,6 +23,7 @@ from typing import Any
 from .backend import Backend, BatchLimits
 from .completion import Stats
 from .errors import DecodeError, GrammarError, decode_meaning
+from .host_cache import HostCache, SavedState
 from .plan import Decoding, Prefilling, plan_step
 from .prompts import Item
 from .slots import CopyPlan, Slot, SlotTable
@@ -93,8 +94,12 @@ class SlotEngine:
         backend: a backend whose batch context is open.
         limits: what ``open_batch`` returned.
         stats: counters to update (cache reuse, copies, decode calls).
-        min_copy_tokens: copy another slot's cache only when it saves at least this
-            many more prompt tokens than the slot's own cache (>= 1).
+        min_copy_tokens: copy another slot's cache (or load a saved state) only when
+            it saves at least this many more prompt tokens than the slot's own cache
+            (>= 1); a slot holding fewer tokens than this is never saved.
+        cache_ram_bytes: most bytes of sequence states kept in host memory
+            (:class:`~llamabatch.host_cache.HostCache`); 0 keeps none. Used only when
+            the backend has the optional ``save_seq`` / ``load_seq``.
 
     Attributes:
         exact: True once the memory is known to refuse trims to a position > 0
@@ -105,12 +110,16 @@ class SlotEngine:
     """
 
     def __init__(self, backend: Backend, limits: BatchLimits, stats: Stats,
-                 min_copy_tokens: int = 32) -> None:
+                 min_copy_tokens: int = 32, cache_ram_bytes: int = 0) -> None:
         self.backend, self.limits, self.stats = backend, limits, stats
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
-        if not getattr(backend, "can_copy", True):      # no llama_state_seq_* here
+        can_copy = getattr(backend, "can_copy", True)
+        if not can_copy:                                 # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
+        can_save = (can_copy and hasattr(backend, "save_seq")
+                    and hasattr(backend, "load_seq"))
+        self.host = HostCache(cache_ram_bytes if can_save else 0)
         self.exact = not getattr(backend, "partial_trim", True)
         self.running: dict[int, Seq] = {}   # seq id -> Seq, in placement order
         self.dirty = False
@@ -147,6 +156,7 @@ class SlotEngine:
         """
         items = self.release()
         self.table.forget_all()
+        self.host.clear()
         self.dirty = False
         try:
             self.backend.clear(None)
@@ -185,15 +195,54 @@ class SlotEngine:
             planned[sid] = ()                # its cache is not its own yet: no source
         copy = self.table.copy_source(item.tokens, slot, n_own, planned,
                                       self.min_copy_tokens, self.exact)
+        saved = self._saved_for(item.tokens, n_own)
+        if saved is not None and (copy is None or saved[1] >= copy.n_tokens):
+            self._save(slot, 0)
+            self._load(seq, *saved)
+            return
         if copy is None:
+            self._save(slot, n_own)
             self._keep(seq, n_own)
             return
+        self._save(slot, 0)
         seq.copy, seq.status = copy, Status.COPY
         src = self.running.get(copy.src)
         if self.exact and src is not None:
             src.breaks.add(copy.n_tokens)
         if not self._try_copy(seq):
             self._n_waiting += 1
+
+    # -- host memory -------------------------------------------------------------------
+    def _saved_for(self, prompt: list[int], n_own: int) -> tuple[SavedState, int] | None:
+        """A saved state worth loading for ``prompt`` (it saves at least
+        ``min_copy_tokens`` more than the slot's own cache), and its shared length."""
+        if not self.host.enabled or not self.host:
+            return None
+        found = self.host.best(prompt, self.exact)
+        if found is None or found[1] - n_own < self.min_copy_tokens:
+            return None
+        return found
+
+    def _save(self, slot: Slot, n_keep: int) -> None:
+        """Save ``slot``'s state before all but its first ``n_keep`` tokens are thrown
+        away, when that is less than half of it (llama-server's ``f_keep < 0.5``)."""
+        n = len(slot.cached)
+        if (not self.host.enabled or n < self.min_copy_tokens or 2 * n_keep >= n
+                or self.host.covers(slot.cached)):
+            return
+        state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
+        if self.host.add(slot.cached, state, len(state)):
+            self.stats.cache_ram_saves += 1
+
+    def _load(self, seq: Seq, saved: SavedState, n: int) -> None:
+        """Load ``saved`` into ``seq``'s slot and keep its first ``n`` tokens."""
+        slot = seq.slot
+        self.dirty = True
+        _guard("load_seq", self.backend.load_seq, slot.seq_id, saved.state)
+        self.dirty = False
+        slot.cached[:] = saved.tokens
+        self.stats.cache_ram_loads += 1
+        self._keep(seq, n)
 
     def _keep(self, seq: Seq, n: int) -> None:
         """Keep the first ``n`` cached tokens of ``seq``'s slot and prefill the rest."""

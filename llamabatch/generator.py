@@ -64,6 +64,10 @@ class BatchGenerator(Closing):
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
             that saves at least this many prompt tokens (default 32; a copy costs
             about as much as prefilling a few tokens, see docs/engine.md).
+        cache_ram_mib: MiB of host memory for the states of slots whose cache was about
+            to be mostly thrown away, so that a later prompt sharing their prefix loads it
+            instead of prefilling it again (llama-server's ``--cache-ram``, which
+            defaults to 8192; :mod:`llamabatch.host_cache`). Default 1024; 0 turns it off.
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
@@ -89,7 +93,8 @@ class BatchGenerator(Closing):
     def __init__(self, llm: object = None, *, backend: Backend | None = None,
                  slots: int = 4, n_ctx_seq: int | None = None, n_batch: int = 512,
                  max_tokens: int = 200, sampling: SamplingParams | None = None,
-                 page_size: int | None = None, min_copy_tokens: int = 32) -> None:
+                 page_size: int | None = None, min_copy_tokens: int = 32,
+                 cache_ram_mib: int = 1024) -> None:
         # checked before any library work (n_ctx_seq=None: a stand-in), again below
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
         BatchConfig(slots=slots, n_ctx_seq=stand_in, n_batch=n_batch, max_tokens=max_tokens,
@@ -120,7 +125,12 @@ class BatchGenerator(Closing):
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
             raise ValueError(f"min_copy_tokens={min_copy_tokens!r} is out of range: valid "
                              "is an integer >= 1")
-        self._scheduler = Scheduler(backend, self.config, min_copy_tokens)
+        if (not isinstance(cache_ram_mib, int) or isinstance(cache_ram_mib, bool)
+                or cache_ram_mib < 0):
+            raise ValueError(f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
+                             "integer >= 0 (MiB; 0 keeps no state in host memory)")
+        self._scheduler = Scheduler(backend, self.config, min_copy_tokens,
+                                    cache_ram_mib * 1024 * 1024)
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()

@@ -40,13 +40,15 @@ class Scheduler:
     Args:
         backend: the backend to drive.
         config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
-        min_copy_tokens: see :class:`~llamabatch.engine.SlotEngine`.
+        min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.SlotEngine`.
     """
 
-    def __init__(self, backend: Backend, config: BatchConfig, min_copy_tokens: int = 32):
+    def __init__(self, backend: Backend, config: BatchConfig, min_copy_tokens: int = 32,
+                 cache_ram_bytes: int = 0):
         self.backend = backend
         self.config = config
         self.min_copy_tokens = min_copy_tokens
+        self.cache_ram_bytes = cache_ram_bytes
         self.stats = Stats()
         self.limits: BatchLimits | None = None
         self.engine: SlotEngine | None = None
@@ -78,7 +80,8 @@ class Scheduler:
         log.info("llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
                  "requested), n_batch %d, n_ctx %d", lim.n_seq_max, lim.n_ctx_seq,
                  cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
-        self.engine = SlotEngine(self.backend, lim, self.stats, self.min_copy_tokens)
+        self.engine = SlotEngine(self.backend, lim, self.stats, self.min_copy_tokens,
+                                 self.cache_ram_bytes)
         return True
 
     def open(self) -> BatchLimits | None:

@@ -129,24 +129,45 @@ class Library:
 
     def copy_seq(self, ctx: ContextHandle, src: int, dst: int) -> int:
         """Copy sequence ``src``'s cells (KV or recurrent state) onto ``dst``:
-        ``llama_state_seq_get_data(ctx, buf, size, src)`` then
-        ``llama_state_seq_set_data(ctx, buf, n, dst)`` (llama.h; ``set_data`` empties
-        ``dst`` first). The buffer is a fresh host allocation of
-        ``llama_state_seq_get_size(ctx, src)`` bytes.
+        :meth:`save_seq` of ``src`` then :meth:`load_seq` onto ``dst``.
 
         Returns:
             the bytes copied; 0 when either call failed (``dst`` is then unknown).
         """
+        state = self.save_seq(ctx, src)
+        return 0 if state is None else self.load_seq(ctx, dst, state)
+
+    def save_seq(self, ctx: ContextHandle, seq_id: int) -> Any:
+        """Sequence ``seq_id``'s cells (KV or recurrent state) in a fresh host buffer:
+        ``llama_state_seq_get_data(ctx, buf, llama_state_seq_get_size(ctx, seq_id),
+        seq_id)`` (llama.h).
+
+        Returns:
+            a ctypes ``c_uint8`` array of exactly the bytes written (``len()`` = bytes),
+            or ``None`` when llama.cpp wrote nothing.
+        """
         expect(ctx, ContextHandle)
         fn = self.symbols.fn
-        size = int(fn["state_seq_get_size"](ctx.ctx, src))
+        size = int(fn["state_seq_get_size"](ctx.ctx, seq_id))
         if size <= 0:
-            return 0
+            return None
         buf = (ctypes.c_uint8 * size)()
-        n = int(fn["state_seq_get_data"](ctx.ctx, buf, size, src))
+        n = int(fn["state_seq_get_data"](ctx.ctx, buf, size, seq_id))
         if n <= 0:
-            return 0
-        return n if int(fn["state_seq_set_data"](ctx.ctx, buf, n, dst)) > 0 else 0
+            return None
+        return buf if n == size else (ctypes.c_uint8 * n).from_buffer_copy(buf)
+
+    def load_seq(self, ctx: ContextHandle, seq_id: int, state: Any) -> int:
+        """Replace sequence ``seq_id``'s cells with ``state`` (from :meth:`save_seq` on
+        a context of the same model and cache types): ``llama_state_seq_set_data(ctx,
+        state, len(state), seq_id)``, which empties ``seq_id`` first.
+
+        Returns:
+            the bytes read; 0 when llama.cpp refused the state (``seq_id`` is then
+            unknown).
+        """
+        expect(ctx, ContextHandle)
+        return int(self.symbols.fn["state_seq_set_data"](ctx.ctx, state, len(state), seq_id))
 
     def model_is_recurrent(self, model: ModelHandle) -> bool | None:
         """``llama_model_is_recurrent(model) or llama_model_is_hybrid(model)``: its

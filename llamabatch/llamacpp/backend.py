@@ -207,6 +207,32 @@ class LlamaBackend:
             raise BackendError(f"llama_state_seq_get/set_data copied nothing from seq "
                                f"{src} to seq {dst}")
 
+    def save_seq(self, seq_id: int) -> Any:
+        """``seq_id``'s cache as a host buffer (``llama_state_seq_get_data``; ``len()``
+        is its bytes), for :meth:`load_seq` later (the optional ``Backend.save_seq``).
+
+        Raises:
+            BackendError: llama.cpp saved nothing.
+            ValueError: no batch context, an id out of range.
+        """
+        ctx, _ = self._open()
+        state = ctx.save_seq(seq_id)
+        if state is None:
+            raise BackendError(f"llama_state_seq_get_data saved nothing of seq {seq_id}")
+        return state
+
+    def load_seq(self, seq_id: int, state: Any) -> None:
+        """Make ``seq_id``'s cache the one :meth:`save_seq` saved
+        (``llama_state_seq_set_data``; the sampler chain is untouched).
+
+        Raises:
+            BackendError: llama.cpp refused it (``seq_id`` is then unknown).
+            ValueError: no batch context, an id out of range.
+        """
+        ctx, _ = self._open()
+        if ctx.load_seq(seq_id, state) == 0:
+            raise BackendError(f"llama_state_seq_set_data refused the state for seq {seq_id}")
+
     def take_logprobs(self) -> list:
         """The log-probabilities of the tokens produced since the last call (one entry
         per sampled token of :meth:`decode`, in its order, or per token pulled from

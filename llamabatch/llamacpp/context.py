@@ -173,6 +173,31 @@ class BatchContext(Closing):
                                       "state_seq_set_data")
         return self._lib.copy_seq(self._handle, src, dst)
 
+    def save_seq(self, seq_id: int) -> Any:
+        """``seq_id``'s cells in a host buffer (``llama_state_seq_get_data``), ``None``
+        when llama.cpp wrote nothing; ``len()`` of the buffer is its bytes.
+
+        Raises:
+            ValueError: an id out of range, the context closed.
+            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
+        """
+        self._check_open()
+        seq_id = self._seq(seq_id)
+        if not self._lib.can_copy_seq():
+            self._lib.symbols.require("state_seq_get_size", "state_seq_get_data",
+                                      "state_seq_set_data")
+        return self._lib.save_seq(self._handle, seq_id)
+
+    def load_seq(self, seq_id: int, state: Any) -> int:
+        """Replace ``seq_id``'s cells with ``state`` from :meth:`save_seq`
+        (``llama_state_seq_set_data``); the bytes read, 0 when refused.
+
+        Raises:
+            ValueError: an id out of range, the context closed.
+        """
+        self._check_open()
+        return self._lib.load_seq(self._handle, self._seq(seq_id), state)
+
     @property
     def is_recurrent(self) -> bool | None:
         """True for a recurrent or hybrid model (``llama_model_is_recurrent`` /

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,7 @@ from ..backend import BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
 from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
-                      OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, Tokens, TrimCall,
+                      LoadSeqCall, OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, Tokens, TrimCall,
                       read_seqs)
 from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
 
@@ -78,6 +79,9 @@ class FakeBackend:
             ``DecodeError`` at ``fail_decode_at``; nothing is decoded. Settable later.
         fail_copy_at: the ``fail_copy_at``-th ``copy_seq`` (1-based) raises
             ``BackendError``; the destination's cache is then unknown. Settable later.
+        fail_state_at: the ``fail_state_at``-th ``save_seq`` or ``load_seq`` (1-based,
+            counted together) raises ``BackendError``; a failed load leaves the cache
+            unknown. Settable later.
         recurrent: refuse partial trims (see above).
         declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
             False); else the scheduler must learn it from a refused trim.
@@ -115,7 +119,8 @@ class FakeBackend:
                  detokenizer: Callable[[Sequence[int]], str] | None = None,
                  fail_open: bool = False, fail_decode_at: int | None = None,
                  fail_code: int = -1, fail_exc: BaseException | None = None,
-                 fail_copy_at: int | None = None, recurrent: bool = False,
+                 fail_copy_at: int | None = None, fail_state_at: int | None = None,
+                 recurrent: bool = False,
                  declares_recurrent: bool = True,
                  fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
                  check: bool = True) -> None:
@@ -136,6 +141,8 @@ class FakeBackend:
         self.fail_code = fail_code
         self.fail_exc = fail_exc
         self.fail_copy_at = fail_copy_at
+        self.fail_state_at = fail_state_at
+        self.num_states = 0
         self.recurrent = recurrent
         self.partial_trim = not (recurrent and declares_recurrent)
         self.num_copies = 0
@@ -362,6 +369,45 @@ class FakeBackend:
             self.log.append(CopyCall(src, dst, len(a.kv)))
         b.kv[:] = a.kv
         b.corrupt = a.corrupt
+
+    def save_seq(self, seq_id: int) -> bytes:
+        """The optional ``Backend.save_seq``: the slot's cache as bytes (its tokens, and
+        whether it is unknown, so that loading a bad state is caught at the next decode).
+
+        Raises:
+            BackendError: this is the ``fail_state_at``-th save or load.
+            FakeBackendViolation: no batch context, an id out of range.
+        """
+        seq = self._seq(seq_id, "save_seq")
+        self._state_fault("save_seq")
+        return bytes([seq.corrupt]) + array("q", seq.kv).tobytes()
+
+    def load_seq(self, seq_id: int, state: bytes) -> None:
+        """The optional ``Backend.load_seq``: the slot's cache becomes ``state``.
+
+        Raises:
+            BackendError: this is the ``fail_state_at``-th save or load (the cache is then
+                unknown).
+            FakeBackendViolation: no batch context, an id out of range, not a state of
+                :meth:`save_seq`.
+        """
+        seq = self._seq(seq_id, "load_seq")
+        self._require(isinstance(state, bytes) and len(state) % 8 == 1,
+                      f"load_seq of {type(state).__name__}, not a saved state")
+        try:
+            self._state_fault("load_seq")
+        except BackendError:
+            seq.corrupt = True
+            raise
+        seq.corrupt = bool(state[0])
+        seq.kv[:] = array("q", state[1:])
+        if self.check:
+            self.log.append(LoadSeqCall(seq_id, tuple(seq.kv)))
+
+    def _state_fault(self, what: str) -> None:
+        self.num_states += 1
+        if self.num_states == self.fail_state_at:
+            raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
     def clear(self, n_seqs: int | None = None) -> None:
         """Empty the caches of sequences [0, n_seqs) (all when ``None``); they must be

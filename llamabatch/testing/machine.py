@@ -90,6 +90,10 @@ class SlotEngineMachine(RuleBasedStateMachine):
     def inject_copy_fault(self, k: int) -> None:
         self.case.fake.fail_copy_at = self.case.fake.num_copies + k
 
+    @rule(k=st.integers(1, 3))
+    def inject_state_fault(self, k: int) -> None:
+        self.case.fake.fail_state_at = self.case.fake.num_states + k
+
     @precondition(lambda self: self.pending)
     @rule(data=st.data())
     def make_an_item_fail_alone(self, data) -> None:

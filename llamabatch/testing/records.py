@@ -49,6 +49,14 @@ class CopyCall:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadSeqCall:
+    """``load_seq(seq_id, state)``; ``tokens`` is the cache the state holds."""
+
+    seq_id: int
+    tokens: Tokens
+
+
+@dataclass(frozen=True, slots=True)
 class SpanRecord:
     """One span of a decode: ``tokens`` of ``seq_id`` from ``pos``; ``logits`` on the last."""
 
@@ -165,7 +173,7 @@ class _OpenSeq:
 
 def read_seqs(log: Iterable[object]) -> list[SeqLog]:
     """Every item's run in a slot, in the order they started (one per
-    :class:`StartSeqCall`), the cache contents replayed from the trims, copies, clears
+    :class:`StartSeqCall`), the cache contents replayed from the trims, copies, loads, clears
     and decodes of the log."""
     kv: dict[int, list[int]] = {}
     open_: dict[int, _OpenSeq] = {}
@@ -182,6 +190,8 @@ def read_seqs(log: Iterable[object]) -> list[SeqLog]:
         elif isinstance(call, CopyCall):
             cache = kv.setdefault(call.dst, [])
             cache[:] = kv.get(call.src, [])[:call.n_tokens]
+        elif isinstance(call, LoadSeqCall):
+            kv.setdefault(call.seq_id, [])[:] = call.tokens
         elif isinstance(call, ClearCall):
             for s, cache in kv.items():
                 if call.n_seqs is None or s < call.n_seqs:

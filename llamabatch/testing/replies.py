@@ -89,9 +89,11 @@ class FaultPlan:
     fail_alone: Callable[[Tokens], bool] | None = None
     fail_exc: BaseException | None = None
     fail_copy_at: int | None = None
+    fail_state_at: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The plan as ``FakeBackend`` keyword arguments."""
         return {"fail_open": self.fail_open, "fail_decode_at": self.fail_decode_at,
                 "fail_code": self.fail_code, "fail_alone": self.fail_alone,
-                "fail_exc": self.fail_exc, "fail_copy_at": self.fail_copy_at}
+                "fail_exc": self.fail_exc, "fail_copy_at": self.fail_copy_at,
+                "fail_state_at": self.fail_state_at}

@@ -74,7 +74,8 @@ def prefixed_prompts(*, min_items: int = 0, max_items: int = 40, max_prefix: int
 def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
     """:class:`FaultPlan` s: mostly none; sometimes the batch cannot be created
     (``fail_open``), the k-th decode fails with a code of :data:`DECODE_FAULT_CODES`
-    or raises one of :data:`BACKEND_EXCEPTIONS`, the k-th copy of a cache fails, or
+    or raises one of :data:`BACKEND_EXCEPTIONS`, the k-th copy of a cache fails, the
+    k-th save or load of a state in host memory fails, or
     the prompts matching a :class:`FailWhen` fail alone.
 
     Returns:
@@ -88,7 +89,8 @@ def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
         fail_code=st.sampled_from(DECODE_FAULT_CODES),
         fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1)),
         fail_exc=st.sampled_from((None,) * 6 + BACKEND_EXCEPTIONS),
-        fail_copy_at=st.none() | st.integers(1, 6))
+        fail_copy_at=st.none() | st.integers(1, 6),
+        fail_state_at=st.none() | st.integers(1, 6))
 
 
 def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int = 40):

@@ -157,3 +157,27 @@ def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reus
         assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
     for b, a in zip(again, alone[::-1]):
         assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+
+
+OTHER = ("<|im_start|>system\nYou translate short messages into French. Keep names as "
+         "they are. " + "Never add a comment of your own. " * 12 + "<|im_end|>\n")
+
+
+def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm):
+    """A second template takes every slot, then the first comes back: its slots' states
+    were saved in host memory (``cache_ram_mib``) and are loaded, not prefilled again;
+    every reply's first 8 tokens equal the reply completed alone."""
+    first = [ticket(t) for t in TICKETS[:3]]
+    other = [f"{OTHER}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n"
+             for t in TICKETS[3:6]]
+    back = [ticket(t) for t in TICKETS[6:9]]
+    prompts = first + other + back
+    with BatchGenerator(llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8,
+                        sampling=GREEDY, min_copy_tokens=16, cache_ram_mib=64) as gen:
+        batched = gen.complete_many(prompts)
+        stats = gen.stats
+    alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
+    assert {c.path for c in batched} == {"batch"}
+    assert stats.cache_ram_saves >= 1 and stats.cache_ram_loads >= 1
+    for b, a in zip(batched, alone):
+        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
