@@ -60,6 +60,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: sh -c script: start "$@" in the background, wait until stdin reaches end of file (the
+#: benchmark ended or died), then stop it (SIGTERM, SIGKILL after 5 s).
+_WATCH = ('"$@" <&- & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; '
+          'for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 $pid 2>/dev/null || exit 0; '
+          'sleep 0.5; done; kill -9 $pid 2>/dev/null; wait $pid')
+
+
 class Server:
     """A llama-server child process on 127.0.0.1 (a context manager that stops it)."""
 
@@ -76,7 +83,12 @@ class Server:
 
     def __enter__(self) -> Server:
         self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        # The server runs under a small shell that kills it when our end of its stdin
+        # closes, which the kernel does whenever this process ends (even by SIGKILL):
+        # no llama-server outlives the benchmark.
+        self.proc = subprocess.Popen(["sh", "-c", _WATCH, "sh", *self.cmd],
+                                     stdin=subprocess.PIPE, stdout=self._log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -94,11 +106,11 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.stdin.close()          # the watching shell stops the server
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._log.close()
 
@@ -155,7 +167,7 @@ def run_path(path: str, prompts: list[str], w: Workload, llm: Any, gen: BatchGen
 
 
 def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
-    items = args.items or 2 * b
+    items = args.items
     log = Path(args.server_log or f"/tmp/llama-server-B{b}.log")
     with Server(args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch,
                 log) as server, BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq,
@@ -223,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
                     default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_SERVER)))
     ap.add_argument("--slots", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--items", type=int, default=0, help="items per round (default 2*B)")
+    ap.add_argument("--items", type=int, default=16,
+                    help="items per round (default 16; with only a few, the start and the "
+                         "tail of a round, when slots run empty, weigh more than they do "
+                         "in a backlog)")
     ap.add_argument("--workloads", nargs="+", default=["S", "U", "L"], choices=WORKLOADS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx-seq", type=int, default=1024)
