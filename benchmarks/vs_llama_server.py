@@ -209,6 +209,7 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
             "prompt_tokens_cached": stats.prompt_tokens_cached,
             "prompt_tokens_prefilled": stats.prompt_tokens_prefilled,
             "prefix_copies": stats.prefix_copies, "decode_calls": stats.decode_calls,
+            "cache_ram_saves": stats.cache_ram_saves, "cache_ram_loads": stats.cache_ram_loads,
             "batch_disabled_reason": stats.batch_disabled_reason}
 
 
