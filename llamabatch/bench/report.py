@@ -20,9 +20,11 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
         "llama_cpp_python_version": str,
         "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
       },
-      "params": {"slots": [int], "prompt_tokens": int, "gen_tokens": int, "rounds": int,
-                 "items": int, "workload_rounds": int, "max_tokens": int, "n_batch": int,
-                 "seed": int, "parts": [str]},  # parts: "raw" and/or "workload"
+      "params": {"slots": [int], "parts": [str],   # parts: "raw" and/or "workload"
+                 "n_batch": int, "seed": int,
+                 "prompt_tokens": int, "gen_tokens": int, "rounds": int,
+                 "workload": str, "items": int, "workload_rounds": int,
+                 "max_tokens": int | null},       # null: the workload's reply cap
       "raw": {
         "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
         "rows": [{                        # one per B, in --slots order; keys as

@@ -50,19 +50,30 @@ SPREAD = 0.4
 
 @dataclass(frozen=True, slots=True)
 class BenchParams:
-    """What to measure (the ``"params"`` of the JSON document)."""
+    """What to measure (the ``"params"`` of the JSON document), grouped by part.
+
+    Attributes:
+        slots, parts, n_batch, seed: the B values, the parts run (``PARTS``), most tokens
+            per ``llama_decode``, the seed of the random prompts and of the workload.
+        prompt_tokens, gen_tokens, rounds: the raw bench's PP and TG per sequence and its
+            measurements per B (``prompt_tokens`` is also the tagging workload's mean).
+        workload, items, workload_rounds, max_tokens: the workload's name, items per
+            round, rounds, and reply cap (``None``: the workload's, see ``reply_cap``).
+    """
 
     slots: tuple[int, ...] = (1, 2, 4, 8)
+    parts: tuple[str, ...] = PARTS
+    n_batch: int = 512
+    seed: int = 0
+    # the raw bench
     prompt_tokens: int = 256
     gen_tokens: int = 64
     rounds: int = 3
+    # the workload
+    workload: str = "S"
     items: int = 8
     workload_rounds: int = 2
     max_tokens: int | None = None
-    n_batch: int = 512
-    seed: int = 0
-    parts: tuple[str, ...] = PARTS
-    workload: str = "S"
 
     @property
     def reply_cap(self) -> int:
