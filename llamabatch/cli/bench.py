@@ -278,29 +278,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add(p, "--model")
     p.add_argument("--slots", type=_slots, default=d.slots, metavar="B,B,...",
                    help="slot counts to measure (default: 1,2,4,8)")
-    options.add_table(p, [
-        ("--prompt-tokens", int, d.prompt_tokens, "PP",
-         "prompt tokens per sequence; workload prompts vary within "
-         f"+-{round(SPREAD * 100)}%% of it (default: %(default)s)"),
-        ("--gen-tokens", int, d.gen_tokens, "TG",
-         "generated tokens per sequence in the raw bench (default: %(default)s)"),
-        ("--rounds", int, d.rounds, "N",
-         "raw bench measurements per B, median reported (default: %(default)s)"),
-        ("--items", int, d.items, "N", "workload items (default: %(default)s)"),
-        ("--workload-rounds", int, d.workload_rounds, "N",
-         "workload rounds, each runs alone then every B (default: %(default)s)"),
-        ("--max-tokens", int, d.max_tokens, "N",
-         "most reply tokens per workload item (default: the workload's: 48 for S and U, "
-         "200 for L, 64 for tagging)"),
+    defaults = asdict(d)
+    options.add_fields(p, defaults, [
+        ("prompt_tokens", int, "PP", "prompt tokens per sequence; workload prompts vary "
+         f"within +-{round(SPREAD * 100)}%% of it"),
+        ("gen_tokens", int, "TG", "generated tokens per sequence in the raw bench"),
+        ("rounds", int, "N", "raw bench measurements per B, median reported"),
+        ("items", int, "N", "workload items"),
+        ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
+        ("max_tokens", int, "N", "most reply tokens per workload item (default: the "
+         "workload's: 48 for S and U, 200 for L, 64 for tagging)"),
     ])
     p.add_argument("--workload", choices=(*WORKLOADS, "tagging"), default=d.workload,
                    help="the tagging workload (default: %(default)s, a shared system "
                         "prompt)")
-    options.add_table(p, [
-        ("--n-batch", int, d.n_batch, "N",
-         "most tokens per llama_decode (default: %(default)s)"),
-        ("--seed", int, d.seed, "N",
-         "seed of the random prompts and the workload (default: %(default)s)"),
+    options.add_fields(p, defaults, [
+        ("n_batch", int, "N", "most tokens per llama_decode"),
+        ("seed", int, "N", "seed of the random prompts and the workload"),
     ])
     p.add_argument("--only", choices=PARTS, default=None,
                    help="run only the raw bench or only the workload")
