@@ -31,7 +31,7 @@ from typing import IO, Any
 from ..backend import Backend
 from ..bench.host import collect_header
 from ..bench.raw import ctx_per_seq, run_raw
-from ..bench.report import document, format_raw_table
+from ..bench.report import document, format_header, format_raw_table
 from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
 from ..bench.workloads import WORKLOADS
@@ -124,38 +124,6 @@ class BenchSetup:
 
 
 # -- output --------------------------------------------------------------------------------
-def _mb(n: int | None) -> str:
-    return "size unknown" if n is None else f"{n / 1e6:.1f} MB"
-
-
-def format_header(h: dict[str, Any]) -> str:
-    """The header lines printed above the tables."""
-    gpus = [d for d in h.get("devices", []) if d["type"] in ("GPU", "IGPU")]
-    if h["gpu_offload"]:
-        names = ", ".join(f"{d['description'] or d['name']} ({d['name']}, {d['type']})"
-                          for d in gpus)
-        layers = "all" if h["n_gpu_layers"] < 0 else str(h["n_gpu_layers"])
-        gpu = f"{names}; {layers} layers offloaded"
-    elif gpus:
-        gpu = f"{', '.join(d['name'] for d in gpus)} present, no layers offloaded"
-    else:
-        gpu = "none (CPU only build or no GPU device)"
-    threads = "llama.cpp default" if h["threads"] is None else str(h["threads"])
-    name = h["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
-    arch = f", {h['model_arch']}" if h.get("model_arch") else ""
-    return "\n".join([
-        f"llamabatch bench  {h['started_at']}  host {h['host']}",
-        f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
-        f"gpu:      {gpu}",
-        f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
-        f"          {h['model_path']}",
-        f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
-        f"n_batch {h['n_batch']}",
-        f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
-        f"llama.cpp {h['llama_cpp_version']}",
-    ])
-
-
 def _bar(total: int, desc: str, unit: str, quiet: bool, err: IO[str]) -> Any:
     return progress_bar(total, quiet, desc=desc, unit=unit, file=err, leave=False)
 
