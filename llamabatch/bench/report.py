@@ -1,4 +1,5 @@
-"""The bench's report: the JSON document and the raw table (formatted and parsed).
+"""The bench's report: the JSON document, the header lines and the raw table (formatted
+and parsed).
 
 JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
 
@@ -20,9 +21,11 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
         "llama_cpp_python_version": str,
         "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
       },
-      "params": {"slots": [int], "prompt_tokens": int, "gen_tokens": int, "rounds": int,
-                 "items": int, "workload_rounds": int, "max_tokens": int, "n_batch": int,
-                 "seed": int, "parts": [str]},  # parts: "raw" and/or "workload"
+      "params": {"slots": [int], "parts": [str],   # parts: "raw" and/or "workload"
+                 "n_batch": int, "seed": int,
+                 "prompt_tokens": int, "gen_tokens": int, "rounds": int,
+                 "workload": str, "items": int, "workload_rounds": int,
+                 "max_tokens": int | null},       # null: the workload's reply cap
       "raw": {
         "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
         "rows": [{                        # one per B, in --slots order; keys as
@@ -75,6 +78,39 @@ def document(header: Mapping[str, Any], params: Mapping[str, Any],
         "workload": None if workload is None else dict(workload),
         "wall_s": wall_s,
     }
+
+
+# -- header --------------------------------------------------------------------------------
+def _mb(n: int | None) -> str:
+    return "size unknown" if n is None else f"{n / 1e6:.1f} MB"
+
+
+def format_header(h: dict[str, Any]) -> str:
+    """The header lines printed above the tables."""
+    gpus = [d for d in h.get("devices", []) if d["type"] in ("GPU", "IGPU")]
+    if h["gpu_offload"]:
+        names = ", ".join(f"{d['description'] or d['name']} ({d['name']}, {d['type']})"
+                          for d in gpus)
+        layers = "all" if h["n_gpu_layers"] < 0 else str(h["n_gpu_layers"])
+        gpu = f"{names}; {layers} layers offloaded"
+    elif gpus:
+        gpu = f"{', '.join(d['name'] for d in gpus)} present, no layers offloaded"
+    else:
+        gpu = "none (CPU only build or no GPU device)"
+    threads = "llama.cpp default" if h["threads"] is None else str(h["threads"])
+    name = h["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
+    arch = f", {h['model_arch']}" if h.get("model_arch") else ""
+    return "\n".join([
+        f"llamabatch bench  {h['started_at']}  host {h['host']}",
+        f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
+        f"gpu:      {gpu}",
+        f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
+        f"          {h['model_path']}",
+        f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
+        f"n_batch {h['n_batch']}",
+        f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
+        f"llama.cpp {h['llama_cpp_version']}",
+    ])
 
 
 # -- tables --------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import IO, Any
 from ..backend import Backend
 from ..bench.host import collect_header
 from ..bench.raw import ctx_per_seq, run_raw
-from ..bench.report import document, format_raw_table
+from ..bench.report import document, format_header, format_raw_table
 from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
                              workload_json)
 from ..bench.workloads import WORKLOADS
@@ -50,19 +50,30 @@ SPREAD = 0.4
 
 @dataclass(frozen=True, slots=True)
 class BenchParams:
-    """What to measure (the ``"params"`` of the JSON document)."""
+    """What to measure (the ``"params"`` of the JSON document), grouped by part.
+
+    Attributes:
+        slots, parts, n_batch, seed: the B values, the parts run (``PARTS``), most tokens
+            per ``llama_decode``, the seed of the random prompts and of the workload.
+        prompt_tokens, gen_tokens, rounds: the raw bench's PP and TG per sequence and its
+            measurements per B (``prompt_tokens`` is also the tagging workload's mean).
+        workload, items, workload_rounds, max_tokens: the workload's name, items per
+            round, rounds, and reply cap (``None``: the workload's, see ``reply_cap``).
+    """
 
     slots: tuple[int, ...] = (1, 2, 4, 8)
+    parts: tuple[str, ...] = PARTS
+    n_batch: int = 512
+    seed: int = 0
+    # the raw bench
     prompt_tokens: int = 256
     gen_tokens: int = 64
     rounds: int = 3
+    # the workload
+    workload: str = "S"
     items: int = 8
     workload_rounds: int = 2
     max_tokens: int | None = None
-    n_batch: int = 512
-    seed: int = 0
-    parts: tuple[str, ...] = PARTS
-    workload: str = "S"
 
     @property
     def reply_cap(self) -> int:
@@ -113,38 +124,6 @@ class BenchSetup:
 
 
 # -- output --------------------------------------------------------------------------------
-def _mb(n: int | None) -> str:
-    return "size unknown" if n is None else f"{n / 1e6:.1f} MB"
-
-
-def format_header(h: dict[str, Any]) -> str:
-    """The header lines printed above the tables."""
-    gpus = [d for d in h.get("devices", []) if d["type"] in ("GPU", "IGPU")]
-    if h["gpu_offload"]:
-        names = ", ".join(f"{d['description'] or d['name']} ({d['name']}, {d['type']})"
-                          for d in gpus)
-        layers = "all" if h["n_gpu_layers"] < 0 else str(h["n_gpu_layers"])
-        gpu = f"{names}; {layers} layers offloaded"
-    elif gpus:
-        gpu = f"{', '.join(d['name'] for d in gpus)} present, no layers offloaded"
-    else:
-        gpu = "none (CPU only build or no GPU device)"
-    threads = "llama.cpp default" if h["threads"] is None else str(h["threads"])
-    name = h["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
-    arch = f", {h['model_arch']}" if h.get("model_arch") else ""
-    return "\n".join([
-        f"llamabatch bench  {h['started_at']}  host {h['host']}",
-        f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
-        f"gpu:      {gpu}",
-        f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
-        f"          {h['model_path']}",
-        f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
-        f"n_batch {h['n_batch']}",
-        f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
-        f"llama.cpp {h['llama_cpp_version']}",
-    ])
-
-
 def _bar(total: int, desc: str, unit: str, quiet: bool, err: IO[str]) -> Any:
     return progress_bar(total, quiet, desc=desc, unit=unit, file=err, leave=False)
 
@@ -267,29 +246,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add(p, "--model")
     p.add_argument("--slots", type=_slots, default=d.slots, metavar="B,B,...",
                    help="slot counts to measure (default: 1,2,4,8)")
-    options.add_table(p, [
-        ("--prompt-tokens", int, d.prompt_tokens, "PP",
-         "prompt tokens per sequence; workload prompts vary within "
-         f"+-{round(SPREAD * 100)}%% of it (default: %(default)s)"),
-        ("--gen-tokens", int, d.gen_tokens, "TG",
-         "generated tokens per sequence in the raw bench (default: %(default)s)"),
-        ("--rounds", int, d.rounds, "N",
-         "raw bench measurements per B, median reported (default: %(default)s)"),
-        ("--items", int, d.items, "N", "workload items (default: %(default)s)"),
-        ("--workload-rounds", int, d.workload_rounds, "N",
-         "workload rounds, each runs alone then every B (default: %(default)s)"),
-        ("--max-tokens", int, d.max_tokens, "N",
-         "most reply tokens per workload item (default: the workload's: 48 for S and U, "
-         "200 for L, 64 for tagging)"),
+    defaults = asdict(d)
+    options.add_fields(p, defaults, [
+        ("prompt_tokens", int, "PP", "prompt tokens per sequence; workload prompts vary "
+         f"within +-{round(SPREAD * 100)}%% of it"),
+        ("gen_tokens", int, "TG", "generated tokens per sequence in the raw bench"),
+        ("rounds", int, "N", "raw bench measurements per B, median reported"),
+        ("items", int, "N", "workload items"),
+        ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
+        ("max_tokens", int, "N", "most reply tokens per workload item (default: the "
+         "workload's: 48 for S and U, 200 for L, 64 for tagging)"),
     ])
     p.add_argument("--workload", choices=(*WORKLOADS, "tagging"), default=d.workload,
                    help="the tagging workload (default: %(default)s, a shared system "
                         "prompt)")
-    options.add_table(p, [
-        ("--n-batch", int, d.n_batch, "N",
-         "most tokens per llama_decode (default: %(default)s)"),
-        ("--seed", int, d.seed, "N",
-         "seed of the random prompts and the workload (default: %(default)s)"),
+    options.add_fields(p, defaults, [
+        ("n_batch", int, "N", "most tokens per llama_decode"),
+        ("seed", int, "N", "seed of the random prompts and the workload"),
     ])
     p.add_argument("--only", choices=PARTS, default=None,
                    help="run only the raw bench or only the workload")

@@ -67,7 +67,6 @@ _BATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BatchConfig)}
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``complete`` subcommand to the ``llamabatch`` parser."""
-    s, b = _SAMPLING_DEFAULTS, _BATCH_DEFAULTS
     p = subparsers.add_parser(
         "complete", help="complete every prompt of a JSONL or text file",
         description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
@@ -96,33 +95,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="input format (default: %(default)s: JSONL for *.jsonl or when every "
                         "non-blank line is a JSON object, else text)")
     options.add(p, "--model")
-    options.add_table(p, [
-        ("--slots", int, b["slots"], "N",
-         "sequences decoded together; 1 = no batching (default: %(default)s)"),
-        ("--max-tokens", int, b["max_tokens"], "N",
-         "most generated tokens per reply (default: %(default)s)"),
-        ("--n-ctx-seq", int, b["n_ctx_seq"], "N",
-         "tokens of context per sequence, prompt + reply; also the context of the model "
-         "for items completed alone (default: %(default)s)"),
-        ("--n-batch", int, b["n_batch"], "N",
-         "most tokens per llama_decode call (default: %(default)s)"),
-        ("--page-size", int, None, "N",
-         "items read at a time, a multiple of --slots (default: the largest multiple of "
-         "--slots that is <= 16)"),
-        ("--temperature", float, DEFAULT_TEMPERATURE, "T",
-         "sampling temperature, >= 0; 0 = greedy (default: %(default)s)"),
-        ("--top-k", int, s["top_k"], "K",
-         "keep the K likeliest tokens, 0 = off (default: %(default)s)"),
-        ("--top-p", float, s["top_p"], "P",
-         "nucleus sampling probability mass, in (0, 1] (default: %(default)s)"),
-        ("--min-p", float, s["min_p"], "P",
-         "drop tokens below P times the likeliest one's probability, in [0, 1] "
-         "(default: %(default)s)"),
-        ("--repeat-penalty", float, s["repeat_penalty"], "X",
-         f"penalty factor on tokens among the last {s['penalty_last_n']} generated, > 0; "
-         "1 = off (default: %(default)s)"),
-        ("--seed", int, None, "N",
-         "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
+    defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
+    options.add_fields(p, defaults, [
+        ("slots", int, "N", "sequences decoded together; 1 = no batching"),
+        ("max_tokens", int, "N", "most generated tokens per reply"),
+        ("n_ctx_seq", int, "N", "tokens of context per sequence, prompt + reply; also the "
+         "context of the model for items completed alone"),
+        ("n_batch", int, "N", "most tokens per llama_decode call"),
+        ("page_size", int, "N", "items read at a time, a multiple of --slots (default: the "
+         "largest multiple of --slots that is <= 16)"),
+        ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
+        ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
+        ("top_p", float, "P", "nucleus sampling probability mass, in (0, 1]"),
+        ("min_p", float, "P", "drop tokens below P times the likeliest one's probability, "
+         "in [0, 1]"),
+        ("repeat_penalty", float, "X", "penalty factor on tokens among the last "
+         f"{defaults['penalty_last_n']} generated, > 0; 1 = off"),
+        ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
     ])
     p.add_argument("--stop", action="append", default=None, metavar="STR",
                    help="end a reply before this string; repeat for several (default: "

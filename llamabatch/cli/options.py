@@ -1,14 +1,15 @@
 """Options the subcommands share, declared once: their names, defaults and help.
 
 :func:`add` puts one of :data:`SHARED`'s options on a parser (a subcommand may give its
-own default or help where its meaning differs); :func:`add_table` declares a run of
-options of one shape from rows; :func:`check_threads` is the one check of ``--threads``.
+own default or help where its meaning differs); :func:`add_fields` declares options that
+set the fields of a parameters dataclass (``--top-k`` sets ``top_k``, its default is the
+field's); :func:`check_threads` is the one check of ``--threads``.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,16 @@ def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:
     parser.add_argument(flag, **{**SHARED[flag], **overrides})
 
 
-def add_table(parser: argparse.ArgumentParser,
-              rows: Iterable[tuple[str, Any, Any, str, str]]) -> None:
-    """Add options from ``(flag, type, default, metavar, help)`` rows."""
-    for flag, kind, default, metavar, text in rows:
-        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
+def add_fields(parser: argparse.ArgumentParser, defaults: Mapping[str, Any],
+               rows: Iterable[tuple[str, Any, str, str]]) -> None:
+    """Add an option per ``(field, type, metavar, help)`` row: ``--field-name``, whose
+    value lands in ``args.field_name``, default ``defaults[field]``; the help ends with
+    ``(default: <the default>)`` unless it names its default itself."""
+    for name, kind, metavar, text in rows:
+        if "(default:" not in text:
+            text += " (default: %(default)s)"
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=defaults[name],
+                            metavar=metavar, help=text)
 
 
 def check_threads(threads: int | None) -> None:

