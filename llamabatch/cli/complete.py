@@ -113,6 +113,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          f"{defaults['penalty_last_n']} generated, > 0; 1 = off"),
         ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
     ])
+    p.add_argument("--cache-ram-mib", type=int, default=1024, metavar="MIB",
+                   help="host memory for the states of slots another prompt template "
+                        "took, loaded back when it returns (as llama-server's --cache-ram); "
+                        "0 = off (default: %(default)s)")
     p.add_argument("--stop", action="append", default=None, metavar="STR",
                    help="end a reply before this string; repeat for several (default: "
                         "none)")
@@ -181,6 +185,9 @@ def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
     config = BatchConfig(slots=args.slots, n_ctx_seq=args.n_ctx_seq, n_batch=args.n_batch,
                          max_tokens=args.max_tokens, page_size=args.page_size)
     options.check_threads(args.threads)
+    if args.cache_ram_mib < 0:
+        raise ValueError(f"cache_ram_mib={args.cache_ram_mib} is out of range: valid is an "
+                         "integer >= 0 (MiB; 0 = off)")
     return sampling, config
 
 
@@ -294,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, sampling, config)
+            gen = _local_generator(llm, sampling, config, args.cache_ram_mib)
             return _generate(job, gen, lambda items: model_prompts(llm, items),
                              lambda g: batching_note(config.slots, g.stats), interrupts,
                              lambda items: [with_fields(sampling, it.fields) for it in items])
@@ -316,13 +323,15 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
     return EXIT_OK
 
 
-def _local_generator(llm: Any, sampling: SamplingParams, config: BatchConfig) -> Any:
+def _local_generator(llm: Any, sampling: SamplingParams, config: BatchConfig,
+                     cache_ram_mib: int) -> Any:
     from .. import BatchGenerator
 
     try:
         return BatchGenerator(llm, slots=config.slots, n_ctx_seq=config.n_ctx_seq,
                               n_batch=config.n_batch, max_tokens=config.max_tokens,
-                              sampling=sampling, page_size=config.page_size)
+                              sampling=sampling, page_size=config.page_size,
+                              cache_ram_mib=cache_ram_mib)
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
         raise UsageError(str(exc)) from None
 
