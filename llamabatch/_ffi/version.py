@@ -21,14 +21,14 @@ import re
 from ..errors import LibraryError
 
 #: (lowest, highest) llama-cpp-python release that passed the compatibility matrix.
-SUPPORTED: tuple[tuple[int, int, int], tuple[int, int, int]] = ((0, 3, 16), (0, 3, 36))
+SUPPORTED: tuple[tuple[int, int, int], tuple[int, int, int]] = ((0, 3, 26), (0, 3, 36))
 
 #: Environment variable that lets an untested version through.
 ALLOW_ENV = "LLAMABATCH_ALLOW_UNTESTED_LLAMA_CPP"
 
 
 def supported_range() -> str:
-    """The range as pip writes it, e.g. ``">=0.3.16,<=0.3.36"``."""
+    """The range as pip writes it, e.g. ``">=0.3.26,<=0.3.36"``."""
     low, high = (".".join(map(str, v)) for v in SUPPORTED)
     return f">={low},<={high}"
 

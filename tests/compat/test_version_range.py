@@ -24,15 +24,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_pyproject_declares_exactly_the_supported_range():
     text = (ROOT / "pyproject.toml").read_text()
     declared = re.search(r'"llama-cpp-python([<>=!~][^"]*)"', text).group(1)
-    assert declared == supported_range() == ">=0.3.16,<=0.3.36"
+    assert declared == supported_range() == ">=0.3.26,<=0.3.36"
 
 
-@pytest.mark.parametrize("version", ["0.3.16", "0.3.26", "0.3.36", "0.3.36+cu124"])
+@pytest.mark.parametrize("version", ["0.3.26", "0.3.30", "0.3.36", "0.3.36+cu124"])
 def test_versions_in_the_range_pass(version):
     check_version(version)
 
 
-@pytest.mark.parametrize("version", ["0.3.15", "0.2.90", "0.3.37", "0.4.0", "dev"])
+@pytest.mark.parametrize("version", ["0.3.16", "0.3.25", "0.2.90", "0.3.37", "0.4.0", "dev"])
 def test_versions_outside_the_range_are_refused_with_the_range_named(version, monkeypatch):
     monkeypatch.delenv(ALLOW_ENV, raising=False)
     with pytest.raises(LibraryError) as info:

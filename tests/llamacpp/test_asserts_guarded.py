@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from llamabatch import _ffi
 from llamabatch.llamacpp.limits import MAX_N_CTX, check_context
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tag_prompts.jsonl"
@@ -76,15 +77,36 @@ RAW_CONTEXT = """
     p.n_ctx, p.n_batch, p.n_ubatch, p.n_seq_max = 256 * {slots}, {n_batch}, {n_batch}, {slots}
     p.kv_unified, p.n_threads, p.n_threads_batch = False, 1, 1
     ctx = C.llama_init_from_model(llm._model.model, p)
-    print("created", bool(ctx))
+    print("created", bool(ctx), "n_batch", C.llama_n_batch(ctx) if ctx else 0)
     C.llama_free(ctx)
 """
 
 
+def smallest_n_batch(model_path) -> int:
+    """The ``n_batch`` llama.cpp uses when 1 is asked: 1, or 64 in the llama.cpp of
+    llama-cpp-python 0.3.16 (it raises an ``n_batch`` below ``GGML_KQ_MASK_PAD`` = 64)."""
+    result = run_py(RAW_CONTEXT.format(slots=1, n_batch=1), model_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return int(result.stdout.split()[-1])
+
+
 @real_model
 def test_llama_cpp_aborts_at_the_largest_invalid_combination(model_path):
-    """Without llamabatch's guard, slots = n_batch + 1 kills the process."""
-    result = run_py(RAW_CONTEXT.format(slots=2, n_batch=1), model_path)
+    """Without llamabatch's guard, slots = n_batch + 1 kills the process.
+
+    Where llama.cpp raises every ``n_batch`` to at least its ceiling of sequences
+    (0.3.16: 64 and ``llama_max_parallel_sequences()`` = 64), no slot count reaches the
+    assert: there, the most slots llama.cpp allows are created with ``n_batch=1``, and
+    llamabatch's rule (``slots <= n_batch`` as asked) is stricter than needed but safe.
+    """
+    floor = smallest_n_batch(model_path)
+    ceiling = _ffi.load().max_parallel_sequences()
+    if floor + 1 > ceiling:
+        result = run_py(RAW_CONTEXT.format(slots=ceiling, n_batch=1), model_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"created True n_batch {floor}" in result.stdout
+        return
+    result = run_py(RAW_CONTEXT.format(slots=floor + 1, n_batch=floor), model_path)
     assert result.returncode == -signal.SIGABRT, result.stderr[-2000:]
     assert "n_outputs_max <= cparams.n_outputs_max" in result.stderr
 
