@@ -196,15 +196,16 @@ class SlotEngine:
         copy = self.table.copy_source(item.tokens, slot, n_own, planned,
                                       self.min_copy_tokens, self.exact)
         saved = self._saved_for(item.tokens, n_own)
-        if saved is not None and (copy is None or saved[1] >= copy.n_tokens):
-            self._save(slot, 0)
+        if saved is not None and copy is not None and saved[1] < copy.n_tokens:
+            saved = None                     # the other slot shares more
+        own_kept = saved is None and copy is None
+        self._save(slot, n_own if own_kept else 0)   # before its cache is cut or replaced
+        if saved is not None:
             self._load(seq, *saved)
             return
         if copy is None:
-            self._save(slot, n_own)
             self._keep(seq, n_own)
             return
-        self._save(slot, 0)
         seq.copy, seq.status = copy, Status.COPY
         src = self.running.get(copy.src)
         if self.exact and src is not None:

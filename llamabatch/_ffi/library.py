@@ -39,6 +39,10 @@ def load() -> Library:
     return Library(module, resolve(module, version))
 
 
+#: What copying or saving one sequence's cells needs (llama.h ``llama_state_seq_*``).
+_STATE_SEQ_ROLES = ("state_seq_get_size", "state_seq_get_data", "state_seq_set_data")
+
+
 class Library:
     """llama.cpp through the installed binding, with renamed symbols resolved.
 
@@ -123,9 +127,13 @@ class Library:
         return bind_memory(self.symbols, ctx.ctx)
 
     def can_copy_seq(self) -> bool:
-        """True when the ``llama_state_seq_*`` functions :meth:`copy_seq` needs exist."""
-        return all(self.symbols.has(r) for r in (
-            "state_seq_get_size", "state_seq_get_data", "state_seq_set_data"))
+        """True when the ``llama_state_seq_*`` functions :meth:`copy_seq`,
+        :meth:`save_seq` and :meth:`load_seq` need exist."""
+        return all(self.symbols.has(r) for r in _STATE_SEQ_ROLES)
+
+    def require_state_seq(self) -> None:
+        """Raise ``LibraryError`` naming each missing ``llama_state_seq_*`` function."""
+        self.symbols.require(*_STATE_SEQ_ROLES)
 
     def copy_seq(self, ctx: ContextHandle, src: int, dst: int) -> int:
         """Copy sequence ``src``'s cells (KV or recurrent state) onto ``dst``:

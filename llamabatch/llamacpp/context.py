@@ -164,13 +164,10 @@ class BatchContext(Closing):
             ValueError: an id out of range, ``src == dst``, the context closed.
             LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
         """
-        self._check_open()
+        self._require_state_seq()
         src, dst = self._seq(src), self._seq(dst)
         if src == dst:
             raise ValueError(f"copy_seq of seq {src} onto itself")
-        if not self._lib.can_copy_seq():
-            self._lib.symbols.require("state_seq_get_size", "state_seq_get_data",
-                                      "state_seq_set_data")
         return self._lib.copy_seq(self._handle, src, dst)
 
     def save_seq(self, seq_id: int) -> Any:
@@ -181,12 +178,8 @@ class BatchContext(Closing):
             ValueError: an id out of range, the context closed.
             LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
         """
-        self._check_open()
-        seq_id = self._seq(seq_id)
-        if not self._lib.can_copy_seq():
-            self._lib.symbols.require("state_seq_get_size", "state_seq_get_data",
-                                      "state_seq_set_data")
-        return self._lib.save_seq(self._handle, seq_id)
+        self._require_state_seq()
+        return self._lib.save_seq(self._handle, self._seq(seq_id))
 
     def load_seq(self, seq_id: int, state: Any) -> int:
         """Replace ``seq_id``'s cells with ``state`` from :meth:`save_seq`
@@ -194,9 +187,15 @@ class BatchContext(Closing):
 
         Raises:
             ValueError: an id out of range, the context closed.
+            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
         """
-        self._check_open()
+        self._require_state_seq()
         return self._lib.load_seq(self._handle, self._seq(seq_id), state)
+
+    def _require_state_seq(self) -> None:
+        """The context is open and the binding has ``llama_state_seq_*``, else raise."""
+        self._check_open()
+        self._lib.require_state_seq()
 
     @property
     def is_recurrent(self) -> bool | None:
