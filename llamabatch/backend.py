@@ -4,7 +4,8 @@ The scheduler (``scheduler.py``) drives a backend and never imports ``_ffi``. Tw
 backends exist: :class:`llamabatch.llamacpp.backend.LlamaBackend` (llama.cpp through a
 loaded ``llama_cpp.Llama``) and :class:`llamabatch.testing.FakeBackend` (no library).
 
-Optional method (looked up with ``getattr``, so older backends still satisfy the protocol):
+Optional methods (looked up with ``getattr``/``hasattr``, so older backends still satisfy
+the protocol):
 
 ``take_logprobs() -> list[tuple[tuple[int, float], ...] | None]``
     the log-probabilities of the tokens produced since the previous call: one entry per
@@ -12,6 +13,13 @@ Optional method (looked up with ``getattr``, so older backends still satisfy the
     ``generate_alone``; each entry is ``(token_id, logprob)`` pairs, or ``None`` when the
     sequence's ``SamplingParams.logprobs`` is ``None``. Without it, ``Completion.logprobs``
     stays ``None``.
+
+``save_seq(seq_id) -> state`` and ``load_seq(seq_id, state) -> None``
+    a copy of one sequence's whole cache (``llama_state_seq_get_data``; ``len(state)`` is
+    its size in bytes) and putting it back into a sequence, replacing what it held
+    (``llama_state_seq_set_data``); both raise ``BackendError`` on failure (a failed load
+    leaves the sequence unknown). Without both (or with ``can_copy`` False), no state is
+    kept in host memory (``BatchGenerator(cache_ram_mib=...)`` has no effect).
 """
 
 from __future__ import annotations
