@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
+from llamabatch.backend import Span
 from llamabatch.testing import (CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall,
                                 TrimCall)
 
@@ -60,9 +61,42 @@ def test_a_finished_sequence_is_refilled_in_the_same_decode_as_the_others_steps(
     decodes = fake.calls(DecodeCall)
     # call 2: seq 0 decodes 7 and samples the EOG; seq 1 decodes its 7
     # call 3: seq 1 decodes, and the third item's prompt goes to the free seq 0
-    assert [(s.seq_id, s.tokens) for s in decodes[2].spans] == [(1, (7,)), (0, (5, 6))]
+    # (spans by seq id)
+    assert [(s.seq_id, s.tokens) for s in decodes[2].spans] == [(0, (5, 6)), (1, (7,))]
     starts = fake.calls(StartSeqCall)
     assert [s.seq_id for s in starts] == [0, 1, 0]
+
+
+def test_every_decode_lays_its_spans_out_by_seq_id_so_llama_cpp_makes_one_ubatch():
+    # Replies of different lengths refill the slots in a rotating order (seq 2 first,
+    # then 3, 0, 1, ...); llama.cpp's non-unified cache makes one ubatch only of
+    # sequences in consecutive id order, so each step of four decoding slots must
+    # still be a single ubatch (a single pass over the weights).
+    lengths = {2: 3, 3: 4, 0: 5, 1: 6}
+    replies = {(k,): [7] * lengths.get(k % 4, 2 + k % 5) for k in range(12)}
+    fake = FakeBackend(replies)
+    items = [[k] for k in range(12)]
+    with BatchGenerator(backend=fake, slots=4, max_tokens=8, min_copy_tokens=64) as gen:
+        out = gen.complete_many(items)
+    assert [c.token_ids for c in out] == expected(fake, items)
+    decodes = fake.calls(DecodeCall)
+    for call in decodes:
+        ids = [s.seq_id for s in call.spans]
+        assert ids == sorted(ids)
+    full = [c for c in decodes if len(c.spans) == 4 and c.n_tokens == 4]
+    assert len(full) >= 3
+    assert all(c.ubatches == 1 for c in full)
+
+
+def test_the_ubatch_model_follows_llama_cpps_sequential_split():
+    def call(*spans):
+        return DecodeCall(1, tuple(Span(sid, 0, tuple(range(n)), True) for sid, n in spans),
+                          (), None)
+    assert call((0, 1), (1, 1), (2, 1), (3, 1)).ubatches == 1
+    assert call((2, 1), (3, 1), (0, 1), (1, 1)).ubatches == 2      # 2, 3 | 0, 1
+    assert call((0, 1), (2, 1)).ubatches == 2                       # not consecutive
+    assert call((0, 1), (1, 30)).ubatches == 2                      # 0, 1 x1 | 1 x29
+    assert call((0, 5), (1, 5), (2, 5)).ubatches == 1
 
 
 @pytest.mark.parametrize("declares", [True, False])
