@@ -140,15 +140,22 @@ def run_ours(llm: Any, args: argparse.Namespace, clock=time.perf_counter):
 
 class PhaseClock:
     """A perf_counter that knows where run_raw is: it reads the clock at PP start, TG
-    start and end of each B in turn (rounds=1), so the k-th B's phases follow."""
+    start and end of the warm-up, then of each B in turn (rounds=1), so the k-th B's
+    phases follow the warm-up's three reads."""
+
+    WARM_UP_READS = 3
 
     def __init__(self) -> None:
         self.calls, self.phase = 0, None
 
     def __call__(self) -> float:
-        k, i = divmod(self.calls, 3)
-        self.phase = None if i == 2 else (k, ("pp", "tg")[i])
+        n = self.calls - self.WARM_UP_READS
         self.calls += 1
+        if n < 0:
+            self.phase = None
+        else:
+            k, i = divmod(n, 3)
+            self.phase = None if i == 2 else (k, ("pp", "tg")[i])
         return time.perf_counter()
 
 

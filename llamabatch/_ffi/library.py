@@ -198,6 +198,16 @@ class Library:
             return None
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
 
+    def graphs_reused(self, ctx: ContextHandle) -> int | None:
+        """How many ubatches of ``ctx`` reused the previous compute graph instead of
+        building one (``llama_perf_context(ctx).n_reused``, llama.cpp's graph reuse);
+        ``None`` when this llama.cpp does not count it."""
+        expect(ctx, ContextHandle)
+        if not self.symbols.has("perf_context"):
+            return None
+        data = self.symbols.fn["perf_context"](ctx.ctx)
+        return int(data.n_reused) if hasattr(data, "n_reused") else None
+
     def set_abort_callback(self, ctx: ContextHandle,
                            fn: Callable[[], bool] | None) -> Any:
         """``llama_set_abort_callback``: llama.cpp calls ``fn()`` during compute and aborts

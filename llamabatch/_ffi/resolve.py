@@ -33,6 +33,7 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "batch_free": ("llama_batch_free",),
     "get_logits_ith": ("llama_get_logits_ith",),
     "set_abort_callback": ("llama_set_abort_callback",),  # optional
+    "perf_context": ("llama_perf_context",),  # optional: graph reuse counter
     "model_get_vocab": ("llama_model_get_vocab",),
     "vocab_n_tokens": ("llama_vocab_n_tokens", "llama_n_vocab"),
     "vocab_is_eog": ("llama_vocab_is_eog", "llama_token_is_eog"),

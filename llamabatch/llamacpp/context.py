@@ -215,6 +215,14 @@ class BatchContext(Closing):
         self._check_open()
         return self._memory.seq_pos_max(self._seq(seq_id))
 
+    @property
+    def graphs_reused(self) -> int | None:
+        """Ubatches so far that reused llama.cpp's previous compute graph (each of the
+        others built and allocated a new one), or ``None`` when the binding has no
+        ``llama_perf_context`` / ``n_reused``."""
+        self._check_open()
+        return self._lib.graphs_reused(self._handle)
+
     # -- compute -----------------------------------------------------------------
     def decode(self, batch: LlamaBatch) -> int:
         """``llama_decode`` of ``batch``'s rows; returns llama.cpp's code (0 = ok;
