@@ -60,7 +60,8 @@ class BatchGenerator(Closing):
             defaults); ``complete_many`` / ``iter_groups`` may give one per item.
         page_size: how far ahead of the oldest unfinished item the engine may start
             items (at most ``page_size`` items wait to be given back in order), a
-            multiple of ``slots`` (default: the largest such number <= 16).
+            multiple of ``slots`` (default: the largest such number <= max(16,
+            4 * slots), :func:`~llamabatch.params.default_page_size`).
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
             that saves at least this many prompt tokens (default 32; a copy costs
             about as much as prefilling a few tokens, see docs/engine.md).

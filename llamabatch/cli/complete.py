@@ -103,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
          "context of the model for items completed alone"),
         ("n_batch", int, "N", "most tokens per llama_decode call"),
         ("page_size", int, "N", "items read at a time, a multiple of --slots (default: the "
-         "largest multiple of --slots that is <= 16)"),
+         "largest multiple of --slots that is <= max(16, 4 * slots))"),
         ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
         ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
         ("top_p", float, "P", "nucleus sampling probability mass, in (0, 1]"),

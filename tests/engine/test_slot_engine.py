@@ -181,3 +181,28 @@ def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
     assert [c.index for c in out] == list(range(5))
     assert [c.token_ids for c in out] == expected(fake, items)
     assert fake.violations == []
+
+
+@pytest.mark.parametrize("slots, page_size", [(1, 16), (2, 16), (3, 15), (4, 16), (8, 32),
+                                               (16, 64)])
+def test_the_default_page_lets_four_slots_worth_of_items_run_ahead(slots, page_size):
+    with BatchGenerator(backend=FakeBackend({}), slots=slots) as gen:
+        assert gen.config.page_size == page_size
+
+
+def test_a_long_reply_does_not_leave_the_other_slots_idle():
+    # item 0 replies 60 tokens, the others 2: while it runs, the other 7 slots go
+    # through the next 31 items (the default page of 8 slots is 32 items)
+    replies = {(0,): [7] * 60} | {(k,): [7, 7] for k in range(1, 40)}
+    fake = FakeBackend(replies)
+    items = [[k] for k in range(40)]
+    with BatchGenerator(backend=fake, slots=8, max_tokens=64) as gen:
+        out = gen.complete_many(items)
+    assert [c.token_ids for c in out] == expected(fake, items, max_tokens=64)
+    started_while_0_ran = []
+    for call in fake.log:
+        if isinstance(call, StartSeqCall):
+            started_while_0_ran.append(call)
+        elif isinstance(call, DecodeCall) and call.call == 60:   # item 0's last token
+            break
+    assert len(started_while_0_ran) == 32
