@@ -2,9 +2,9 @@
 
 N chat-formatted (ChatML) tagging prompts of varied lengths around ``prompt_tokens``
 (:func:`tagging_prompts`, deterministic for a seed) are completed with natural stops
-(end of generation or ``max_tokens``), greedily, through ``BatchGenerator(slots=1)``
-(every item alone, through the ``Llama`` object) and ``BatchGenerator(slots=B)`` for each
-B. Rounds alternate the runs (alone, B1, B2, …, then again), so slow drift of the
+(end of generation or ``max_tokens``), greedily, one at a time (the caller's own loop of
+``Llama.create_completion`` when given, else ``BatchGenerator(slots=1)``) and through
+``BatchGenerator(slots=B)`` for each B. Rounds alternate the runs (alone, B1, B2, …, then again), so slow drift of the
 machine hits all of them alike; each round's per-item time of B is divided by the same
 round's per-item time alone (the *ratio*; below 1 means batching saves time).
 
@@ -160,17 +160,38 @@ def _timed_pass(gen: BatchGenerator, prompts: Sequence[str], clock: Clock,
     return clock() - t0, tokens
 
 
+#: ``one_at_a_time(prompts)``: complete ``prompts`` one after the other the way a caller
+#: without llamabatch does (``Llama.create_completion`` in a loop); the reply tokens.
+OneAtATime = Callable[[Sequence[str]], int]
+
+
+def _timed_loop(one_at_a_time: OneAtATime, prompts: Sequence[str], clock: Clock,
+                progress: Progress | None) -> tuple[float, int]:
+    t0 = clock()
+    tokens = one_at_a_time(prompts)
+    seconds = clock() - t0
+    if progress is not None:
+        progress(len(prompts))
+    return seconds, tokens
+
+
 def run_workload(make_generator: Callable[[int], BatchGenerator],
                  prompts: Sequence[str] | Callable[[int], Sequence[str]],
                  slots: Sequence[int], *, rounds: int = 2,
                  clock: Clock = time.perf_counter,
-                 progress: Progress | None = None) -> list[WorkloadRow]:
-    """Seconds per item alone (``slots=1``) and for each B > 1 of ``slots``.
+                 progress: Progress | None = None,
+                 one_at_a_time: OneAtATime | None = None) -> list[WorkloadRow]:
+    """Seconds per item one at a time and for each B > 1 of ``slots``.
 
     Args:
         make_generator: ``make_generator(B)`` returns a ``BatchGenerator`` with
             ``slots=B`` (greedy sampling and ``max_tokens`` are the caller's choice).
             Each is closed before returning.
+        one_at_a_time: the baseline row (B=1): the caller's own loop over the
+            ``Llama`` (:data:`OneAtATime`), which keeps the KV cache of the previous
+            prompt and so reuses a shared system prompt. Default: ``make_generator(1)``
+            (``BatchGenerator(slots=1)``, which leaves the caller's ``Llama`` cache as it
+            found it after every item and so prefills every prompt whole).
         prompts: the items, completed whole by every run; or ``prompts(round)`` giving
             each round its own FRESH items (same count), so that no run replays a
             prompt its slots already hold from an earlier round.
@@ -192,20 +213,30 @@ def run_workload(make_generator: Callable[[int], BatchGenerator],
     gens: dict[int, BatchGenerator] = {}
     try:
         for b in order:
+            if b == 1 and one_at_a_time is not None:
+                one_at_a_time([warmup_prompt()])
+                continue
             gens[b] = make_generator(b)
             gens[b].complete_many([warmup_prompt()] * min(b, 2))  # opens the batch context
         rows = {b: WorkloadRow(b, n_items) for b in order}
-        before = {b: (gens[b].stats.items_batched, gens[b].stats.items_alone) for b in order}
+        before = {b: (g.stats.items_batched, g.stats.items_alone) for b, g in gens.items()}
         for r in range(rounds):
             items = per_round(r)
             for b in order:
-                seconds, tokens = _timed_pass(gens[b], items, clock, progress)
+                if b in gens:
+                    seconds, tokens = _timed_pass(gens[b], items, clock, progress)
+                else:
+                    seconds, tokens = _timed_loop(one_at_a_time, items, clock, progress)
                 rows[b].per_item_s.append(seconds / len(items))
                 rows[b].tokens.append(tokens)
         alone = rows[1].per_item_s
         for b in order:
-            row, stats = rows[b], gens[b].stats
+            row = rows[b]
             row.ratio = ratios(row.per_item_s, alone)
+            if b not in gens:               # the caller's own loop: every item alone
+                row.items_alone = n_items * rounds
+                continue
+            stats = gens[b].stats
             row.items_batched = stats.items_batched - before[b][0]
             row.items_alone = stats.items_alone - before[b][1]
             row.batch_disabled_reason = None if b == 1 else stats.batch_disabled_reason

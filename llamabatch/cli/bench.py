@@ -10,8 +10,9 @@ tables (a progress bar runs on stderr):
    50-150 token ticket; U: unique prompts; L: lists of 1-12 items; tagging: prompts of
    varied length around PP), fresh prompts every round, natural stops, as seconds per
    item one at a time and through the slot engine with each B, in alternating rounds;
-   the ratio is s/item batched over s/item alone in the same round (below 1: batching
-   wins). Both parts drive the same engine as BatchGenerator.
+   the ratio is s/item batched over s/item one at a time (``Llama.create_completion``
+   in a loop, which keeps the previous prompt's cache) in the same round (below 1:
+   batching wins). Both parts drive the same engine as BatchGenerator.
 
 With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench``).
 """
@@ -115,12 +116,17 @@ class BenchSetup:
         tokenize: token ids of a prompt, as the generators will count them.
         header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
+        one_at_a_time: ``one_at_a_time(prompts, max_tokens)``: the workload's baseline,
+            the prompts completed greedily one after the other without llamabatch
+            (``Llama.create_completion``); the reply tokens. ``None``:
+            ``BatchGenerator(slots=1)``.
     """
 
     make_backend: Callable[[], Backend]
     make_generator: Callable[[int, int, int], BatchGenerator]
     tokenize: Callable[[str], Sequence[int]]
     header: dict[str, Any]
+    one_at_a_time: Callable[[Sequence[str], int], int] | None = None
 
 
 # -- output --------------------------------------------------------------------------------
@@ -188,15 +194,19 @@ def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str]
     n_runs = 1 + len({b for b in params.slots if b > 1})
     bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
     try:
+        one = setup.one_at_a_time
         rows = run_workload(lambda b: setup.make_generator(b, n_ctx_seq, cap),
                             lambda r: rounds[r], params.slots,
-                            rounds=params.workload_rounds, progress=bar.update)
+                            rounds=params.workload_rounds, progress=bar.update,
+                            one_at_a_time=None if one is None else lambda ps: one(ps, cap))
     finally:
         bar.close()
     print(f"\nworkload {name}: {params.items} items per round ({what}; first round "
           f"{min(lengths)}-{max(lengths)} tokens), replies up to {cap} tokens (natural "
           f"stops, greedy), {params.workload_rounds} rounds of fresh prompts; ratio = "
-          "s/item over s/item alone in the same round (< 1: batching saves time)", file=out)
+          "s/item over s/item alone (Llama.create_completion one at a time, or "
+          "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching "
+          "saves time)", file=out)
     print(format_workload_table(rows), file=out, flush=True)
     for r in rows:
         if r.batch_disabled_reason:
@@ -223,7 +233,14 @@ def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int
     header = collect_header(model_path=str(model_path), metadata=getattr(llm, "metadata", None),
                             threads=threads, n_gpu_layers=n_gpu_layers,
                             n_batch=params.n_batch)
-    return BenchSetup(lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header)
+    def one_at_a_time(prompts: Sequence[str], max_tokens: int) -> int:
+        # what a tagger without llamabatch runs: its Llama keeps the previous prompt's
+        # KV cache, so a shared system prompt is prefilled once
+        return sum(llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)
+                   ["usage"]["completion_tokens"] for p in prompts)
+
+    return BenchSetup(lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header,
+                      one_at_a_time)
 
 
 def _slots(text: str) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from llamabatch.bench.host import collect_header, quantization
 from llamabatch.bench.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
 from llamabatch.bench.workload import (SYSTEM, format_workload_table, ratios, run_workload,
-                                       tagging_prompts, workload_json)
+                                       tagging_prompts, warmup_prompt, workload_json)
 from llamabatch.cli.main import main
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.testing import DecodeCall, FakeBackend, StartSeqCall
@@ -254,6 +254,24 @@ def test_workload_ratios_come_from_each_rounds_times():
     assert b2.items_batched == 8 and b2.items_alone == 0
     assert alone.items_alone == 8
     assert b2.tokens == alone.tokens  # same replies batched and alone
+
+
+def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
+    seen: list[list[str]] = []
+
+    def one_at_a_time(prompts):
+        seen.append(list(prompts))
+        return 5 * len(prompts)
+
+    prompts = ["a", "b", "c", "d"]
+    clock = scripted_clock([8, 4, 8, 2])         # round 1: alone 8 s, B=2 4 s; round 2
+    rows = run_workload(fake_generator(), prompts, (2,), rounds=2, clock=clock,
+                        one_at_a_time=one_at_a_time)
+    alone, b2 = rows
+    assert seen == [[warmup_prompt()], prompts, prompts]   # untimed warm-up, 2 rounds
+    assert alone.per_item_s == [2.0, 2.0] and alone.tokens == [20, 20]
+    assert alone.items_alone == 8 and alone.items_batched == 0
+    assert b2.ratio == [0.5, 0.25] and b2.items_batched == 8
 
 
 def test_workload_table_lists_alone_then_each_b():
