@@ -4,9 +4,10 @@ N chat-formatted (ChatML) tagging prompts of varied lengths around ``prompt_toke
 (:func:`tagging_prompts`, deterministic for a seed) are completed with natural stops
 (end of generation or ``max_tokens``), greedily, one at a time (the caller's own loop of
 ``Llama.create_completion`` when given, else ``BatchGenerator(slots=1)``) and through
-``BatchGenerator(slots=B)`` for each B. Rounds alternate the runs (alone, B1, B2, …, then again), so slow drift of the
-machine hits all of them alike; each round's per-item time of B is divided by the same
-round's per-item time alone (the *ratio*; below 1 means batching saves time).
+``BatchGenerator(slots=B)`` for each B. Rounds alternate the runs (alone, B1, B2, …,
+then again), so slow drift of the machine hits all of them alike; each round's per-item
+time of B is divided by the same round's per-item time alone (the *ratio*; below 1
+means batching saves time).
 
 The generators are made by a caller-supplied factory (a real ``Llama`` or a fake
 backend), created once, warmed up with one short untimed group, and reused by every

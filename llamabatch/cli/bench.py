@@ -233,6 +233,7 @@ def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int
     header = collect_header(model_path=str(model_path), metadata=getattr(llm, "metadata", None),
                             threads=threads, n_gpu_layers=n_gpu_layers,
                             n_batch=params.n_batch)
+
     def one_at_a_time(prompts: Sequence[str], max_tokens: int) -> int:
         # what a tagger without llamabatch runs: its Llama keeps the previous prompt's
         # KV cache, so a shared system prompt is prefilled once

@@ -268,7 +268,7 @@ def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
     rows = run_workload(fake_generator(), prompts, (2,), rounds=2, clock=clock,
                         one_at_a_time=one_at_a_time)
     alone, b2 = rows
-    assert seen == [[warmup_prompt()], prompts, prompts]   # untimed warm-up, 2 rounds
+    assert seen == [[warmup_prompt()], prompts, prompts]  # warm-up, then 2 rounds
     assert alone.per_item_s == [2.0, 2.0] and alone.tokens == [20, 20]
     assert alone.items_alone == 8 and alone.items_batched == 0
     assert b2.ratio == [0.5, 0.25] and b2.items_batched == 8
