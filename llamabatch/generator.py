@@ -263,10 +263,12 @@ class BatchGenerator(Closing):
         """
         _check_many(prompts)
         self._check_open()
-        return self._pages(prompts, self._samplings(prompts, sampling))
+        return self._pages(prompts, self._samplings(prompts, sampling), hand_back=True)
 
-    def _pages(self, prompts: Iterable[object],
-               samplings: Iterator[SamplingParams]) -> Iterator[list[Completion]]:
+    def _pages(self, prompts: Iterable[object], samplings: Iterator[SamplingParams], *,
+               hand_back: bool) -> Iterator[list[Completion]]:
+        """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
+        before each page is yielded (the caller may use it in between)."""
         slots, backend = self.config.slots, self.backend
         items = (prepare(i, p, backend, next(samplings)) for i, p in enumerate(prompts))
         done: dict[int, Completion] = {}
@@ -276,11 +278,18 @@ class BatchGenerator(Closing):
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
-                    yield self._deliver([done.pop(i) for i in
-                                         range(page_start, page_start + slots)])
+                    page = self._deliver([done.pop(i) for i in
+                                          range(page_start, page_start + slots)])
+                    if hand_back:
+                        self._hand_back()
+                    yield page
                     page_start += slots
-            if done:
+            if done:            # the run has ended: the Llama is already given back
                 yield self._deliver([done.pop(i) for i in sorted(done)])
+
+    def _hand_back(self) -> None:
+        with self.lock:
+            self._scheduler.release_alone()
 
     def _deliver(self, page: list[Completion]) -> list[Completion]:
         for c in page:
@@ -301,7 +310,9 @@ class BatchGenerator(Closing):
             TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
         """
         _check_many(prompts)
-        return [c for group in self.iter_groups(prompts, sampling) for c in group]
+        self._check_open()
+        pages = self._pages(prompts, self._samplings(prompts, sampling), hand_back=False)
+        return [c for group in pages for c in group]
 
 
     def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]]], *,

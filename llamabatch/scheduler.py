@@ -166,7 +166,16 @@ class Scheduler:
         finally:
             self._end_run()
 
+    def release_alone(self) -> None:
+        """Give the caller's ``Llama`` back as it was before the items completed alone
+        since the last call (the optional ``Backend.release_alone``; until then its KV
+        cache keeps the last such item, so the next one reuses their shared prefix)."""
+        release = getattr(self.backend, "release_alone", None)
+        if release is not None:
+            release()
+
     def _end_run(self) -> None:
+        self.release_alone()
         engine = self.engine
         if engine is None:
             return

@@ -65,6 +65,7 @@ class LlamaBackend:
         self.max_slots = lib.max_parallel_sequences()
         self.eog_ids = lib.eog_ids(lib.vocab(_ffi.model_of(llm)))
         self._ctx: BatchContext | None = None
+        self._alone_guard: LlamaGuard | None = None   # items alone since the caller's state
         self._batch: LlamaBatch | None = None
         self._samplers: dict[int, SeqSampler] = {}
         self.partial_trim = True     # set from the model when the context opens
@@ -287,9 +288,12 @@ class LlamaBackend:
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """``Llama.generate`` after ``tokens`` with ``sampling``'s chain and seed.
 
-        The ``Llama`` is left as it was (seed, sampler, penalty window; its KV cache cut
-        back to the caller's own cached tokens) once the iterator ends or is closed:
-        see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
+        The ``Llama``'s settings are put back (seed, sampler, penalty window) once the
+        iterator ends or is closed; its KV cache keeps this item's tokens, so that the
+        next item alone reuses the prefix they share (a system prompt), until
+        :meth:`release_alone` cuts it back to the caller's own cached tokens (the
+        scheduler calls it at the end of a run and before a page goes back to the
+        caller): see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
 
         A grammar (``grammar`` / ``json_schema`` / ``choices``) goes to ``Llama.generate``
         as a ``LlamaGrammar``, which puts it after penalties over the whole vocabulary;
@@ -304,7 +308,9 @@ class LlamaBackend:
         self._check_llm()
         llm = self._llm
         grammar = self._llama_grammar(sampling)
-        guard = LlamaGuard(llm)
+        if self._alone_guard is None:
+            self._alone_guard = LlamaGuard(llm)
+        guard = self._alone_guard
         try:
             llm.set_seed(sampling.effective_seed)
             llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
@@ -328,7 +334,16 @@ class LlamaBackend:
             finally:
                 stream.close()
         finally:
-            guard.restore()
+            guard.restore_settings()
+
+    def release_alone(self) -> None:
+        """Cut the ``Llama``'s KV cache back to the tokens the caller had cached before
+        the first item completed alone since the last call, and put its settings back
+        (no-op when no item ran alone since)."""
+        with self.lock:             # may come from outside a generator's turn
+            guard, self._alone_guard = self._alone_guard, None
+            if guard is not None:
+                guard.restore()
 
     def _llama_grammar(self, sampling: SamplingParams) -> Any:
         text = grammar_of(sampling)

@@ -38,7 +38,8 @@ class LlamaGuard:
         llm: the caller's ``llama_cpp.Llama``.
 
     Use: ``guard = LlamaGuard(llm)`` before touching it, ``guard.restore()`` after (in a
-    ``finally``); restoring twice does nothing more.
+    ``finally``); restoring twice does nothing more. Between items completed alone in one
+    run, :meth:`restore_settings` puts back all but the KV cache.
     """
 
     def __init__(self, llm: Any) -> None:
@@ -46,6 +47,17 @@ class LlamaGuard:
         self._settings = _ffi.llm_settings(llm)
         self._cached = _ffi.llm_cached_tokens(llm)
         self._restored = False
+
+    def restore_settings(self) -> None:
+        """Put back the settings only (seed, sampler, penalty window), leaving the KV
+        cache with what was decoded since (the next item alone may reuse its prefix);
+        :meth:`restore` must still follow before the caller uses the ``Llama``."""
+        if self._restored or not _ffi.is_loaded(self._llm):
+            return
+        settings = dict(self._settings)
+        settings.pop("_requires_eval", None)   # the logits are not the caller's
+        _ffi.set_llm_settings(self._llm, settings)
+        self._llm._requires_eval = True
 
     def restore(self) -> None:
         """Put back the settings and cut the KV cache to what is still the caller's."""
