@@ -191,8 +191,7 @@ def run_workload(make_generator: Callable[[int], BatchGenerator],
         one_at_a_time: the baseline row (B=1): the caller's own loop over the
             ``Llama`` (:data:`OneAtATime`), which keeps the KV cache of the previous
             prompt and so reuses a shared system prompt. Default: ``make_generator(1)``
-            (``BatchGenerator(slots=1)``, which leaves the caller's ``Llama`` cache as it
-            found it after every item and so prefills every prompt whole).
+            (``BatchGenerator(slots=1)``: every item alone through the generator).
         prompts: the items, completed whole by every run; or ``prompts(round)`` giving
             each round its own FRESH items (same count), so that no run replays a
             prompt its slots already hold from an earlier round.
