@@ -55,9 +55,9 @@ class LlamaGuard:
         if self._restored or not _ffi.is_loaded(self._llm):
             return
         settings = dict(self._settings)
-        settings.pop("_requires_eval", None)   # the logits are not the caller's
+        if settings.pop("_requires_eval", None) is not None:
+            settings["_requires_eval"] = True  # the logits are not the caller's
         _ffi.set_llm_settings(self._llm, settings)
-        self._llm._requires_eval = True
 
     def restore(self) -> None:
         """Put back the settings and cut the KV cache to what is still the caller's."""
