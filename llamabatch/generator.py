@@ -280,16 +280,12 @@ class BatchGenerator(Closing):
                 while all(i in done for i in range(page_start, page_start + slots)):
                     page = self._deliver([done.pop(i) for i in
                                           range(page_start, page_start + slots)])
-                    if hand_back:
-                        self._hand_back()
+                    if hand_back:           # the backend locks the Llama itself
+                        self._scheduler.release_alone()
                     yield page
                     page_start += slots
             if done:            # the run has ended: the Llama is already given back
                 yield self._deliver([done.pop(i) for i in sorted(done)])
-
-    def _hand_back(self) -> None:
-        with self.lock:
-            self._scheduler.release_alone()
 
     def _deliver(self, page: list[Completion]) -> list[Completion]:
         for c in page:
