@@ -22,7 +22,7 @@ import sys
 import time
 
 from llamabatch import SamplingParams
-from llamabatch.backend import Span
+from llamabatch.engine.backend import Span
 from llamabatch.bench.workloads import system_prompt_s
 from llamabatch.llamacpp.backend import LlamaBackend
 

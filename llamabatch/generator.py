@@ -1,7 +1,7 @@
 """BatchGenerator: the public entry point.
 
 Holds a backend (llama.cpp through a loaded ``llama_cpp.Llama``, or a fake), reads the
-prompts lazily, hands them to the :class:`~llamabatch.scheduler.Scheduler` (the slot
+prompts lazily, hands them to the :class:`~llamabatch.engine.scheduler.Scheduler` (the slot
 engine) and gives the completions back in input order, a page of ``slots`` items at a
 time, as soon as each page is complete.
 """
@@ -15,14 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .backend import Backend, BatchLimits
+from .engine.backend import Backend, BatchLimits
 from .completion import Completion, Stats
 from .errors import GeneratorBusy, GeneratorClosed
-from .interrupts import callback_interrupts
+from ._util.interrupts import callback_interrupts
 from .params import BatchConfig, SamplingParams
-from .prompts import prepare
-from .scheduler import Scheduler
-from .closing import Closing
+from .engine.items import prepare
+from .engine.scheduler import Scheduler
+from ._util.closing import Closing
 
 if TYPE_CHECKING:
     from .llamacpp.kv_size import KvEstimate
@@ -43,7 +43,7 @@ class BatchGenerator(Closing):
     Args:
         llm: a loaded ``llama_cpp.Llama``; its model is shared (no second copy of the
             weights) by a second llama.cpp context with ``slots`` sequences.
-        backend: a :class:`~llamabatch.backend.Backend` instead of ``llm`` (e.g.
+        backend: a :class:`~llamabatch.engine.backend.Backend` instead of ``llm`` (e.g.
             :class:`llamabatch.testing.FakeBackend`). Exactly one of the two is given.
         slots: sequences decoded together (``n_seq_max``), 1 to
             ``llama_max_parallel_sequences()``; 1 completes every item alone.
@@ -68,7 +68,7 @@ class BatchGenerator(Closing):
         cache_ram_mib: MiB of host memory for the states of slots whose cache was about
             to be mostly thrown away, so that a later prompt sharing their prefix loads it
             instead of prefilling it again (llama-server's ``--cache-ram``, which
-            defaults to 8192; :mod:`llamabatch.host_cache`). Default 1024; 0 turns it off.
+            defaults to 8192; :mod:`llamabatch.engine.host_cache`). Default 1024; 0 turns it off.
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
@@ -315,12 +315,12 @@ class BatchGenerator(Closing):
              template: Any = None) -> list[Completion]:
         """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
         is formatted with the model's own chat template, generation prompt appended, and
-        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.chat`, what
+        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.llamacpp.chat`, what
         ``llamabatch complete`` does with ``messages``).
 
         Args:
             conversations: a list of conversations (a list of message lists).
-            template: a :class:`~llamabatch.chat.ChatTemplate` instead of the model's
+            template: a :class:`~llamabatch.llamacpp.chat.ChatTemplate` instead of the model's
                 (needed with a ``backend`` and no ``Llama``).
 
         Returns:
@@ -333,7 +333,7 @@ class BatchGenerator(Closing):
             ChatTemplateError: the model has no chat template (and none was given).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
-        from .chat import ChatTemplate, chat_tokens, check_messages
+        from .llamacpp.chat import ChatTemplate, chat_tokens, check_messages
 
         _check_many(conversations)
         conversations = list(conversations)
@@ -342,7 +342,7 @@ class BatchGenerator(Closing):
                             "give a list of conversations, e.g. [messages]")
         if template is None:
             if self._llm is None:
-                raise ValueError("chat needs template= (a llamabatch.chat.ChatTemplate) "
+                raise ValueError("chat needs template= (a llamabatch.llamacpp.chat.ChatTemplate) "
                                  "when the generator has a backend and no Llama")
             template = ChatTemplate.from_llama(self._llm)
         prompts: list[object] = []

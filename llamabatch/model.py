@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import LibraryError, ModelFetchError, ModelFileError
-from .interrupts import callback_interrupts
+from ._util.interrupts import callback_interrupts
 
 if TYPE_CHECKING:
     import llama_cpp

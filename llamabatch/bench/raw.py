@@ -1,6 +1,6 @@
 """Benchmarks of a Backend: raw tokens/s per slot count, in llama-batched-bench's columns.
 
-Pure functions over a :class:`~llamabatch.backend.Backend`, so they run on
+Pure functions over a :class:`~llamabatch.engine.backend.Backend`, so they run on
 :class:`llamabatch.testing.FakeBackend` in tests and on
 :class:`llamabatch.llamacpp.backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
 ``SeqSampler``) for real. The tagging workload (one at a time against batches, through
@@ -10,7 +10,7 @@ tables are :mod:`llamabatch.bench.report`'s, the host and model facts
 :mod:`llamabatch.bench.host`'s.
 
 Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
-through the slot engine itself (:class:`~llamabatch.scheduler.Scheduler`, the code path
+through the slot engine itself (:class:`~llamabatch.engine.scheduler.Scheduler`, the code path
 of ``BatchGenerator``; there is no second decode loop): one batch context of
 ``max(slots)`` sequences; for each B, every cache is emptied and B prompts of PP random
 tokens are given to the engine, which lays them into decodes of at most ``n_batch``
@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backend import Backend, BatchLimits, Span
+from ..engine.backend import Backend, BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
-from ..prompts import Item
-from ..scheduler import Scheduler
+from ..engine.items import Item
+from ..engine.scheduler import Scheduler
 
 #: The columns of llama-batched-bench's markdown table, in its order.
 RAW_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s",

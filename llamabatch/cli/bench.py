@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..backend import Backend
+from ..engine.backend import Backend
 from ..bench.host import collect_header
 from ..bench.raw import ctx_per_seq, run_raw
 from ..bench.report import document, format_header, format_raw_table

@@ -1,4 +1,4 @@
-"""LlamaBackend: the :class:`~llamabatch.backend.Backend` over a loaded ``llama_cpp.Llama``.
+"""LlamaBackend: the :class:`~llamabatch.engine.backend.Backend` over a loaded ``llama_cpp.Llama``.
 
 Batched work runs in a :class:`~llamabatch.llamacpp.context.BatchContext` (a second context on
 the ``Llama``'s model) with one :class:`~llamabatch.llamacpp.batch.LlamaBatch` and one
@@ -23,8 +23,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import _ffi
-from ..backend import BatchLimits, Span
-from ..constraints import grammar_of
+from ..engine.backend import BatchLimits, Span
+from .constraints import grammar_of
 from .batch import LlamaBatch
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
@@ -48,7 +48,7 @@ class LlamaBackend:
 
     Attributes:
         n_vocab, n_ctx, max_slots, eog_ids, partial_trim: see
-            :class:`~llamabatch.backend.Backend` (``partial_trim`` is read from the
+            :class:`~llamabatch.engine.backend.Backend` (``partial_trim`` is read from the
             model when the batch context opens).
 
     Raises:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _ffi
-from ..closing import Closing
+from .._util.closing import Closing
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from .. import _ffi
-from ..backend import BatchLimits
+from ..engine.backend import BatchLimits
 from .batch import LlamaBatch
 from .limits import check_context
 from ..errors import BatchUnavailable
-from ..closing import Closing
+from .._util.closing import Closing
 
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).

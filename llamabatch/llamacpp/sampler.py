@@ -11,7 +11,7 @@ The chain is llama-cpp-python's ``Llama._init_sampler`` (0.3.x), stage for stage
 accepted again. Prompt tokens are not fed to the history, as in ``Llama.generate``.
 
 A grammar (``grammar``, or the one made of ``json_schema`` / ``choices``, see
-:mod:`llamabatch.constraints`) is a ``llama_sampler_init_grammar`` stage right after
+:mod:`llamabatch.llamacpp.constraints`) is a ``llama_sampler_init_grammar`` stage right after
 penalties, where ``Llama._init_sampler`` puts it. Applying it to the whole vocabulary
 at every step is costly, so by default (``lazy_grammar=True``) it is checked lazily, as
 llama.cpp's common sampler does (``common/sampling.cpp``, ``grammar_first = false``):
@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from .. import _ffi
-from ..constraints import grammar_of
+from .constraints import grammar_of
 from ..errors import GrammarError
 from ..params import SamplingParams
-from ..closing import Closing
+from .._util.closing import Closing
 
 #: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
 MIN_KEEP = 1

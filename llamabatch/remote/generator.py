@@ -22,7 +22,7 @@ from .client import ItemRejected, Reply, ServerFault, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
 from .request import BadItem, build_request
-from ..closing import Closing
+from .._util.closing import Closing
 
 
 class RemoteGenerator(Closing):

@@ -51,7 +51,7 @@ class Request:
 
 def choices_grammar(choices: Sequence[str]) -> str:
     """A GBNF grammar whose only sentences are the ``choices``: the local engine's
-    :func:`llamabatch.constraints.choices_grammar`, checked as an item's field.
+    :func:`llamabatch.llamacpp.constraints.choices_grammar`, checked as an item's field.
 
     Raises:
         BadItem: ``choices`` is empty or holds something other than non-empty strings.
@@ -66,7 +66,7 @@ def choices_grammar(choices: Sequence[str]) -> str:
 
 def schema_grammar(schema: object) -> str:
     """The GBNF grammar of a JSON schema (a dict or its JSON text): the local engine's
-    :func:`llamabatch.constraints.schema_grammar` (llama-cpp-python's
+    :func:`llamabatch.llamacpp.constraints.schema_grammar` (llama-cpp-python's
     ``json_schema_to_gbnf``, as ``Llama`` does for ``response_format``).
 
     Raises:

@@ -1,7 +1,7 @@
 """Test helpers for programs that use llamabatch: a fake backend, hypothesis strategies,
 checks of a run and a state machine.
 
-:class:`FakeBackend` implements the :class:`~llamabatch.backend.Backend` protocol with no
+:class:`FakeBackend` implements the :class:`~llamabatch.engine.backend.Backend` protocol with no
 library loaded, so ``BatchGenerator(backend=FakeBackend(...))`` runs the whole scheduler
 in a plain unit test. Each prompt gets a deterministic reply (a function of the prompt's
 token ids, or a mapping), the same in a batch and alone, computed from what the slot's

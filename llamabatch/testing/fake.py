@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..backend import BatchLimits, Span
+from ..engine.backend import BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
 from .records import (AloneCall, Call, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
@@ -46,7 +46,7 @@ class _Seq:
 
 
 class FakeBackend:
-    """A :class:`~llamabatch.backend.Backend` with deterministic replies and no library.
+    """A :class:`~llamabatch.engine.backend.Backend` with deterministic replies and no library.
 
     A sequence (and an item alone) generates ``reply(prompt)[0]``, ``reply(prompt)[1]``,
     … where ``prompt`` is every token its cache holds at its first logits after
@@ -97,7 +97,7 @@ class FakeBackend:
             (:class:`OpenBatchCall`, :class:`StartSeqCall`, :class:`TrimCall`,
             :class:`CopyCall`, :class:`DecodeCall`, :class:`ClearCall`,
             :class:`AloneCall`, :class:`CloseCall`).
-        partial_trim: see :class:`~llamabatch.backend.Backend`.
+        partial_trim: see :class:`~llamabatch.engine.backend.Backend`.
         violations: the message of every :class:`FakeBackendViolation` raised.
         limits: what ``open_batch`` returned, or ``None``.
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backend import BatchLimits, Span
+from ..engine.backend import BatchLimits, Span
 from ..params import SamplingParams
 
 if sys.version_info >= (3, 11):
@@ -17,7 +17,7 @@ else:  # typing_extensions is a dependency of llama-cpp-python
 
 Tokens = tuple[int, ...]
 
-#: A span as the log keeps it: the :class:`~llamabatch.backend.Span` the scheduler
+#: A span as the log keeps it: the :class:`~llamabatch.engine.backend.Span` the scheduler
 #: passed, its ``tokens`` copied into a tuple.
 SpanRecord = Span
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_util import FAST, read_jsonl, run_cli, single_error_line, write_jsonl
 
-from llamabatch.chat import ChatTemplate, ChatTemplateError, chat_tokens
+from llamabatch.llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens
 
 #: SmolLM2's template adds this system turn when the messages have none.
 SMOL_SYSTEM = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "

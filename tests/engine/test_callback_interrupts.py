@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from llamabatch.interrupts import callback_interrupts
+from llamabatch._util.interrupts import callback_interrupts
 
 CALLBACK = ctypes.CFUNCTYPE(None)
 

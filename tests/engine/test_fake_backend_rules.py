@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from llamabatch import SamplingParams
-from llamabatch.backend import Backend, Span
+from llamabatch.engine.backend import Backend, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.testing import (AloneCall, Call, CopyCall, DecodeCall, FakeBackend,
                                 FakeBackendViolation, HashReply, TrimCall)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
-from llamabatch.backend import Span
+from llamabatch.engine.backend import Span
 from llamabatch.testing import (CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall,
                                 TrimCall)
 

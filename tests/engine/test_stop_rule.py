@@ -1,4 +1,4 @@
-"""The stop rule (``llamabatch.stop.Reply``) and its effect through the generator, on the
+"""The stop rule (``llamabatch.engine.stop.Reply``) and its effect through the generator, on the
 fake backend: EOG, stop_token_ids, stop strings (also split across tokens), length, in
 that order, the same in a batch and alone."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.stop import Reply
+from llamabatch.engine.stop import Reply
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 from llamabatch.testing.replies import EOG_ID, byte_text, byte_tokens
 
@@ -146,7 +146,7 @@ def test_no_logprobs_unless_asked() -> None:
 
 
 def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> None:
-    from llamabatch.chat import ChatTemplate
+    from llamabatch.llamacpp.chat import ChatTemplate
 
     template = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}"
                             "{% endfor %}[assistant]")

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from llamabatch.backend import Backend, BatchLimits, Span
+from llamabatch.engine.backend import Backend, BatchLimits, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.llamacpp.backend import LlamaBackend
 from llamabatch.params import SamplingParams

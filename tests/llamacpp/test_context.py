@@ -13,7 +13,7 @@ from llamabatch._ffi.library import Library
 from llamabatch._ffi.memory import bind_memory
 from llamabatch._ffi.resolve import resolve
 from llamabatch._ffi.sampling import SamplerChains
-from llamabatch.backend import BatchLimits
+from llamabatch.engine.backend import BatchLimits
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
 from llamabatch.errors import LibraryError

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from ...constraints import response_format_fields
+from ...llamacpp.constraints import response_format_fields
 from ...params import SamplingParams
 
 #: Fields a line may carry besides its prompt (``prompt`` / ``messages``) and ``id``.

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
+from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
 from ..common import UsageError
 from . import openai
 from .fields import LINE_FIELDS, sampling_fields
@@ -337,7 +337,7 @@ def with_chat_prompts(llm: Any, entries: list[Entry], path: Path, *,
 def model_prompts(llm: Any, items: list[PromptItem]) -> Iterator[object]:
     """What the generator gets for each item: its prompt string, or for a ``messages``
     item the token ids of its chat prompt, made as llama-cpp-python's chat handlers make
-    them (:func:`~llamabatch.chat.chat_tokens`); if that fails, the string, so the item
+    them (:func:`~llamabatch.llamacpp.chat.chat_tokens`); if that fails, the string, so the item
     gets the library's own tokenization error in its place."""
     for item in items:
         if item.messages is None:

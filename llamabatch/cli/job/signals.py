@@ -8,7 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-from ...interrupts import callback_interrupts
+from ..._util.interrupts import callback_interrupts
 
 
 class Interrupts:

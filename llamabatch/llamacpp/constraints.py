@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import GrammarError
+from ..errors import GrammarError
 
 #: Any JSON object (``response_format: {"type": "json_object"}``): the schema
 #: ``{"type": "object"}`` compiled like every other schema.

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .params import SamplingParams
+from ..params import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

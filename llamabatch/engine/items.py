@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .backend import Backend
-from .errors import BackendError
-from .params import SamplingParams
+from ..errors import BackendError
+from ..params import SamplingParams
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Decode plans: what goes into the next ``llama_decode`` call of the slot engine.
 
-Pure functions returning plain :class:`~llamabatch.backend.Span` lists, in the manner of
+Pure functions returning plain :class:`~llamabatch.engine.backend.Span` lists, in the manner of
 nano-vllm's ``schedule()``. Facts respected (llama.h, ``llama_decode``): at most
 ``n_batch`` tokens per call, one seq id per token, positions without gaps, logits only
 where a token will be sampled. Decode tokens go first (each running sequence's last

@@ -1,14 +1,14 @@
 """The scheduler: which items go to the slot engine, which are completed alone, and the
 fallback to one at a time.
 
-Pure Python over a :class:`~llamabatch.backend.Backend`; never imports ``_ffi``.
+Pure Python over a :class:`~llamabatch.engine.backend.Backend`; never imports ``_ffi``.
 :meth:`Scheduler.run` turns a stream of prepared items into their completions, in the
 order they finish (the generator puts them back in input order), whatever fails:
 
 - an item whose prompt is an error completes as that error, at once;
 - an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``) is completed alone
   through the backend's one-at-a-time path, in its place;
-- the others run in the :class:`~llamabatch.engine.SlotEngine`; the batch context is
+- the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch context is
   opened once two valid items are waiting. If it cannot be opened, or any backend call
   of the batch path fails, batching is turned off for good with one logged reason,
   every cache is emptied, and the items in flight and all later ones run one at a time.
@@ -21,11 +21,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from .backend import Backend, BatchLimits
-from .completion import Completion, Stats
-from .engine import BatchFailed, Seq, SlotEngine
-from .errors import BackendError, BatchUnavailable, GrammarError
-from .params import BatchConfig
-from .prompts import Item
+from ..completion import Completion, Stats
+from .slot_engine import BatchFailed, Seq, SlotEngine
+from ..errors import BackendError, BatchUnavailable, GrammarError
+from ..params import BatchConfig
+from .items import Item
 from .stop import Reply
 
 log = logging.getLogger("llamabatch")
@@ -40,7 +40,7 @@ class Scheduler:
     Args:
         backend: the backend to drive.
         config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
-        min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.SlotEngine`.
+        min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
     """
 
     def __init__(self, backend: Backend, config: BatchConfig, min_copy_tokens: int = 32,
@@ -259,7 +259,7 @@ class Scheduler:
         return self._completion(item, reply, "alone")
 
     def reply(self, item: Item) -> Reply:
-        """The stop rule of ``item`` (:class:`~llamabatch.stop.Reply`): at most
+        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.Reply`): at most
         :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
         sampling params."""
         sampling = item.sampling

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import ChatTemplateError, LibraryError
+from ..errors import ChatTemplateError, LibraryError
 
 #: The GGUF metadata key of the default chat template.
 TEMPLATE_KEY = "tokenizer.chat_template"

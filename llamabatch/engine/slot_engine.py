@@ -1,15 +1,15 @@
 """The slot engine: sequences in slots that keep their cache, refilled as they end.
 
-Pure Python over a :class:`~llamabatch.backend.Backend`. :meth:`SlotEngine.place` puts
+Pure Python over a :class:`~llamabatch.engine.backend.Backend`. :meth:`SlotEngine.place` puts
 an item in the free slot whose cache shares the most with its prompt (trimming the
-rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.slots`);
+rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.engine.slots`);
 :meth:`SlotEngine.step` runs one ``llama_decode`` mixing the running sequences' decode
-tokens with prompt chunks (:func:`llamabatch.plan.plan_step`) and returns the
+tokens with prompt chunks (:func:`llamabatch.engine.plan.plan_step`) and returns the
 sequences that ended. Every sampled token goes through the sequence's
-:class:`llamabatch.stop.Reply` (EOG, stop ids, stop strings, length), as alone.
+:class:`llamabatch.engine.stop.Reply` (EOG, stop ids, stop strings, length), as alone.
 
 Any exception a backend call raises becomes :class:`BatchFailed`; the caller
-(:class:`~llamabatch.scheduler.Scheduler`) then empties every cache with
+(:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache with
 :meth:`SlotEngine.reset` and completes the items in flight one at a time.
 """
 
@@ -21,11 +21,11 @@ from enum import IntEnum
 from typing import Any
 
 from .backend import Backend, BatchLimits
-from .completion import Stats
-from .errors import DecodeError, GrammarError, decode_meaning
+from ..completion import Stats
+from ..errors import DecodeError, GrammarError, decode_meaning
 from .host_cache import HostCache, SavedState
 from .plan import Decoding, Prefilling, plan_step
-from .prompts import Item
+from .items import Item
 from .slots import CopyPlan, Slot, SlotTable
 from .stop import Reply
 
@@ -98,7 +98,7 @@ class SlotEngine:
             it saves at least this many more prompt tokens than the slot's own cache
             (>= 1); a slot holding fewer tokens than this is never saved.
         cache_ram_bytes: most bytes of sequence states kept in host memory
-            (:class:`~llamabatch.host_cache.HostCache`); 0 keeps none. Used only when
+            (:class:`~llamabatch.engine.host_cache.HostCache`); 0 keeps none. Used only when
             the backend has the optional ``save_seq`` / ``load_seq``.
 
     Attributes:

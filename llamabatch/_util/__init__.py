@@ -1,0 +1,2 @@
+"""Small private helpers shared by the layers: closing guards and signal handling during
+library calls. No public names."""
