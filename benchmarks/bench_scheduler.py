@@ -60,6 +60,7 @@ class Recorder:
         def call(*args):
             self.calls.append((name, args))
             return method(*args)
+
         return call
 
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
@@ -72,8 +73,9 @@ class Recorder:
 
 def make_fake(reply_len: int) -> FakeBackend:
     reply = tuple(range(97, 97 + reply_len))
-    return FakeBackend(lambda prompt: reply, eog_ids=(EOG_ID,), n_ctx=1 << 20,
-                       max_slots=256, check=False)
+    return FakeBackend(
+        lambda prompt: reply, eog_ids=(EOG_ID,), n_ctx=1 << 20, max_slots=256, check=False
+    )
 
 
 def make_prompts(n: int, length: int) -> list[list[int]]:
@@ -98,8 +100,14 @@ def replay(calls: list, reply_len: int) -> float:
 
 
 def run_once(backend, slots: int, prompts: list, max_tokens: int) -> tuple[float, list]:
-    gen = BatchGenerator(backend=backend, slots=slots, n_ctx_seq=4096, n_batch=512,
-                         max_tokens=max_tokens, sampling=SamplingParams(temperature=0))
+    gen = BatchGenerator(
+        backend=backend,
+        slots=slots,
+        n_ctx_seq=4096,
+        n_batch=512,
+        max_tokens=max_tokens,
+        sampling=SamplingParams(temperature=0),
+    )
     gc.collect()
     start = time.perf_counter()
     out = gen.complete_many(prompts)
@@ -123,8 +131,17 @@ def measure(slots: int, items: int, reply_len: int, prompt_len: int, repeat: int
     fake_s = min(replay(recorder.calls, reply_len) for _ in range(repeat))
     steps = sum(c.n_tokens + (c.finish_reason == "stop") for c in out)
     sched = max(total - fake_s, 0.0)
-    return Row(slots, items, steps, fake.num_decode_calls, total, fake_s, sched,
-               sched / steps * 1e6, sched / items * 1e6)
+    return Row(
+        slots,
+        items,
+        steps,
+        fake.num_decode_calls,
+        total,
+        fake_s,
+        sched,
+        sched / steps * 1e6,
+        sched / items * 1e6,
+    )
 
 
 def profile(slots: int, items: int, reply_len: int, prompt_len: int) -> None:
@@ -144,33 +161,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens per item")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
-    parser.add_argument("--profile", type=int, metavar="SLOTS",
-                        help="print a cProfile of one run with SLOTS instead")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="SLOTS",
+        help="print a cProfile of one run with SLOTS instead",
+    )
     args = parser.parse_args(argv)
     if args.profile is not None:
         profile(args.profile, args.items, args.reply, args.prompt)
         return 0
-    rows = [measure(s, args.items, args.reply, args.prompt, args.repeat)
-            for s in args.slots]
-    print(f"scheduler overhead: {args.items} items, prompts of {args.prompt} tokens, "
-          f"replies of {args.reply} tokens + EOG; best of {args.repeat}; "
-          f"Python {platform.python_version()}")
-    print("| slots | seq-steps | decode calls | total s | fake s | scheduler s "
-          "| us/seq-step | us/item |")
+    rows = [measure(s, args.items, args.reply, args.prompt, args.repeat) for s in args.slots]
+    print(
+        f"scheduler overhead: {args.items} items, prompts of {args.prompt} tokens, "
+        f"replies of {args.reply} tokens + EOG; best of {args.repeat}; "
+        f"Python {platform.python_version()}"
+    )
+    print(
+        "| slots | seq-steps | decode calls | total s | fake s | scheduler s "
+        "| us/seq-step | us/item |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r.slots} | {r.seq_steps} | {r.decode_calls} | {r.total_s:.3f} | "
-              f"{r.fake_s:.3f} | {r.scheduler_s:.3f} | {r.us_per_seq_step:.2f} | "
-              f"{r.us_per_item:.1f} |")
+        print(
+            f"| {r.slots} | {r.seq_steps} | {r.decode_calls} | {r.total_s:.3f} | "
+            f"{r.fake_s:.3f} | {r.scheduler_s:.3f} | {r.us_per_seq_step:.2f} | "
+            f"{r.us_per_item:.1f} |"
+        )
     worst = max(r.us_per_seq_step for r in rows)
-    print(f"worst {worst:.2f} us per sequence-step (target <= {TARGET_US:.0f}): "
-          f"{'ok' if worst <= TARGET_US else 'OVER'}")
+    print(
+        f"worst {worst:.2f} us per sequence-step (target <= {TARGET_US:.0f}): "
+        f"{'ok' if worst <= TARGET_US else 'OVER'}"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"target_us_per_seq_step": TARGET_US, "items": args.items,
-                       "reply_tokens": args.reply, "prompt_tokens": args.prompt,
-                       "python": platform.python_version(),
-                       "rows": [asdict(r) for r in rows]}, f, indent=2)
+            json.dump(
+                {
+                    "target_us_per_seq_step": TARGET_US,
+                    "items": args.items,
+                    "reply_tokens": args.reply,
+                    "prompt_tokens": args.prompt,
+                    "python": platform.python_version(),
+                    "rows": [asdict(r) for r in rows],
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

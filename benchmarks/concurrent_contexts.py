@@ -35,10 +35,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="n_threads of each context")
     ap.add_argument("--max-tokens", type=int, default=16)
     args = ap.parse_args()
-    llm = llama_cpp.Llama(model_path=str(default_model_path()), n_ctx=512,
-                          n_threads=args.threads, verbose=False)
-    gen = BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=args.max_tokens,
-                         sampling=GREEDY)
+    llm = llama_cpp.Llama(
+        model_path=str(default_model_path()), n_ctx=512, n_threads=args.threads, verbose=False
+    )
+    gen = BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=args.max_tokens, sampling=GREEDY)
 
     def batched() -> list[str]:
         done = gen.complete_many(BATCHED)
@@ -69,8 +69,10 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(batched, got_batched)),
-               threading.Thread(target=run, args=(own, got_own))]
+    threads = [
+        threading.Thread(target=run, args=(batched, got_batched)),
+        threading.Thread(target=run, args=(own, got_own)),
+    ]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -79,12 +81,16 @@ def main() -> None:
     concurrent_s = time.perf_counter() - t0
     gen.close()
     report = {
-        "rounds": args.rounds, "n_threads_per_context": args.threads,
-        "max_tokens": args.max_tokens, "errors": [repr(e) for e in errors],
+        "rounds": args.rounds,
+        "n_threads_per_context": args.threads,
+        "max_tokens": args.max_tokens,
+        "errors": [repr(e) for e in errors],
         "batched_equal_serial": all(g == want_batched for g in got_batched),
         "own_equal_serial": all(g == want_own for g in got_own),
-        "n_batched": len(got_batched), "n_own": len(got_own),
-        "serial_s": round(serial_s, 2), "concurrent_s": round(concurrent_s, 2),
+        "n_batched": len(got_batched),
+        "n_own": len(got_own),
+        "serial_s": round(serial_s, 2),
+        "concurrent_s": round(concurrent_s, 2),
     }
     print(json.dumps(report, indent=2))
 

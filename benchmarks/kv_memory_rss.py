@@ -28,12 +28,15 @@ def main(arg: str) -> None:
     llm = llama_cpp.Llama(str(default_model_path()), n_ctx=512, n_threads=1, verbose=False)
     llm.create_completion("Hi", max_tokens=1)  # the Llama's own buffers first
     before = rss_mib()
-    with BatchGenerator(llm, slots=4, n_ctx_seq=n_ctx_seq, max_tokens=2,
-                        sampling=SamplingParams(temperature=0)) as gen:
+    with BatchGenerator(
+        llm, slots=4, n_ctx_seq=n_ctx_seq, max_tokens=2, sampling=SamplingParams(temperature=0)
+    ) as gen:
         gen.complete_many(["Name a color."] * 4)
-        print(f"n_ctx_seq={arg}: allocated {gen.limits.n_ctx_seq} per slot, "
-              f"stats.kv_bytes={gen.stats.kv_bytes / 2**20:.2f} MiB, "
-              f"RSS +{rss_mib() - before:.1f} MiB")
+        print(
+            f"n_ctx_seq={arg}: allocated {gen.limits.n_ctx_seq} per slot, "
+            f"stats.kv_bytes={gen.stats.kv_bytes / 2**20:.2f} MiB, "
+            f"RSS +{rss_mib() - before:.1f} MiB"
+        )
     llm.close()
 
 

@@ -22,8 +22,8 @@ import sys
 import time
 
 from llamabatch import SamplingParams
-from llamabatch.engine.backend import Span
 from llamabatch.bench.workloads import system_prompt_s
+from llamabatch.engine.backend import Span
 from llamabatch.llamacpp.backend import LlamaBackend
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -41,15 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     import llama_cpp
+
     from llamabatch.model import default_model_path
 
     model = args.model or str(default_model_path())
-    llm = llama_cpp.Llama(model_path=model, n_ctx=512, n_threads=args.threads,
-                          n_threads_batch=args.threads, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=model,
+        n_ctx=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        verbose=False,
+    )
     backend = LlamaBackend(llm)
     limits = backend.open_batch(args.slots, args.n_ctx_seq, args.n_batch)
     tokens = backend.tokenize(system_prompt_s(backend.tokenize))
-    prefix = (tokens * (args.prefix // len(tokens) + 1))[:args.prefix]
+    prefix = (tokens * (args.prefix // len(tokens) + 1))[: args.prefix]
     prefill_ms, copy_ms, step_ms = [], [], []
     for _ in range(args.repeats):
         backend.clear()
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             backend.start_seq(s, GREEDY)
         t0 = time.perf_counter()
         for start in range(0, len(prefix) - 1, limits.n_batch):
-            chunk = prefix[start:min(start + limits.n_batch, len(prefix) - 1)]
+            chunk = prefix[start : min(start + limits.n_batch, len(prefix) - 1)]
             backend.decode([Span(0, start, chunk, False)])
         prefill_ms.append(1000 * (time.perf_counter() - t0))
         for s in range(1, args.slots):
@@ -65,17 +71,21 @@ def main(argv: list[str] | None = None) -> int:
             backend.copy_seq(0, s)
             copy_ms.append(1000 * (time.perf_counter() - t0))
         t0 = time.perf_counter()
-        backend.decode([Span(s, len(prefix) - 1, prefix[-1:], True)
-                        for s in range(args.slots)])
+        backend.decode([Span(s, len(prefix) - 1, prefix[-1:], True) for s in range(args.slots)])
         step_ms.append(1000 * (time.perf_counter() - t0))
     backend.close()
     llm.close()
-    out = {"prefix_tokens": args.prefix, "slots": args.slots, "n_ctx_seq": limits.n_ctx_seq,
-           "threads": args.threads, "repeats": args.repeats,
-           "prefill_prefix_ms": statistics.median(prefill_ms),
-           "copy_seq_ms": statistics.median(copy_ms),
-           "decode_step_after_copies_ms": statistics.median(step_ms),
-           "all": {"prefill": prefill_ms, "copy": copy_ms, "step": step_ms}}
+    out = {
+        "prefix_tokens": args.prefix,
+        "slots": args.slots,
+        "n_ctx_seq": limits.n_ctx_seq,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "prefill_prefix_ms": statistics.median(prefill_ms),
+        "copy_seq_ms": statistics.median(copy_ms),
+        "decode_step_after_copies_ms": statistics.median(step_ms),
+        "all": {"prefill": prefill_ms, "copy": copy_ms, "step": step_ms},
+    }
     print(json.dumps({k: v for k, v in out.items() if k != "all"}, indent=2))
     if args.json:
         with open(args.json, "w") as f:

@@ -47,23 +47,36 @@ from llamabatch.remote.client import parse_reply
 from llamabatch.remote.spawn import LocalServer, free_port
 
 GREEDY = SamplingParams(temperature=0)
-TOPICS = ["a refund for a double charge", "the app crashing on start", "a dark mode",
-          "a login loop", "an invoice in the wrong currency", "export to CSV"]
+TOPICS = [
+    "a refund for a double charge",
+    "the app crashing on start",
+    "a dark mode",
+    "a login loop",
+    "an invoice in the wrong currency",
+    "export to CSV",
+]
 
 
 def prompts(round_: int, path: str, n: int) -> list[str]:
     """Fresh prompts: the item's own number comes right after the first word."""
-    return [f"Ticket {path}-{round_}-{i}: the customer writes about {TOPICS[i % len(TOPICS)]}. "
-            f"One-word label:" for i in range(n)]
+    return [
+        f"Ticket {path}-{round_}-{i}: the customer writes about {TOPICS[i % len(TOPICS)]}. "
+        f"One-word label:"
+        for i in range(n)
+    ]
 
 
 def _stub_server(port: int) -> None:
     """Answer /v1/models and /v1/completions at once with a canned reply; 404 elsewhere."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    reply = json.dumps({"object": "text_completion", "choices": [
-        {"index": 0, "text": " bug", "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}}).encode()
+    reply = json.dumps(
+        {
+            "object": "text_completion",
+            "choices": [{"index": 0, "text": " bug", "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21},
+        }
+    ).encode()
     models = json.dumps({"object": "list", "data": [{"id": "stub"}]}).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -102,18 +115,20 @@ def paired_overhead_ms(url: str, pairs: int, max_tokens: int) -> tuple[list[floa
         for item in items:
             req = build_request(item, GREEDY, max_tokens)
             body = dict(req.body, model=model_id) if model_id else req.body
-            texts.append(parse_reply(client.post(url + req.endpoint, json=body)
-                                     .raise_for_status().json()).text)
+            texts.append(
+                parse_reply(
+                    client.post(url + req.endpoint, json=body).raise_for_status().json()
+                ).text
+            )
         return texts
 
-    runs = {"remote": lambda items: [c.text for c in short.complete_many(items)],
-            "direct": direct}
+    runs = {"remote": lambda items: [c.text for c in short.complete_many(items)], "direct": direct}
     for name in runs:  # warm-up: connections, threads
         runs[name](prompts(-1, "warm-" + name, 2))
     diffs, directs = [], []
     for k in range(pairs):
         took = {}
-        for name in (("remote", "direct") if k % 2 else ("direct", "remote")):
+        for name in ("remote", "direct") if k % 2 else ("direct", "remote"):
             took[name], texts = timed(runs[name], prompts(k, "pair-" + name, 1))
             if not texts[0]:
                 raise RuntimeError(f"{name}: an empty reply")
@@ -125,9 +140,12 @@ def paired_overhead_ms(url: str, pairs: int, max_tokens: int) -> tuple[list[floa
 
 
 def _summary(diffs: list[float], directs: list[float]) -> dict[str, object]:
-    return {"pairs": len(diffs), "median": round(statistics.median(diffs), 3),
-            "quartiles": [round(q, 3) for q in statistics.quantiles(diffs, n=4)],
-            "direct_ms_median": round(statistics.median(directs), 3)}
+    return {
+        "pairs": len(diffs),
+        "median": round(statistics.median(diffs), 3),
+        "quartiles": [round(q, 3) for q in statistics.quantiles(diffs, n=4)],
+        "direct_ms_median": round(statistics.median(directs), 3),
+    }
 
 
 def timed(run, items: list[str]) -> tuple[float, list[str]]:
@@ -148,20 +166,26 @@ def main() -> None:
     args = ap.parse_args()
     model = default_model_path()
     logs = Path(tempfile.mkdtemp(prefix="remote-overhead-"))
-    pair = [LocalServer(model, n_ctx=2048, n_threads=args.threads, log=logs / f"s{k}.log")
-            for k in range(2)]
+    pair = [
+        LocalServer(model, n_ctx=2048, n_threads=args.threads, log=logs / f"s{k}.log")
+        for k in range(2)
+    ]
     one = pair[0]
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=512, n_threads=args.threads,
-                          n_threads_batch=args.threads,
-                          verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(model),
+        n_ctx=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        verbose=False,
+    )
     try:
         for server in pair:
             server.start()
-        local = BatchGenerator(llm, slots=args.slots, n_ctx_seq=512,
-                               max_tokens=args.max_tokens, sampling=GREEDY)
+        local = BatchGenerator(
+            llm, slots=args.slots, n_ctx_seq=512, max_tokens=args.max_tokens, sampling=GREEDY
+        )
         pool1 = RemoteGenerator([one.url], max_tokens=args.max_tokens, sampling=GREEDY)
-        pool2 = RemoteGenerator([s.url for s in pair], max_tokens=args.max_tokens,
-                                sampling=GREEDY)
+        pool2 = RemoteGenerator([s.url for s in pair], max_tokens=args.max_tokens, sampling=GREEDY)
         client = httpx.Client(timeout=600)
         pool1.complete_many(prompts(-1, "probe", 1))  # probes the server: its model id
         model_id = pool1.servers[0].model
@@ -171,8 +195,11 @@ def main() -> None:
             for item in items:
                 req = build_request(item, GREEDY, args.max_tokens)
                 body = dict(req.body, model=model_id) if model_id else req.body
-                texts.append(parse_reply(client.post(one.url + req.endpoint, json=body)
-                                         .raise_for_status().json()).text)
+                texts.append(
+                    parse_reply(
+                        client.post(one.url + req.endpoint, json=body).raise_for_status().json()
+                    ).text
+                )
             return texts
 
         paths = {
@@ -187,14 +214,13 @@ def main() -> None:
         overhead_ms = []
         names = list(paths)
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 s, texts = timed(paths[name], prompts(r, name, args.items))
                 if any(not t for t in texts):
                     raise RuntimeError(f"{name}: an empty reply in round {r}")
                 seconds[name].append(s)
-            overhead_ms.append(1000 * (seconds["pool1"][-1] - seconds["direct"][-1])
-                               / args.items)
+            overhead_ms.append(1000 * (seconds["pool1"][-1] - seconds["direct"][-1]) / args.items)
         diffs, directs = paired_overhead_ms(one.url, args.pairs, 1)
         stub_port = free_port()
         stub = multiprocessing.Process(target=_stub_server, args=(stub_port,), daemon=True)
@@ -207,15 +233,19 @@ def main() -> None:
                     break
                 except httpx.TransportError:
                     time.sleep(0.05)
-            stub_diffs, stub_directs = paired_overhead_ms(f"http://127.0.0.1:{stub_port}",
-                                                          args.stub_pairs, 1)
+            stub_diffs, stub_directs = paired_overhead_ms(
+                f"http://127.0.0.1:{stub_port}", args.stub_pairs, 1
+            )
         finally:
             stub.terminate()
             stub.join(10)
         rate = {n: statistics.median(args.items / s for s in v) for n, v in seconds.items()}
         report = {
-            "rounds": args.rounds, "items_per_round": args.items,
-            "max_tokens": args.max_tokens, "threads": args.threads, "local_slots": args.slots,
+            "rounds": args.rounds,
+            "items_per_round": args.items,
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
+            "local_slots": args.slots,
             "items_per_s": {n: round(v, 2) for n, v in rate.items()},
             "ratio_to_local": {n: round(v / rate["local"], 3) for n, v in rate.items()},
             "rounds_pool1_minus_direct_ms_per_item": round(statistics.median(overhead_ms), 1),

@@ -37,8 +37,24 @@ import llama_cpp
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.model import default_model_path
 
-WORDS = ("apple", "hammer", "salmon", "violin", "tulip", "granite", "kettle", "sparrow",
-         "denim", "comet", "basil", "lantern", "walnut", "glacier", "saffron", "anvil")
+WORDS = (
+    "apple",
+    "hammer",
+    "salmon",
+    "violin",
+    "tulip",
+    "granite",
+    "kettle",
+    "sparrow",
+    "denim",
+    "comet",
+    "basil",
+    "lantern",
+    "walnut",
+    "glacier",
+    "saffron",
+    "anvil",
+)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -51,13 +67,13 @@ def rss_bytes() -> int:
 def prompt_of(i: int) -> object:
     """Item ``i``: a short tagging prompt whose length varies with ``i``, or a bad one."""
     if i % 97 == 13:
-        return ""                     # empty: an error in its place
+        return ""  # empty: an error in its place
     if i % 97 == 61:
-        return [5, -1]                # a negative token id: an error in its place
+        return [5, -1]  # a negative token id: an error in its place
     words = " ".join(WORDS[(i + k) % len(WORDS)] for k in range(1 + i % 5))
     text = f"Item {i}: {words}. Which of these is a plant? Answer in one word."
     if i % 250 == 125:
-        text += " Take your time and think about it." * 30   # too long for a slot
+        text += " Take your time and think about it." * 30  # too long for a slot
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -72,17 +88,21 @@ def main() -> int:
     args = ap.parse_args()
 
     path = default_model_path()
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=args.threads,
-                          verbose=False)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=args.threads, verbose=False)
     prompts = [prompt_of(i) for i in range(args.items)]
-    n_tokens = [len(llm.tokenize(p.encode(), special=True)) if isinstance(p, str)
-                else (0 if not p or min(p) < 0 else len(p)) for p in prompts]
+    n_tokens = [
+        len(llm.tokenize(p.encode(), special=True))
+        if isinstance(p, str)
+        else (0 if not p or min(p) < 0 else len(p))
+        for p in prompts
+    ]
     greedy = SamplingParams(temperature=0)
-    gen = BatchGenerator(llm, slots=args.slots, n_ctx_seq=args.n_ctx_seq,
-                         max_tokens=args.max_tokens, sampling=greedy)
+    gen = BatchGenerator(
+        llm, slots=args.slots, n_ctx_seq=args.n_ctx_seq, max_tokens=args.max_tokens, sampling=greedy
+    )
 
     # what a tagger would write out; kept small so that RSS measures the library itself
-    results: list[tuple[int, int, bool]] = []   # (index, n_prompt_tokens, is an error)
+    results: list[tuple[int, int, bool]] = []  # (index, n_prompt_tokens, is an error)
     sample = set(range(0, args.items, 100))
     sampled: dict[int, tuple[int, ...]] = {}
     dirty_groups = 0
@@ -92,15 +112,20 @@ def main() -> int:
         results.extend((c.index, c.n_prompt_tokens, c.error is not None) for c in group)
         sampled.update((c.index, c.token_ids) for c in group if c.index in sample)
         ctx = gen.backend.batch_context
-        if ctx is not None and any(ctx.seq_pos_max(s) >= ctx.limits.n_ctx_seq
-                                   for s in range(ctx.limits.n_seq_max)):
+        if ctx is not None and any(
+            ctx.seq_pos_max(s) >= ctx.limits.n_ctx_seq for s in range(ctx.limits.n_seq_max)
+        ):
             dirty_groups += 1
         done = len(results)
         if done >= 200 and "after_200" not in rss:
             rss["after_200"] = rss_bytes()
         if done % 500 < len(group):
-            print(f"soak: {done}/{args.items} items, {time.perf_counter() - t0:.0f} s, "
-                  f"RSS {rss_bytes() / 2**20:.1f} MiB", file=sys.stderr, flush=True)
+            print(
+                f"soak: {done}/{args.items} items, {time.perf_counter() - t0:.0f} s, "
+                f"RSS {rss_bytes() / 2**20:.1f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
     wall = time.perf_counter() - t0
     rss["end"] = rss_bytes()
     rss.setdefault("after_200", rss["end"])  # fewer than 200 items
@@ -119,25 +144,39 @@ def main() -> int:
 
     growth = (rss["end"] - rss["after_200"]) / rss["after_200"]
     report = {
-        "model": path.name, "items": args.items, "slots": args.slots,
-        "max_tokens": args.max_tokens, "n_ctx_seq_allocated": limits and limits.n_ctx_seq,
-        "n_threads": args.threads, "wall_s": round(wall, 1),
+        "model": path.name,
+        "items": args.items,
+        "slots": args.slots,
+        "max_tokens": args.max_tokens,
+        "n_ctx_seq_allocated": limits and limits.n_ctx_seq,
+        "n_threads": args.threads,
+        "wall_s": round(wall, 1),
         "items_per_s": round(args.items / wall, 2),
         "prompt_tokens_cached": stats.prompt_tokens_cached,
         "items_batched": stats.items_batched,
-        "items_alone": stats.items_alone, "items_failed": stats.items_failed,
+        "items_alone": stats.items_alone,
+        "items_failed": stats.items_failed,
         "generated_tokens": stats.generated_tokens,
         "batch_disabled_reason": stats.batch_disabled_reason,
         "rss_after_200_mib": round(rss["after_200"] / 2**20, 2),
         "rss_end_mib": round(rss["end"] / 2**20, 2),
         "rss_growth_pct": round(100 * growth, 2),
         "pages_with_an_overfull_slot": dirty_groups,
-        "results": len(results), "in_order": in_order, "own_prompt": own_prompt,
+        "results": len(results),
+        "in_order": in_order,
+        "own_prompt": own_prompt,
         "errors_in_place": errors_in_place,
         "spot_check_equal_alone": f"{spot_equal}/{len(order)}",
     }
-    ok = (len(results) == args.items and in_order and own_prompt and errors_in_place
-          and dirty_groups == 0 and abs(growth) < 0.05 and stats.batching_enabled)
+    ok = (
+        len(results) == args.items
+        and in_order
+        and own_prompt
+        and errors_in_place
+        and dirty_groups == 0
+        and abs(growth) < 0.05
+        and stats.batching_enabled
+    )
     report["ok"] = ok
     text = json.dumps(report, indent=2)
     print(text)

@@ -66,13 +66,27 @@ def build_batched_bench(src: Path, build: Path, jobs: int) -> Path:
     if not (src / "CMakeLists.txt").is_file():
         sys.exit(f"not a llama.cpp source tree (no CMakeLists.txt): {src}")
     if shutil.which("cmake") is None:
-        sys.exit("cmake not found: install cmake and a C++ compiler, or set "
-                 "LLAMA_BATCHED_BENCH to a prebuilt llama-batched-bench")
+        sys.exit(
+            "cmake not found: install cmake and a C++ compiler, or set "
+            "LLAMA_BATCHED_BENCH to a prebuilt llama-batched-bench"
+        )
     print(f"building {BIN_NAME} in {build} (several minutes) ...", file=sys.stderr)
-    subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-DLLAMA_CURL=OFF",
-                    "-DGGML_NATIVE=ON", "-DCMAKE_BUILD_TYPE=Release"], check=True)
-    subprocess.run(["cmake", "--build", str(build), "--target", BIN_NAME, "-j", str(jobs)],
-                   check=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build),
+            "-DLLAMA_CURL=OFF",
+            "-DGGML_NATIVE=ON",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        check=True,
+    )
+    subprocess.run(
+        ["cmake", "--build", str(build), "--target", BIN_NAME, "-j", str(jobs)], check=True
+    )
     return binary
 
 
@@ -82,8 +96,10 @@ def find_binary(args: argparse.Namespace) -> Path:
         return Path(env)
     src = args.llama_cpp_src or os.environ.get("LLAMA_CPP_SRC")
     if not src:
-        sys.exit("give --llama-cpp-src (or LLAMA_CPP_SRC) with the llama.cpp sources of the "
-                 "installed llama-cpp-python, or LLAMA_BATCHED_BENCH with a built binary")
+        sys.exit(
+            "give --llama-cpp-src (or LLAMA_CPP_SRC) with the llama.cpp sources of the "
+            "installed llama-cpp-python, or LLAMA_BATCHED_BENCH with a built binary"
+        )
     src = Path(src)
     build = Path(args.build_dir) if args.build_dir else src / "build"
     return build_batched_bench(src, build, args.jobs)
@@ -99,14 +115,34 @@ def run_c(binary: Path, args: argparse.Namespace) -> tuple[list[dict[str, float]
     """One run of the C tool; its table rows and its whole output."""
     # the same KV cache as ours: n_seq_max = B sequences of PP+TG tokens padded to 256
     n_ctx = max(args.slots) * ctx_per_seq(args.prompt_tokens + args.gen_tokens)
-    cmd = [str(binary), "-m", str(args.model), "-t", str(args.threads), "-c", str(n_ctx),
-           "-b", str(args.n_batch), "-ub", str(args.n_batch), "-fa", args.flash_attn,
-           "-npp", str(args.prompt_tokens), "-ntg", str(args.gen_tokens),
-           "-npl", ",".join(map(str, args.slots)), "-ngl", str(args.n_gpu_layers)]
+    cmd = [
+        str(binary),
+        "-m",
+        str(args.model),
+        "-t",
+        str(args.threads),
+        "-c",
+        str(n_ctx),
+        "-b",
+        str(args.n_batch),
+        "-ub",
+        str(args.n_batch),
+        "-fa",
+        args.flash_attn,
+        "-npp",
+        str(args.prompt_tokens),
+        "-ntg",
+        str(args.gen_tokens),
+        "-npl",
+        ",".join(map(str, args.slots)),
+        "-ngl",
+        str(args.n_gpu_layers),
+    ]
     env = dict(os.environ)
     if args.libs == "wheel":
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (str(wheel_lib_dir()), env.get("LD_LIBRARY_PATH")) if p)
+            p for p in (str(wheel_lib_dir()), env.get("LD_LIBRARY_PATH")) if p
+        )
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     text = run.stdout + run.stderr
     if run.returncode != 0:
@@ -121,9 +157,15 @@ def run_c(binary: Path, args: argparse.Namespace) -> tuple[list[dict[str, float]
 def load_llm(args: argparse.Namespace) -> Any:
     import llama_cpp
 
-    return llama_cpp.Llama(model_path=str(args.model), n_ctx=512, n_threads=args.threads,
-                           n_threads_batch=args.threads, n_gpu_layers=args.n_gpu_layers,
-                           flash_attn=args.flash_attn == "on", verbose=False)
+    return llama_cpp.Llama(
+        model_path=str(args.model),
+        n_ctx=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        flash_attn=args.flash_attn == "on",
+        verbose=False,
+    )
 
 
 def run_ours(llm: Any, args: argparse.Namespace, clock=time.perf_counter):
@@ -131,8 +173,16 @@ def run_ours(llm: Any, args: argparse.Namespace, clock=time.perf_counter):
 
     backend = LlamaBackend(llm)  # a fresh context per run, as the C tool has
     try:
-        rows, _ = run_raw(backend, args.slots, args.prompt_tokens, args.gen_tokens,
-                          rounds=1, n_batch=args.n_batch, seed=args.seed, clock=clock)
+        rows, _ = run_raw(
+            backend,
+            args.slots,
+            args.prompt_tokens,
+            args.gen_tokens,
+            rounds=1,
+            n_batch=args.n_batch,
+            seed=args.seed,
+            clock=clock,
+        )
     finally:
         backend.close()
     return rows
@@ -168,9 +218,11 @@ def instrumented(clock: PhaseClock, spent: dict):
     from llamabatch._ffi.sampling import SamplerChains
     from llamabatch.llamacpp.batch import LlamaBatch
 
-    originals = {(Library, "decode"): Library.decode,
-                 (SamplerChains, "sample"): SamplerChains.sample,
-                 (LlamaBatch, "add_run"): LlamaBatch.add_run}
+    originals = {
+        (Library, "decode"): Library.decode,
+        (SamplerChains, "sample"): SamplerChains.sample,
+        (LlamaBatch, "add_run"): LlamaBatch.add_run,
+    }
 
     def wrap(name, fn):
         def timed(*a, **k):
@@ -180,6 +232,7 @@ def instrumented(clock: PhaseClock, spent: dict):
             finally:
                 if clock.phase is not None:
                     spent[(clock.phase, name)] += time.perf_counter() - t
+
         return timed
 
     for (cls, attr), fn in originals.items():
@@ -202,8 +255,9 @@ def breakdown(llm: Any, args: argparse.Namespace) -> dict[int, dict[str, float]]
         for phase, total in (("pp", row.t_pp), ("tg", row.t_tg)):
             for name in ("decode", "sample", "add_run"):
                 p[f"{phase}_{name}"] = spent[((k, phase), name)]
-            p[f"{phase}_python"] = total - sum(spent[((k, phase), n)]
-                                               for n in ("decode", "sample", "add_run"))
+            p[f"{phase}_python"] = total - sum(
+                spent[((k, phase), n)] for n in ("decode", "sample", "add_run")
+            )
     return out
 
 
@@ -226,8 +280,15 @@ def speeds(row: dict[str, float]) -> tuple[float, float]:
 
 
 def as_table_row(row) -> dict[str, float]:
-    return {"B": row.b, "PP": row.pp, "TG": row.tg, "T_PP s": row.t_pp, "S_PP t/s": row.s_pp,
-            "T_TG s": row.t_tg, "S_TG t/s": row.s_tg}
+    return {
+        "B": row.b,
+        "PP": row.pp,
+        "TG": row.tg,
+        "T_PP s": row.t_pp,
+        "S_PP t/s": row.s_pp,
+        "T_TG s": row.t_tg,
+        "S_TG t/s": row.s_tg,
+    }
 
 
 def summarize(pairs: list[tuple[dict, dict]]) -> dict[str, Any]:
@@ -239,19 +300,26 @@ def summarize(pairs: list[tuple[dict, dict]]) -> dict[str, Any]:
     for k, name in ((0, "pp"), (1, "tg")):
         cs, os_ = [x[k] for x in c], [x[k] for x in o]
         paired = [a / b for a, b in zip(os_, cs)]
-        out[name] = {"c_median": med(cs), "ours_median": med(os_),
-                     "ratio_of_medians": med(os_) / med(cs),
-                     "ratio_best": max(os_) / max(cs),
-                     "paired": paired, "paired_median": med(paired),
-                     "c_all": cs, "ours_all": os_}
+        out[name] = {
+            "c_median": med(cs),
+            "ours_median": med(os_),
+            "ratio_of_medians": med(os_) / med(cs),
+            "ratio_best": max(os_) / max(cs),
+            "paired": paired,
+            "paired_median": med(paired),
+            "c_all": cs,
+            "ours_all": os_,
+        }
     return out
 
 
 def report(args, results: dict[int, dict], parts: dict[int, dict]) -> str:
-    lines = ["|    B | C S_PP | our S_PP | PP ratio | PP best | C S_TG | our S_TG | TG ratio "
-             "| TG best | TG paired min-max | sample %TG | other %TG |",
-             "|------|--------|----------|----------|---------|--------|----------|----------"
-             "|---------|-------------------|------------|-----------|"]
+    lines = [
+        "|    B | C S_PP | our S_PP | PP ratio | PP best | C S_TG | our S_TG | TG ratio "
+        "| TG best | TG paired min-max | sample %TG | other %TG |",
+        "|------|--------|----------|----------|---------|--------|----------|----------"
+        "|---------|-------------------|------------|-----------|",
+    ]
     for b in args.slots:
         pp, tg = results[b]["pp"], results[b]["tg"]
         p = parts.get(b, {})
@@ -264,37 +332,59 @@ def report(args, results: dict[int, dict], parts: dict[int, dict]) -> str:
             f"{tg['c_median']:6.1f} | {tg['ours_median']:8.1f} | "
             f"{tg['ratio_of_medians']:8.3f} | {tg['ratio_best']:7.3f} | "
             f"{min(tg['paired']):8.3f}-{max(tg['paired']):<8.3f} | {sample:10.2f} | "
-            f"{other:9.2f} |")
+            f"{other:9.2f} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, default=None,
-                    help="GGUF (default: llamabatch's default model)")
-    ap.add_argument("--llama-cpp-src", default=None,
-                    help="llama.cpp sources to build llama-batched-bench from "
-                         "(default: $LLAMA_CPP_SRC)")
-    ap.add_argument("--build-dir", default=None, help="cmake build directory "
-                    "(default: SRC/build)")
+    ap.add_argument(
+        "--model", type=Path, default=None, help="GGUF (default: llamabatch's default model)"
+    )
+    ap.add_argument(
+        "--llama-cpp-src",
+        default=None,
+        help="llama.cpp sources to build llama-batched-bench from (default: $LLAMA_CPP_SRC)",
+    )
+    ap.add_argument("--build-dir", default=None, help="cmake build directory (default: SRC/build)")
     ap.add_argument("--jobs", type=int, default=2, help="build jobs (default: 2)")
-    ap.add_argument("--libs", choices=("wheel", "build"), default="wheel",
-                    help="shared libraries the C tool runs on (default: the wheel's)")
-    ap.add_argument("--slots", type=lambda s: tuple(int(v) for v in s.split(",")),
-                    default=(1, 2, 4, 8))
+    ap.add_argument(
+        "--libs",
+        choices=("wheel", "build"),
+        default="wheel",
+        help="shared libraries the C tool runs on (default: the wheel's)",
+    )
+    ap.add_argument(
+        "--slots", type=lambda s: tuple(int(v) for v in s.split(",")), default=(1, 2, 4, 8)
+    )
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--n-batch", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
-    ap.add_argument("--flash-attn", choices=("on", "off"), default="off",
-                    help="both sides (default: off, llama-cpp-python's Llama default)")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="C/ours pairs per B (default: 3); each round measures every B, "
-                         "C and ours back to back, C first in odd rounds, ours first in even")
+    ap.add_argument(
+        "--flash-attn",
+        choices=("on", "off"),
+        default="off",
+        help="both sides (default: off, llama-cpp-python's Llama default)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="C/ours pairs per B (default: 3); each round measures every B, "
+        "C and ours back to back, C first in odd rounds, ours first in even",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", nargs="?", const="", default=None, metavar="OUT.prof",
-                    help="also cProfile one sweep of ours (and dump it to OUT.prof)")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="OUT.prof",
+        help="also cProfile one sweep of ours (and dump it to OUT.prof)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args(argv)
     if args.model is None:
@@ -303,10 +393,13 @@ def main(argv: list[str] | None = None) -> int:
         args.model = default_model_path()
     binary = find_binary(args)
     llm = load_llm(args)
-    print(f"model {args.model}, threads {args.threads}, n_batch = n_ubatch = {args.n_batch}, "
-          f"flash_attn {args.flash_attn}, PP {args.prompt_tokens}, TG {args.gen_tokens}, "
-          f"B {','.join(map(str, args.slots))}; C tool {binary} on the {args.libs}'s "
-          "libraries", flush=True)
+    print(
+        f"model {args.model}, threads {args.threads}, n_batch = n_ubatch = {args.n_batch}, "
+        f"flash_attn {args.flash_attn}, PP {args.prompt_tokens}, TG {args.gen_tokens}, "
+        f"B {','.join(map(str, args.slots))}; C tool {binary} on the {args.libs}'s "
+        "libraries",
+        flush=True,
+    )
     pairs: dict[int, list[tuple[dict, dict]]] = {b: [] for b in args.slots}
     c_texts: list[str] = []
     t0 = time.perf_counter()
@@ -321,33 +414,52 @@ def main(argv: list[str] | None = None) -> int:
                 (c_row,), text = run_c(binary, one)
             c_texts.append(text)
             pairs[b].append((c_row, as_table_row(o_row)))
-        print(f"round {r + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"round {r + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     results = {b: summarize(pairs[b]) for b in args.slots}
     parts = {}
     for b in args.slots:
         parts.update(breakdown(llm, argparse.Namespace(**{**vars(args), "slots": (b,)})))
-    print(f"\nours / llama-batched-bench, {args.rounds} rounds (target >= 0.97): ratio = of "
-          "the medians; best = of the best runs; paired = per round, C and ours back to back."
-          "\nsample/other %TG: share of our T_TG in llama_sampler_sample / in neither it nor "
-          "llama_decode (one instrumented run)")
+    print(
+        f"\nours / llama-batched-bench, {args.rounds} rounds (target >= 0.97): ratio = of "
+        "the medians; best = of the best runs; paired = per round, C and ours back to back."
+        "\nsample/other %TG: share of our T_TG in llama_sampler_sample / in neither it nor "
+        "llama_decode (one instrumented run)"
+    )
     print(report(args, results, parts))
-    print("\nbreakdown of our T_TG (s): llama_decode + llama_sampler_sample + batch fill + "
-          "other Python (span building, checks, the bench loop)")
+    print(
+        "\nbreakdown of our T_TG (s): llama_decode + llama_sampler_sample + batch fill + "
+        "other Python (span building, checks, the bench loop)"
+    )
     for b, p in parts.items():
-        print(f"  B={b}: T_TG {p['t_tg']:.3f} = {p['tg_decode']:.3f} + {p['tg_sample']:.4f}"
-              f" + {p['tg_add_run']:.4f} + {p['tg_python']:.4f}; T_PP {p['t_pp']:.3f} = "
-              f"decode {p['pp_decode']:.3f} + sample {p['pp_sample']:.4f} + other "
-              f"{p['pp_python'] + p['pp_add_run']:.4f}")
+        print(
+            f"  B={b}: T_TG {p['t_tg']:.3f} = {p['tg_decode']:.3f} + {p['tg_sample']:.4f}"
+            f" + {p['tg_add_run']:.4f} + {p['tg_python']:.4f}; T_PP {p['t_pp']:.3f} = "
+            f"decode {p['pp_decode']:.3f} + sample {p['pp_sample']:.4f} + other "
+            f"{p['pp_python'] + p['pp_add_run']:.4f}"
+        )
     if args.profile is not None:
         prof_text = profile(llm, args, args.profile or None)
         print("\ncProfile of one sweep of ours (by own time):\n" + prof_text)
     if args.json:
-        args.json.write_text(json.dumps({
-            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "results": results, "breakdown_s": parts,
-            "pairs": {b: [{"c": c, "ours": o} for c, o in v] for b, v in pairs.items()},
-            "c_output_last": c_texts[-1] if c_texts else ""}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "args": {
+                        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                    },
+                    "results": results,
+                    "breakdown_s": parts,
+                    "pairs": {b: [{"c": c, "ours": o} for c, o in v] for b, v in pairs.items()},
+                    "c_output_last": c_texts[-1] if c_texts else "",
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     llm.close()
     return 0
 

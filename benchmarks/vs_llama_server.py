@@ -62,22 +62,50 @@ def free_port() -> int:
 
 #: sh -c script: start "$@" in the background, wait until stdin reaches end of file (the
 #: benchmark ended or died), then stop it (SIGTERM, SIGKILL after 5 s).
-_WATCH = ('"$@" <&- & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; '
-          'for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 $pid 2>/dev/null || exit 0; '
-          'sleep 0.5; done; kill -9 $pid 2>/dev/null; wait $pid')
+_WATCH = (
+    '"$@" <&- & pid=$!; cat >/dev/null; kill $pid 2>/dev/null; '
+    "for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 $pid 2>/dev/null || exit 0; "
+    "sleep 0.5; done; kill -9 $pid 2>/dev/null; wait $pid"
+)
 
 
 class Server:
     """A llama-server child process on 127.0.0.1 (a context manager that stops it)."""
 
-    def __init__(self, binary: Path, model: str, slots: int, n_ctx_seq: int, threads: int,
-                 n_batch: int, log: Path) -> None:
+    def __init__(
+        self,
+        binary: Path,
+        model: str,
+        slots: int,
+        n_ctx_seq: int,
+        threads: int,
+        n_batch: int,
+        log: Path,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [str(binary), "-m", model, "-np", str(slots), "--no-kv-unified",
-                    "-c", str(slots * n_ctx_seq), "-t", str(threads), "-b", str(n_batch),
-                    "-ub", str(n_batch), "-fa", "off", "--host", "127.0.0.1",
-                    "--port", str(self.port)]
+        self.cmd = [
+            str(binary),
+            "-m",
+            model,
+            "-np",
+            str(slots),
+            "--no-kv-unified",
+            "-c",
+            str(slots * n_ctx_seq),
+            "-t",
+            str(threads),
+            "-b",
+            str(n_batch),
+            "-ub",
+            str(n_batch),
+            "-fa",
+            "off",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         self.log = log
         self.proc: subprocess.Popen | None = None
 
@@ -86,14 +114,19 @@ class Server:
         # The server runs under a small shell that kills it when our end of its stdin
         # closes, which the kernel does whenever this process ends (even by SIGKILL):
         # no llama-server outlives the benchmark.
-        self.proc = subprocess.Popen(["sh", "-c", _WATCH, "sh", *self.cmd],
-                                     stdin=subprocess.PIPE, stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["sh", "-c", _WATCH, "sh", *self.cmd],
+            stdin=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode}; "
-                                   f"see {self.log}")
+                raise RuntimeError(
+                    f"llama-server exited with {self.proc.returncode}; see {self.log}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
@@ -106,7 +139,7 @@ class Server:
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.stdin.close()          # the watching shell stops the server
+            self.proc.stdin.close()  # the watching shell stops the server
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -115,10 +148,18 @@ class Server:
         self._log.close()
 
     def complete(self, prompt: str, max_tokens: int) -> int:
-        body = json.dumps({"prompt": prompt, "n_predict": max_tokens, "temperature": 0.0,
-                           "cache_prompt": True, "stream": False}).encode()
-        req = urllib.request.Request(self.url + "/completion", body,
-                                     {"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "prompt": prompt,
+                "n_predict": max_tokens,
+                "temperature": 0.0,
+                "cache_prompt": True,
+                "stream": False,
+            }
+        ).encode()
+        req = urllib.request.Request(
+            self.url + "/completion", body, {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=600) as r:
             return int(json.loads(r.read())["tokens_predicted"])
 
@@ -152,12 +193,23 @@ class Server:
         return sum(tokens)
 
 
-def run_path(path: str, prompts: list[str], w: Workload, llm: Any, gen: BatchGenerator,
-             server: Server, b: int) -> tuple[float, int]:
+def run_path(
+    path: str,
+    prompts: list[str],
+    w: Workload,
+    llm: Any,
+    gen: BatchGenerator,
+    server: Server,
+    b: int,
+) -> tuple[float, int]:
     t0 = time.perf_counter()
     if path == "one":
-        n = sum(llm.create_completion(p, max_tokens=w.max_tokens, temperature=0.0)
-                ["usage"]["completion_tokens"] for p in prompts)
+        n = sum(
+            llm.create_completion(p, max_tokens=w.max_tokens, temperature=0.0)["usage"][
+                "completion_tokens"
+            ]
+            for p in prompts
+        )
     elif path == "batch":
         sampling = SamplingParams(temperature=0.0, max_tokens=w.max_tokens)
         n = sum(c.n_tokens for c in gen.complete_many(prompts, sampling=sampling))
@@ -169,19 +221,27 @@ def run_path(path: str, prompts: list[str], w: Workload, llm: Any, gen: BatchGen
 def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
     items = args.items
     log = Path(args.server_log or f"/tmp/llama-server-B{b}.log")
-    with Server(args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch,
-                log) as server, BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq,
-                                               n_batch=args.n_batch,
-                                               sampling=SamplingParams(temperature=0.0)
-                                               ) as gen:
+    with (
+        Server(
+            args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch, log
+        ) as server,
+        BatchGenerator(
+            llm,
+            slots=b,
+            n_ctx_seq=args.n_ctx_seq,
+            n_batch=args.n_batch,
+            sampling=SamplingParams(temperature=0.0),
+        ) as gen,
+    ):
         warm = Workload("warm-up", 4, "")
-        for path in PATHS:                       # untimed warm-up of every path
-            run_path(path, WORKLOADS["L"].prompts(2, tokenize, seed=999_999), warm, llm,
-                     gen, server, b)
+        for path in PATHS:  # untimed warm-up of every path
+            run_path(
+                path, WORKLOADS["L"].prompts(2, tokenize, seed=999_999), warm, llm, gen, server, b
+            )
         rows = {w: {p: [] for p in PATHS} for w in args.workloads}
         tokens = {w: {p: [] for p in PATHS} for w in args.workloads}
         for r in range(args.rounds):
-            order = PATHS[r % 3:] + PATHS[:r % 3]
+            order = PATHS[r % 3 :] + PATHS[: r % 3]
             for name in args.workloads:
                 w = WORKLOADS[name]
                 prompts = w.prompts(items, tokenize, seed=args.seed + 1000 * b + r)
@@ -189,39 +249,59 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
                     secs, n = run_path(path, prompts, w, llm, gen, server, b)
                     rows[name][path].append(secs / items)
                     tokens[name][path].append(n / items)
-                    print(f"B={b} round {r + 1} {name} {path:6s} {secs / items:.3f} s/item "
-                          f"{n / items:.1f} tok/item", file=sys.stderr, flush=True)
+                    print(
+                        f"B={b} round {r + 1} {name} {path:6s} {secs / items:.3f} s/item "
+                        f"{n / items:.1f} tok/item",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         stats = gen.stats
         for name in args.workloads:
             per = rows[name]
             vs_one = [a / o for a, o in zip(per["batch"], per["one"])]
             vs_server = [a / s for a, s in zip(per["batch"], per["server"])]
-            out.setdefault("results", []).append({
-                "b": b, "workload": name, "items": items, "rounds": args.rounds,
-                "per_item_s": per, "tokens_per_item": tokens[name],
-                "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
-                "ratio_batch_over_one": statistics.median(vs_one),
-                "ratio_batch_over_server": statistics.median(vs_server),
-                "ratios_batch_over_one": vs_one, "ratios_batch_over_server": vs_server})
+            out.setdefault("results", []).append(
+                {
+                    "b": b,
+                    "workload": name,
+                    "items": items,
+                    "rounds": args.rounds,
+                    "per_item_s": per,
+                    "tokens_per_item": tokens[name],
+                    "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
+                    "ratio_batch_over_one": statistics.median(vs_one),
+                    "ratio_batch_over_server": statistics.median(vs_server),
+                    "ratios_batch_over_one": vs_one,
+                    "ratios_batch_over_server": vs_server,
+                }
+            )
         out.setdefault("engine_stats", {})[str(b)] = {
-            "items_batched": stats.items_batched, "items_alone": stats.items_alone,
+            "items_batched": stats.items_batched,
+            "items_alone": stats.items_alone,
             "prompt_tokens": stats.prompt_tokens,
             "prompt_tokens_cached": stats.prompt_tokens_cached,
             "prompt_tokens_prefilled": stats.prompt_tokens_prefilled,
-            "prefix_copies": stats.prefix_copies, "decode_calls": stats.decode_calls,
-            "cache_ram_saves": stats.cache_ram_saves, "cache_ram_loads": stats.cache_ram_loads,
-            "batch_disabled_reason": stats.batch_disabled_reason}
+            "prefix_copies": stats.prefix_copies,
+            "decode_calls": stats.decode_calls,
+            "cache_ram_saves": stats.cache_ram_saves,
+            "cache_ram_loads": stats.cache_ram_loads,
+            "batch_disabled_reason": stats.batch_disabled_reason,
+        }
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| B | workload | one at a time s/item | llamabatch s/item | llama-server s/item "
-             "| llamabatch / one at a time | llamabatch / server |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| B | workload | one at a time s/item | llamabatch s/item | llama-server s/item "
+        "| llamabatch / one at a time | llamabatch / server |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         m = r["median_per_item_s"]
-        lines.append(f"| {r['b']} | {r['workload']} | {m['one']:.3f} | {m['batch']:.3f} | "
-                     f"{m['server']:.3f} | {r['ratio_batch_over_one']:.2f} | "
-                     f"{r['ratio_batch_over_server']:.2f} |")
+        lines.append(
+            f"| {r['b']} | {r['workload']} | {m['one']:.3f} | {m['batch']:.3f} | "
+            f"{m['server']:.3f} | {r['ratio_batch_over_one']:.2f} | "
+            f"{r['ratio_batch_over_server']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -232,14 +312,19 @@ def _interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="GGUF (default: llamabatch's default model)")
-    ap.add_argument("--server", type=Path,
-                    default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_SERVER)))
+    ap.add_argument(
+        "--server", type=Path, default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_SERVER))
+    )
     ap.add_argument("--slots", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--items", type=int, default=16,
-                    help="items per round (default 16; with only a few, the start and the "
-                         "tail of a round, when slots run empty, weigh more than they do "
-                         "in a backlog)")
+    ap.add_argument(
+        "--items",
+        type=int,
+        default=16,
+        help="items per round (default 16; with only a few, the start and the "
+        "tail of a round, when slots run empty, weigh more than they do "
+        "in a backlog)",
+    )
     ap.add_argument("--workloads", nargs="+", default=["S", "U", "L"], choices=WORKLOADS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx-seq", type=int, default=1024)
@@ -251,24 +336,38 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (e.g. `kill PID`) unwinds like Ctrl-C, so the server is stopped on the way
     signal.signal(signal.SIGTERM, _interrupt)
     if not args.server.is_file():
-        ap.error(f"no llama-server at {args.server}: set $LLAMA_SERVER or build it "
-                 "(see this script's docstring)")
+        ap.error(
+            f"no llama-server at {args.server}: set $LLAMA_SERVER or build it "
+            "(see this script's docstring)"
+        )
     if args.model is None:
         from llamabatch.model import default_model_path
+
         args.model = str(default_model_path())
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=args.model, n_ctx=args.n_ctx_seq, n_batch=args.n_batch,
-                          n_threads=args.threads, n_threads_batch=args.threads,
-                          flash_attn=False, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=args.model,
+        n_ctx=args.n_ctx_seq,
+        n_batch=args.n_batch,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        flash_attn=False,
+        verbose=False,
+    )
 
     def tokenize(text: str) -> list[int]:
         return llm.tokenize(text.encode(), add_bos=True, special=True)
 
-    out: dict[str, Any] = {"command": sys.argv, "model": args.model,
-                           "threads": args.threads, "n_ctx_seq": args.n_ctx_seq,
-                           "n_batch": args.n_batch, "server": str(args.server),
-                           "workloads": {k: WORKLOADS[k].description for k in args.workloads}}
+    out: dict[str, Any] = {
+        "command": sys.argv,
+        "model": args.model,
+        "threads": args.threads,
+        "n_ctx_seq": args.n_ctx_seq,
+        "n_batch": args.n_batch,
+        "server": str(args.server),
+        "workloads": {k: WORKLOADS[k].description for k in args.workloads},
+    }
     t0 = time.perf_counter()
     try:
         for b in args.slots:

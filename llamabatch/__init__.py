@@ -4,19 +4,48 @@ Public names only. Importing this package loads no native library.
 """
 
 from .completion import Completion, Stats
-from .errors import (BackendError, BatchUnavailable, ChatTemplateError, Closed, DecodeError,
-                     GeneratorBusy, GeneratorClosed, GrammarError, LibraryError,
-                     LlamaBatchError, ModelError, ModelFetchError, ModelFileError,
-                     OutputCorrupt, UsageError)
+from .errors import (
+    BackendError,
+    BatchUnavailable,
+    ChatTemplateError,
+    Closed,
+    DecodeError,
+    GeneratorBusy,
+    GeneratorClosed,
+    GrammarError,
+    LibraryError,
+    LlamaBatchError,
+    ModelError,
+    ModelFetchError,
+    ModelFileError,
+    OutputCorrupt,
+    UsageError,
+)
 from .generator import BatchGenerator
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
 
 __all__ = [
-    "BackendError", "BatchConfig", "BatchGenerator", "BatchUnavailable", "ChatTemplateError",
-    "Closed", "Completion", "DecodeError", "GeneratorBusy", "GeneratorClosed", "GrammarError",
+    "BackendError",
+    "BatchConfig",
+    "BatchGenerator",
+    "BatchUnavailable",
+    "ChatTemplateError",
+    "Closed",
+    "Completion",
+    "DecodeError",
+    "GeneratorBusy",
+    "GeneratorClosed",
+    "GrammarError",
     "LibraryError",
-    "LlamaBatchError", "ModelError", "ModelFetchError", "ModelFileError", "OutputCorrupt",
-    "SamplingParams", "Stats", "UsageError", "llm_lock",
+    "LlamaBatchError",
+    "ModelError",
+    "ModelFetchError",
+    "ModelFileError",
+    "OutputCorrupt",
+    "SamplingParams",
+    "Stats",
+    "UsageError",
+    "llm_lock",
 ]
 __version__ = "0.1.0"

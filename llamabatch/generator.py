@@ -15,14 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .engine.backend import Backend, BatchLimits
-from .completion import Completion, Stats
-from .errors import GeneratorBusy, GeneratorClosed
+from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
-from .params import BatchConfig, SamplingParams
+from .completion import Completion, Stats
+from .engine.backend import Backend, BatchLimits
 from .engine.items import prepare
 from .engine.scheduler import Scheduler
-from ._util.closing import Closing
+from .errors import GeneratorBusy, GeneratorClosed
+from .params import BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
     from .llamacpp.kv_size import KvEstimate
@@ -33,8 +33,10 @@ DEFAULT_N_CTX_SEQ = 4096
 
 def _check_many(prompts: object) -> None:
     if isinstance(prompts, (str, bytes, bytearray)):
-        raise TypeError(f"prompts is one {type(prompts).__name__}; give a list of prompts "
-                        "(e.g. [prompt]), not a single prompt")
+        raise TypeError(
+            f"prompts is one {type(prompts).__name__}; give a list of prompts "
+            "(e.g. [prompt]), not a single prompt"
+        )
 
 
 class BatchGenerator(Closing):
@@ -91,55 +93,86 @@ class BatchGenerator(Closing):
     generator another thread is running).
     """
 
-    def __init__(self, llm: object = None, *, backend: Backend | None = None,
-                 slots: int = 4, n_ctx_seq: int | None = None, n_batch: int = 512,
-                 max_tokens: int = 200, sampling: SamplingParams | None = None,
-                 page_size: int | None = None, min_copy_tokens: int = 32,
-                 cache_ram_mib: int = 1024) -> None:
+    def __init__(
+        self,
+        llm: object = None,
+        *,
+        backend: Backend | None = None,
+        slots: int = 4,
+        n_ctx_seq: int | None = None,
+        n_batch: int = 512,
+        max_tokens: int = 200,
+        sampling: SamplingParams | None = None,
+        page_size: int | None = None,
+        min_copy_tokens: int = 32,
+        cache_ram_mib: int = 1024,
+    ) -> None:
         # checked before any library work (n_ctx_seq=None: a stand-in), again below
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
-        BatchConfig(slots=slots, n_ctx_seq=stand_in, n_batch=n_batch, max_tokens=max_tokens,
-                    page_size=page_size)
+        BatchConfig(
+            slots=slots,
+            n_ctx_seq=stand_in,
+            n_batch=n_batch,
+            max_tokens=max_tokens,
+            page_size=page_size,
+        )
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):
-            raise ValueError(f"sampling is {type(sampling).__name__}; "
-                             "expected a llamabatch.SamplingParams")
+            raise ValueError(
+                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
+            )
         self.sampling = sampling
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
         if backend is None:
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
+
             backend = LlamaBackend(llm)
         if slots > backend.max_slots:
-            raise ValueError(f"slots={slots} is out of range: valid is 1 to "
-                             f"{backend.max_slots} (llama_max_parallel_sequences())")
+            raise ValueError(
+                f"slots={slots} is out of range: valid is 1 to "
+                f"{backend.max_slots} (llama_max_parallel_sequences())"
+            )
         if n_ctx_seq is None:
             n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
-        self.config = BatchConfig(slots=slots, n_ctx_seq=n_ctx_seq, n_batch=n_batch,
-                                  max_tokens=max_tokens, page_size=page_size)
+        self.config = BatchConfig(
+            slots=slots,
+            n_ctx_seq=n_ctx_seq,
+            n_batch=n_batch,
+            max_tokens=max_tokens,
+            page_size=page_size,
+        )
         check = getattr(backend, "check_batch_params", None)  # llama.cpp's own limits
         if check is not None and slots > 1:
             check(slots, n_ctx_seq, n_batch)
         self.backend = backend
         self._llm = llm
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
-            raise ValueError(f"min_copy_tokens={min_copy_tokens!r} is out of range: valid "
-                             "is an integer >= 1")
-        if (not isinstance(cache_ram_mib, int) or isinstance(cache_ram_mib, bool)
-                or cache_ram_mib < 0):
-            raise ValueError(f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
-                             "integer >= 0 (MiB; 0 keeps no state in host memory)")
-        self._scheduler = Scheduler(backend, self.config, min_copy_tokens,
-                                    cache_ram_mib * 1024 * 1024)
+            raise ValueError(
+                f"min_copy_tokens={min_copy_tokens!r} is out of range: valid is an integer >= 1"
+            )
+        if (
+            not isinstance(cache_ram_mib, int)
+            or isinstance(cache_ram_mib, bool)
+            or cache_ram_mib < 0
+        ):
+            raise ValueError(
+                f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
+                "integer >= 0 (MiB; 0 keeps no state in host memory)"
+            )
+        self._scheduler = Scheduler(
+            backend, self.config, min_copy_tokens, cache_ram_mib * 1024 * 1024
+        )
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
 
     @staticmethod
-    def estimate_memory(llm_or_model_path: object, *, slots: int = 4,
-                        n_ctx_seq: int = DEFAULT_N_CTX_SEQ) -> KvEstimate:
+    def estimate_memory(
+        llm_or_model_path: object, *, slots: int = 4, n_ctx_seq: int = DEFAULT_N_CTX_SEQ
+    ) -> KvEstimate:
         """KV cache bytes a batch context of ``slots`` x ``n_ctx_seq`` would allocate,
         told before anything is allocated (``.bytes_per_slot``, ``.total_bytes``).
 
@@ -156,6 +189,7 @@ class BatchGenerator(Closing):
             ValueError: a size < 1 or a path llama.cpp cannot open.
         """
         from .llamacpp.kv_size import estimate  # loads llama.cpp only when asked
+
         return estimate(llm_or_model_path, slots=slots, n_ctx_seq=n_ctx_seq)
 
     # -- lifetime ---------------------------------------------------------------------
@@ -175,8 +209,10 @@ class BatchGenerator(Closing):
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
         if getattr(self.backend, "llm_closed", False):
-            raise GeneratorClosed("the Llama of this BatchGenerator was closed "
-                                  "(Llama.close()); close the generator before the Llama")
+            raise GeneratorClosed(
+                "the Llama of this BatchGenerator was closed "
+                "(Llama.close()); close the generator before the Llama"
+            )
 
     # -- work -------------------------------------------------------------------------
     @property
@@ -194,33 +230,41 @@ class BatchGenerator(Closing):
         items that fit a slot were waiting together, and when it could not be created."""
         return self._scheduler.limits
 
-    def _samplings(self, prompts: Iterable[object],
-                   sampling: SamplingParams | Sequence[SamplingParams] | None
-                   ) -> Iterator[SamplingParams]:
+    def _samplings(
+        self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
+    ) -> Iterator[SamplingParams]:
         """An iterator of each item's SamplingParams, checked up front."""
         if sampling is None:
             sampling = self.sampling
         if isinstance(sampling, SamplingParams):
             return itertools.repeat(sampling)
         if not isinstance(sampling, Sequence) or isinstance(sampling, (str, bytes)):
-            raise ValueError(f"sampling is {type(sampling).__name__}; expected a "
-                             "SamplingParams or a sequence of them, one per prompt")
+            raise ValueError(
+                f"sampling is {type(sampling).__name__}; expected a "
+                "SamplingParams or a sequence of them, one per prompt"
+            )
         bad = [i for i, s in enumerate(sampling) if not isinstance(s, SamplingParams)]
         if bad:
-            raise ValueError(f"sampling[{bad[0]}] is {type(sampling[bad[0]]).__name__}; "
-                             "expected a llamabatch.SamplingParams")
+            raise ValueError(
+                f"sampling[{bad[0]}] is {type(sampling[bad[0]]).__name__}; "
+                "expected a llamabatch.SamplingParams"
+            )
         n = len(prompts) if isinstance(prompts, Sequence) else None
         if n is not None and n != len(sampling):
-            raise ValueError(f"sampling has {len(sampling)} SamplingParams for {n} prompts; "
-                             "give one per prompt, or a single SamplingParams")
+            raise ValueError(
+                f"sampling has {len(sampling)} SamplingParams for {n} prompts; "
+                "give one per prompt, or a single SamplingParams"
+            )
         return _exactly(sampling)
 
     @contextmanager
     def _run(self) -> Iterator[None]:
         me = threading.get_ident()
         if self._run_owner == me:
-            raise GeneratorBusy("this thread is already running this generator (an "
-                                "unfinished iter_groups); finish or close it first")
+            raise GeneratorBusy(
+                "this thread is already running this generator (an "
+                "unfinished iter_groups); finish or close it first"
+            )
         with self._run_lock:
             self._run_owner = me
             try:
@@ -234,9 +278,11 @@ class BatchGenerator(Closing):
             self._check_open()
             yield
 
-    def iter_groups(self, prompts: Iterable[object],
-                    sampling: SamplingParams | Sequence[SamplingParams] | None = None
-                    ) -> Iterator[list[Completion]]:
+    def iter_groups(
+        self,
+        prompts: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> Iterator[list[Completion]]:
         """Complete ``prompts``, yielding them a page of ``slots`` items at a time.
 
         Items run in the slot engine as slots free up; a page is yielded as soon as all
@@ -265,8 +311,9 @@ class BatchGenerator(Closing):
         self._check_open()
         return self._pages(prompts, self._samplings(prompts, sampling), hand_back=True)
 
-    def _pages(self, prompts: Iterable[object], samplings: Iterator[SamplingParams], *,
-               hand_back: bool) -> Iterator[list[Completion]]:
+    def _pages(
+        self, prompts: Iterable[object], samplings: Iterator[SamplingParams], *, hand_back: bool
+    ) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
         slots, backend = self.config.slots, self.backend
@@ -278,13 +325,14 @@ class BatchGenerator(Closing):
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
-                    page = self._deliver([done.pop(i) for i in
-                                          range(page_start, page_start + slots)])
-                    if hand_back:           # the backend locks the Llama itself
+                    page = self._deliver(
+                        [done.pop(i) for i in range(page_start, page_start + slots)]
+                    )
+                    if hand_back:  # the backend locks the Llama itself
                         self._scheduler.release_alone()
                     yield page
                     page_start += slots
-            if done:            # the run has ended: the Llama is already given back
+            if done:  # the run has ended: the Llama is already given back
                 yield self._deliver([done.pop(i) for i in sorted(done)])
 
     def _deliver(self, page: list[Completion]) -> list[Completion]:
@@ -292,9 +340,11 @@ class BatchGenerator(Closing):
             self._scheduler.count(c)
         return page
 
-    def complete_many(self, prompts: Iterable[object],
-                      sampling: SamplingParams | Sequence[SamplingParams] | None = None
-                      ) -> list[Completion]:
+    def complete_many(
+        self,
+        prompts: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[Completion]:
         """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
 
         Args:
@@ -310,9 +360,9 @@ class BatchGenerator(Closing):
         pages = self._pages(prompts, self._samplings(prompts, sampling), hand_back=False)
         return [c for group in pages for c in group]
 
-
-    def chat(self, conversations: Iterable[Sequence[Mapping[str, Any]]], *,
-             template: Any = None) -> list[Completion]:
+    def chat(
+        self, conversations: Iterable[Sequence[Mapping[str, Any]]], *, template: Any = None
+    ) -> list[Completion]:
         """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
         is formatted with the model's own chat template, generation prompt appended, and
         tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.llamacpp.chat`, what
@@ -338,30 +388,39 @@ class BatchGenerator(Closing):
         _check_many(conversations)
         conversations = list(conversations)
         if conversations and isinstance(conversations[0], Mapping):
-            raise TypeError("conversations is one conversation (a list of messages); "
-                            "give a list of conversations, e.g. [messages]")
+            raise TypeError(
+                "conversations is one conversation (a list of messages); "
+                "give a list of conversations, e.g. [messages]"
+            )
         if template is None:
             if self._llm is None:
-                raise ValueError("chat needs template= (a llamabatch.llamacpp.chat.ChatTemplate) "
-                                 "when the generator has a backend and no Llama")
+                raise ValueError(
+                    "chat needs template= (a llamabatch.llamacpp.chat.ChatTemplate) "
+                    "when the generator has a backend and no Llama"
+                )
             template = ChatTemplate.from_llama(self._llm)
         prompts: list[object] = []
         refused: dict[int, str] = {}
         for k, messages in enumerate(conversations):
             try:
                 text = template.render(check_messages(messages))
-                prompts.append(chat_tokens(self._llm, text) if self._llm is not None
-                               else text)
+                prompts.append(chat_tokens(self._llm, text) if self._llm is not None else text)
             except (ValueError, TypeError, RuntimeError, UnicodeError) as exc:
                 refused[k] = f"conversation {k}: {exc}"
                 prompts.append([])  # an empty prompt: no model work, replaced below
         done = self.complete_many(prompts)
-        return [dataclasses.replace(c, error=refused[c.index], finish_reason="error")
-                if c.index in refused else c for c in done]
+        return [
+            dataclasses.replace(c, error=refused[c.index], finish_reason="error")
+            if c.index in refused
+            else c
+            for c in done
+        ]
 
 
 def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:
     """The items of ``sampling``, then a ValueError if more prompts come."""
     yield from sampling
-    raise ValueError(f"sampling has {len(sampling)} SamplingParams but there are more "
-                     "prompts; give one per prompt, or a single SamplingParams")
+    raise ValueError(
+        f"sampling has {len(sampling)} SamplingParams but there are more "
+        "prompts; give one per prompt, or a single SamplingParams"
+    )

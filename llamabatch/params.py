@@ -35,8 +35,7 @@ def _is_int(value: object) -> bool:
 
 
 def _is_real(value: object) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,33 +92,76 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         _normalize_reply_fields(self)
-        _check(_is_real(self.temperature) and self.temperature >= 0,
-               "temperature", self.temperature, "a finite number >= 0 (0 = greedy)")
-        _check(_is_int(self.top_k) and self.top_k >= 0,
-               "top_k", self.top_k, "an integer >= 0 (0 = off)")
+        _check(
+            _is_real(self.temperature) and self.temperature >= 0,
+            "temperature",
+            self.temperature,
+            "a finite number >= 0 (0 = greedy)",
+        )
+        _check(
+            _is_int(self.top_k) and self.top_k >= 0,
+            "top_k",
+            self.top_k,
+            "an integer >= 0 (0 = off)",
+        )
         _check(_is_real(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "(0, 1]")
         _check(_is_real(self.min_p) and 0 <= self.min_p <= 1, "min_p", self.min_p, "[0, 1]")
-        _check(_is_real(self.typical_p) and 0 < self.typical_p <= 1,
-               "typical_p", self.typical_p, "(0, 1]")
-        _check(_is_real(self.repeat_penalty) and self.repeat_penalty > 0,
-               "repeat_penalty", self.repeat_penalty, "a finite number > 0 (1 = off)")
-        _check(_is_real(self.frequency_penalty), "frequency_penalty",
-               self.frequency_penalty, "a finite number (0 = off)")
-        _check(_is_real(self.presence_penalty), "presence_penalty",
-               self.presence_penalty, "a finite number (0 = off)")
-        _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= 0xFFFFFFFF),
-               "seed", self.seed, "None or an integer in [0, 2**32 - 1]")
-        _check(_is_int(self.penalty_last_n) and self.penalty_last_n >= 0,
-               "penalty_last_n", self.penalty_last_n, "an integer >= 0")
-        _check(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
-               "max_tokens", self.max_tokens,
-               "None (the generator's max_tokens) or an integer >= 1")
-        _check(self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= 20),
-               "logprobs", self.logprobs, "None or an integer in [0, 20] (OpenAI's limit)")
+        _check(
+            _is_real(self.typical_p) and 0 < self.typical_p <= 1,
+            "typical_p",
+            self.typical_p,
+            "(0, 1]",
+        )
+        _check(
+            _is_real(self.repeat_penalty) and self.repeat_penalty > 0,
+            "repeat_penalty",
+            self.repeat_penalty,
+            "a finite number > 0 (1 = off)",
+        )
+        _check(
+            _is_real(self.frequency_penalty),
+            "frequency_penalty",
+            self.frequency_penalty,
+            "a finite number (0 = off)",
+        )
+        _check(
+            _is_real(self.presence_penalty),
+            "presence_penalty",
+            self.presence_penalty,
+            "a finite number (0 = off)",
+        )
+        _check(
+            self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= 0xFFFFFFFF),
+            "seed",
+            self.seed,
+            "None or an integer in [0, 2**32 - 1]",
+        )
+        _check(
+            _is_int(self.penalty_last_n) and self.penalty_last_n >= 0,
+            "penalty_last_n",
+            self.penalty_last_n,
+            "an integer >= 0",
+        )
+        _check(
+            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
+            "max_tokens",
+            self.max_tokens,
+            "None (the generator's max_tokens) or an integer >= 1",
+        )
+        _check(
+            self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= 20),
+            "logprobs",
+            self.logprobs,
+            "None or an integer in [0, 20] (OpenAI's limit)",
+        )
 
     def __hash__(self) -> int:  # json_schema may be a dict: hash its canonical JSON text
-        return hash(tuple(json.dumps(v, sort_keys=True) if isinstance(v, Mapping) else v
-                          for v in (getattr(self, f.name) for f in fields(self))))
+        return hash(
+            tuple(
+                json.dumps(v, sort_keys=True) if isinstance(v, Mapping) else v
+                for v in (getattr(self, f.name) for f in fields(self))
+            )
+        )
 
     @property
     def constraint(self) -> str | None:
@@ -161,12 +203,14 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
     object.__setattr__(p, "stop", stop)
     ids = p.stop_token_ids
     if not isinstance(ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in ids):
-        raise ValueError(f"stop_token_ids={ids!r} is not valid: give a list of token ids "
-                         "(integers >= 0)")
+        raise ValueError(
+            f"stop_token_ids={ids!r} is not valid: give a list of token ids (integers >= 0)"
+        )
     object.__setattr__(p, "stop_token_ids", tuple(ids))
     if p.grammar is not None and (not isinstance(p.grammar, str) or not p.grammar.strip()):
-        raise ValueError(f"grammar={p.grammar!r} is not valid: give GBNF text "
-                         "(with a 'root' rule) or None")
+        raise ValueError(
+            f"grammar={p.grammar!r} is not valid: give GBNF text (with a 'root' rule) or None"
+        )
     schema = p.json_schema
     if isinstance(schema, str):
         try:
@@ -174,14 +218,16 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
         except ValueError as exc:
             raise ValueError(f"json_schema is not valid JSON: {exc}") from None
     elif schema is not None and not isinstance(schema, Mapping):
-        raise ValueError(f"json_schema is {type(schema).__name__}: give a dict, its JSON "
-                         "text, or None")
+        raise ValueError(
+            f"json_schema is {type(schema).__name__}: give a dict, its JSON text, or None"
+        )
     if p.choices is not None:
         object.__setattr__(p, "choices", _str_tuple("choices", p.choices, allow_empty=False))
     given = [n for n in ("grammar", "json_schema", "choices") if getattr(p, n) is not None]
     if len(given) > 1:
-        raise ValueError(f"{' and '.join(given)} are both set: give at most one of grammar, "
-                         "json_schema, choices")
+        raise ValueError(
+            f"{' and '.join(given)} are both set: give at most one of grammar, json_schema, choices"
+        )
 
 
 def default_page_size(slots: int) -> int:
@@ -225,16 +271,35 @@ class BatchConfig:
     page_size: int | None = None
 
     def __post_init__(self) -> None:
-        _check(_is_int(self.slots) and self.slots >= 1, "slots", self.slots,
-               "an integer >= 1 (at most llama_max_parallel_sequences())")
-        _check(_is_int(self.n_ctx_seq) and self.n_ctx_seq >= 1, "n_ctx_seq",
-               self.n_ctx_seq, "an integer >= 1 (tokens per sequence)")
-        _check(_is_int(self.n_batch) and self.n_batch >= 1, "n_batch", self.n_batch,
-               "an integer >= 1 (tokens per llama_decode)")
-        _check(_is_int(self.max_tokens) and self.max_tokens >= 1, "max_tokens",
-               self.max_tokens, "an integer >= 1")
+        _check(
+            _is_int(self.slots) and self.slots >= 1,
+            "slots",
+            self.slots,
+            "an integer >= 1 (at most llama_max_parallel_sequences())",
+        )
+        _check(
+            _is_int(self.n_ctx_seq) and self.n_ctx_seq >= 1,
+            "n_ctx_seq",
+            self.n_ctx_seq,
+            "an integer >= 1 (tokens per sequence)",
+        )
+        _check(
+            _is_int(self.n_batch) and self.n_batch >= 1,
+            "n_batch",
+            self.n_batch,
+            "an integer >= 1 (tokens per llama_decode)",
+        )
+        _check(
+            _is_int(self.max_tokens) and self.max_tokens >= 1,
+            "max_tokens",
+            self.max_tokens,
+            "an integer >= 1",
+        )
         if self.page_size is None:
             object.__setattr__(self, "page_size", default_page_size(self.slots))
-        _check(_is_int(self.page_size) and self.page_size >= 1
-               and self.page_size % self.slots == 0, "page_size", self.page_size,
-               f"a positive multiple of slots={self.slots}")
+        _check(
+            _is_int(self.page_size) and self.page_size >= 1 and self.page_size % self.slots == 0,
+            "page_size",
+            self.page_size,
+            f"a positive multiple of slots={self.slots}",
+        )

@@ -38,8 +38,20 @@ def llm(model_path):
 # dev (more examples and longer stateful runs, for a local hunt: about 3 minutes).
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile("ci", max_examples=300, stateful_step_count=30, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
-settings.register_profile("dev", max_examples=1000, stateful_step_count=50, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile(
+    "dev",
+    max_examples=1000,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -13,15 +13,41 @@ Raises (from :func:`load` and the :class:`Library` methods):
 
 from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle
 from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load
-from .llm import (SHARED_CONTEXT_FIELDS, context_of, context_params_of, cut_llm_cache,
-                  is_loaded, llm_cached_tokens, llm_settings, model_of, on_model_close,
-                  set_llm_settings, threads_of)
+from .llm import (
+    SHARED_CONTEXT_FIELDS,
+    context_of,
+    context_params_of,
+    cut_llm_cache,
+    is_loaded,
+    llm_cached_tokens,
+    llm_settings,
+    model_of,
+    on_model_close,
+    set_llm_settings,
+    threads_of,
+)
 from .memory import MemoryOps
 from .views import BatchBuffers
 
 __all__ = [
-    "FALLBACK_MAX_PARALLEL_SEQUENCES", "SHARED_CONTEXT_FIELDS", "BatchBuffers",
-    "ContextHandle", "Library", "MemoryOps", "ModelHandle", "SamplerHandle",
-    "VocabHandle", "context_of", "context_params_of", "cut_llm_cache", "is_loaded", "llm_cached_tokens",
-    "llm_settings", "load", "model_of", "on_model_close", "set_llm_settings", "threads_of",
+    "FALLBACK_MAX_PARALLEL_SEQUENCES",
+    "SHARED_CONTEXT_FIELDS",
+    "BatchBuffers",
+    "ContextHandle",
+    "Library",
+    "MemoryOps",
+    "ModelHandle",
+    "SamplerHandle",
+    "VocabHandle",
+    "context_of",
+    "context_params_of",
+    "cut_llm_cache",
+    "is_loaded",
+    "llm_cached_tokens",
+    "llm_settings",
+    "load",
+    "model_of",
+    "on_model_close",
+    "set_llm_settings",
+    "threads_of",
 ]

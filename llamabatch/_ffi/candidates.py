@@ -34,8 +34,10 @@ class Candidates:
 
     def __init__(self, module: Any, fn: dict[str, Any], n_vocab: int) -> None:
         if ctypes.sizeof(module.llama_token_data) != TOKEN_DATA.itemsize:
-            raise GrammarError("llama_token_data is not {int32, float, float} in this "
-                               "llama-cpp-python; cannot check a grammar lazily")
+            raise GrammarError(
+                "llama_token_data is not {int32, float, float} in this "
+                "llama-cpp-python; cannot check a grammar lazily"
+            )
         self.n_vocab = n_vocab
         self.rows = np.zeros(n_vocab, dtype=TOKEN_DATA)
         self._ids = np.arange(n_vocab, dtype=np.int32)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,22 @@ from .views import BatchBuffers
 FALLBACK_MAX_PARALLEL_SEQUENCES = 64
 
 #: Roles a batch context needs (checked before one is created).
-BATCH_ROLES = ("context_default_params", "init_context", "free_context", "n_ctx",
-               "n_seq_max", "n_batch", "get_model", "decode", "batch_init", "batch_free",
-               "get_logits_ith", "model_get_vocab", "vocab_n_tokens", "memory")
+BATCH_ROLES = (
+    "context_default_params",
+    "init_context",
+    "free_context",
+    "n_ctx",
+    "n_seq_max",
+    "n_batch",
+    "get_model",
+    "decode",
+    "batch_init",
+    "batch_free",
+    "get_logits_ith",
+    "model_get_vocab",
+    "vocab_n_tokens",
+    "memory",
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,8 +88,9 @@ class Library:
         return FALLBACK_MAX_PARALLEL_SEQUENCES
 
     # -- contexts ------------------------------------------------------------------
-    def context_params(self, fields: dict[str, Any], like: Any = None,
-                       copy: tuple[str, ...] = ()) -> Any:
+    def context_params(
+        self, fields: dict[str, Any], like: Any = None, copy: tuple[str, ...] = ()
+    ) -> Any:
         """``llama_context_default_params()`` with ``fields`` set by name.
 
         Fields named in ``copy`` are first copied from ``like`` (another params struct)
@@ -111,10 +126,17 @@ class Library:
         expect(ctx, ContextHandle)
         fn = self.symbols.fn
         n_ctx, n_seq_max = int(fn["n_ctx"](ctx.ctx)), int(fn["n_seq_max"](ctx.ctx))
-        n_ctx_seq = (int(fn["n_ctx_seq"](ctx.ctx)) if self.symbols.has("n_ctx_seq")
-                     else n_ctx // max(n_seq_max, 1))
-        return {"n_ctx": n_ctx, "n_ctx_seq": n_ctx_seq, "n_seq_max": n_seq_max,
-                "n_batch": int(fn["n_batch"](ctx.ctx))}
+        n_ctx_seq = (
+            int(fn["n_ctx_seq"](ctx.ctx))
+            if self.symbols.has("n_ctx_seq")
+            else n_ctx // max(n_seq_max, 1)
+        )
+        return {
+            "n_ctx": n_ctx,
+            "n_ctx_seq": n_ctx_seq,
+            "n_seq_max": n_seq_max,
+            "n_batch": int(fn["n_batch"](ctx.ctx)),
+        }
 
     def get_model(self, ctx: ContextHandle) -> ModelHandle:
         """``llama_get_model(ctx)``: the model the context runs."""
@@ -182,8 +204,11 @@ class Library:
         memory keeps one state per sequence, so it cannot be cut back to a position.
         ``None`` when the binding has neither function."""
         expect(model, ModelHandle)
-        found = [bool(self.symbols.fn[r](model.model))
-                 for r in ("model_is_recurrent", "model_is_hybrid") if self.symbols.has(r)]
+        found = [
+            bool(self.symbols.fn[r](model.model))
+            for r in ("model_is_recurrent", "model_is_hybrid")
+            if self.symbols.has(r)
+        ]
         return any(found) if found else None
 
     def decode(self, ctx: ContextHandle, buffers: BatchBuffers) -> int:
@@ -208,8 +233,7 @@ class Library:
         data = self.symbols.fn["perf_context"](ctx.ctx)
         return int(data.n_reused) if hasattr(data, "n_reused") else None
 
-    def set_abort_callback(self, ctx: ContextHandle,
-                           fn: Callable[[], bool] | None) -> Any:
+    def set_abort_callback(self, ctx: ContextHandle, fn: Callable[[], bool] | None) -> Any:
         """``llama_set_abort_callback``: llama.cpp calls ``fn()`` during compute and aborts
         the decode (return code 2) when it returns True. ``None`` removes it.
 

@@ -11,7 +11,8 @@ llamabatch's batch context (:func:`on_model_close`).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import BatchUnavailable, LibraryError
 from .handles import ContextHandle, ModelHandle
@@ -19,9 +20,20 @@ from .handles import ContextHandle, ModelHandle
 #: ``llama_context_params`` fields copied from the ``Llama``'s own context so that both
 #: contexts compute the same way (RoPE, attention kernel, KV types, offloading).
 SHARED_CONTEXT_FIELDS = (
-    "rope_scaling_type", "rope_freq_base", "rope_freq_scale", "yarn_ext_factor",
-    "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx",
-    "flash_attn_type", "flash_attn", "type_k", "type_v", "offload_kqv", "op_offload",
+    "rope_scaling_type",
+    "rope_freq_base",
+    "rope_freq_scale",
+    "yarn_ext_factor",
+    "yarn_attn_factor",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_orig_ctx",
+    "flash_attn_type",
+    "flash_attn",
+    "type_k",
+    "type_v",
+    "offload_kqv",
+    "op_offload",
     "swa_full",
 )
 
@@ -35,8 +47,10 @@ def model_of(llm: Any) -> ModelHandle:
     """
     holder = getattr(llm, "_model", None)
     if holder is None or not hasattr(holder, "model"):
-        raise LibraryError(f"cannot find the model pointer of {type(llm).__name__} "
-                           "(expected Llama._model.model, llama-cpp-python 0.3.x)")
+        raise LibraryError(
+            f"cannot find the model pointer of {type(llm).__name__} "
+            "(expected Llama._model.model, llama-cpp-python 0.3.x)"
+        )
     if not holder.model:
         raise BatchUnavailable("the Llama's model is not loaded (was Llama.close() called?)")
     return ModelHandle(int(holder.model))
@@ -51,6 +65,7 @@ def context_of(llm: Any) -> ContextHandle | None:
     address = ctx if isinstance(ctx, int) else getattr(ctx, "value", None)
     if address is None:
         import ctypes
+
         address = ctypes.cast(ctx, ctypes.c_void_p).value
     return ContextHandle(int(address)) if address else None
 
@@ -82,8 +97,11 @@ def threads_of(llm: Any) -> tuple[int, int]:
     """(n_threads, n_threads_batch) the ``Llama`` computes with (>= 1 each)."""
     params = getattr(llm, "context_params", None)
     n_threads = getattr(params, "n_threads", None) or getattr(llm, "n_threads", None) or 1
-    n_batch = (getattr(params, "n_threads_batch", None)
-               or getattr(llm, "n_threads_batch", None) or n_threads)
+    n_batch = (
+        getattr(params, "n_threads_batch", None)
+        or getattr(llm, "n_threads_batch", None)
+        or n_threads
+    )
     return max(int(n_threads), 1), max(int(n_batch), 1)
 
 
@@ -97,8 +115,7 @@ def context_params_of(llm: Any) -> Any:
 #: ``create_completion`` derives its next seed from, the sampler chain ``Llama.sample``
 #: reuses, mirostat's running mu, the penalty window and ``_requires_eval`` (whether the
 #: logits in the context belong to the cached tokens).
-LLM_SETTINGS = ("_seed", "_sampler", "_mirostat_mu", "last_n_tokens_size",
-                "_requires_eval")
+LLM_SETTINGS = ("_seed", "_sampler", "_mirostat_mu", "last_n_tokens_size", "_requires_eval")
 
 
 def llm_settings(llm: Any) -> dict[str, Any]:

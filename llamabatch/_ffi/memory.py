@@ -9,8 +9,9 @@ recurrent models, so llamabatch removes whole sequences only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .resolve import Symbols
 

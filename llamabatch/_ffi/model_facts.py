@@ -21,15 +21,15 @@ from .resolve import import_binding
 #: (``type_traits`` in ggml/src/ggml.c: e.g. Q8_0 = 34 bytes per 32 values).
 #: Keys are ``enum ggml_type`` values from ggml.h.
 GGML_TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (4, 1),    # F32
-    1: (2, 1),    # F16
+    0: (4, 1),  # F32
+    1: (2, 1),  # F16
     2: (18, 32),  # Q4_0
     3: (20, 32),  # Q4_1
     6: (22, 32),  # Q5_0
     7: (24, 32),  # Q5_1
     8: (34, 32),  # Q8_0
     20: (18, 32),  # IQ4_NL
-    30: (2, 1),   # BF16
+    30: (2, 1),  # BF16
 }
 
 
@@ -112,8 +112,10 @@ def kv_facts(model: ModelHandle, *, weights_loaded: bool = True) -> KvFacts:
         n_embd = _meta_int(module, ptr, f"{arch}.embedding_length")
         n_head = _meta_int(module, ptr, f"{arch}.attention.head_count")
         if not (n_layer and n_embd and n_head):
-            raise ValueError(f"the GGUF metadata of this {arch or 'unknown'} model lacks "
-                             "block_count, embedding_length or attention.head_count")
+            raise ValueError(
+                f"the GGUF metadata of this {arch or 'unknown'} model lacks "
+                "block_count, embedding_length or attention.head_count"
+            )
         # an array of per-layer counts is not readable as a string: fall back to n_head
         n_head_kv = _meta_int(module, ptr, f"{arch}.attention.head_count_kv") or n_head
         n_swa = _meta_int(module, ptr, f"{arch}.attention.sliding_window") or 0
@@ -121,10 +123,15 @@ def kv_facts(model: ModelHandle, *, weights_loaded: bool = True) -> KvFacts:
     key = _meta_int(module, ptr, f"{arch}.attention.key_length")
     value = _meta_int(module, ptr, f"{arch}.attention.value_length")
     return KvFacts(
-        arch=arch, n_layer=n_layer, n_head_kv=n_head_kv,
-        n_embd_head_k=key or per_head, n_embd_head_v=value or per_head, n_swa=n_swa,
+        arch=arch,
+        n_layer=n_layer,
+        n_head_kv=n_head_kv,
+        n_embd_head_k=key or per_head,
+        n_embd_head_v=value or per_head,
+        n_swa=n_swa,
         is_recurrent=_flag(module, "llama_model_is_recurrent", ptr),
-        is_hybrid=_flag(module, "llama_model_is_hybrid", ptr))
+        is_hybrid=_flag(module, "llama_model_is_hybrid", ptr),
+    )
 
 
 def kv_facts_of_file(path: str | os.PathLike[str]) -> KvFacts:
@@ -140,8 +147,7 @@ def kv_facts_of_file(path: str | os.PathLike[str]) -> KvFacts:
     params.vocab_only = True
     model = _fn(module, "llama_model_load_from_file")(os.fsencode(path), params)
     if not model:
-        raise ValueError(f"model_path={str(path)!r}: llama.cpp could not open it as a "
-                         "GGUF model")
+        raise ValueError(f"model_path={str(path)!r}: llama.cpp could not open it as a GGUF model")
     try:
         return kv_facts(ModelHandle(int(model)), weights_loaded=False)
     finally:
@@ -157,8 +163,10 @@ def type_size(ggml_type: int) -> tuple[int, int]:
     try:
         return GGML_TYPE_SIZES[int(ggml_type)]
     except KeyError:
-        raise ValueError(f"type_k/type_v={ggml_type!r}: KV cache type unknown to the "
-                         f"estimate; known ggml types: {sorted(GGML_TYPE_SIZES)}") from None
+        raise ValueError(
+            f"type_k/type_v={ggml_type!r}: KV cache type unknown to the "
+            f"estimate; known ggml types: {sorted(GGML_TYPE_SIZES)}"
+        ) from None
 
 
 def kv_types_of(llm: Any) -> tuple[int, int]:

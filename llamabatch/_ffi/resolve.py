@@ -10,9 +10,10 @@ installed version, and :meth:`Symbols.require` reports all missing ones up front
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import LibraryError
 from .version import check_version, installed_version
@@ -61,8 +62,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "model_is_recurrent": ("llama_model_is_recurrent",),
     "model_is_hybrid": ("llama_model_is_hybrid",),
     "init_grammar": ("llama_sampler_init_grammar",),  # optional: grammar / json / choices
-    "sampler_apply": ("llama_sampler_apply",),        # optional: grammar checked lazily
-    "sampler_accept": ("llama_sampler_accept",),      # optional: idem
+    "sampler_apply": ("llama_sampler_apply",),  # optional: grammar checked lazily
+    "sampler_accept": ("llama_sampler_accept",),  # optional: idem
 }
 
 #: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.
@@ -70,11 +71,15 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 #: older ones take the context itself, and their ``clear`` has no ``data`` argument.
 MEMORY_APIS: tuple[tuple[str, str, str, str], ...] = (
     ("llama_memory", "llama_memory_clear", "llama_memory_seq_rm", "llama_memory_seq_pos_max"),
-    ("llama_kv_self", "llama_kv_self_clear", "llama_kv_self_seq_rm",
-     "llama_kv_self_seq_pos_max"),
-    ("llama_kv_cache", "llama_kv_cache_clear", "llama_kv_cache_seq_rm",
-     "llama_kv_cache_seq_pos_max"),
+    ("llama_kv_self", "llama_kv_self_clear", "llama_kv_self_seq_rm", "llama_kv_self_seq_pos_max"),
+    (
+        "llama_kv_cache",
+        "llama_kv_cache_clear",
+        "llama_kv_cache_seq_rm",
+        "llama_kv_cache_seq_pos_max",
+    ),
 )
+
 
 def import_binding() -> tuple[ModuleType, str]:
     """Import ``llama_cpp.llama_cpp`` (loads the shared library) and read the version.
@@ -88,8 +93,10 @@ def import_binding() -> tuple[ModuleType, str]:
     try:
         module = importlib.import_module("llama_cpp.llama_cpp")
     except ImportError as exc:
-        raise LibraryError(f"llama-cpp-python is not installed ({exc}); "
-                           "install it with `pip install llama-cpp-python`") from exc
+        raise LibraryError(
+            f"llama-cpp-python is not installed ({exc}); "
+            "install it with `pip install llama-cpp-python`"
+        ) from exc
     except (OSError, RuntimeError) as exc:  # the binding's "Failed to load shared library"
         raise LibraryError(f"llama-cpp-python's shared library failed to load: {exc}") from exc
     return module, _version()
@@ -110,8 +117,10 @@ class Missing:
         raise LibraryError(self.message())
 
     def message(self) -> str:
-        return (f"llama-cpp-python {self.version} has no {' / '.join(self.names)} "
-                "(needed by llamabatch)")
+        return (
+            f"llama-cpp-python {self.version} has no {' / '.join(self.names)} "
+            "(needed by llamabatch)"
+        )
 
 
 #: (prefix, llama_get_memory or None, clear, seq_rm, seq_pos_max).
@@ -145,8 +154,7 @@ class Symbols:
 
         The pseudo-role ``"memory"`` stands for the memory API.
         """
-        missing = [self.fn[r].message() for r in roles
-                   if r != "memory" and not self.has(r)]
+        missing = [self.fn[r].message() for r in roles if r != "memory" and not self.has(r)]
         if "memory" in roles and isinstance(self.memory[2], Missing):
             missing.append(self.memory[2].message())
         if missing:
@@ -165,8 +173,7 @@ def resolve(module: ModuleType, version: str) -> Symbols:
                 break
         else:
             fn[role] = Missing(candidates, version)
-    return Symbols(fn=fn, names=names, memory=_resolve_memory(module, version),
-                   version=version)
+    return Symbols(fn=fn, names=names, memory=_resolve_memory(module, version), version=version)
 
 
 def _resolve_memory(module: ModuleType, version: str) -> MemoryFns:

@@ -39,8 +39,9 @@ class SamplerChains:
             LibraryError: a sampler symbol is missing.
             MemoryError: llama.cpp returned NULL.
         """
-        self._symbols.require("chain_default_params", "chain_init", "chain_add",
-                              "sampler_sample", "sampler_free")
+        self._symbols.require(
+            "chain_default_params", "chain_init", "chain_add", "sampler_sample", "sampler_free"
+        )
         chain = self._fn["chain_init"](self._fn["chain_default_params"]())
         if not chain:
             raise MemoryError("llama_sampler_chain_init returned NULL")
@@ -51,8 +52,15 @@ class SamplerChains:
             raise MemoryError(f"llama_sampler_init_{what} returned NULL")
         self._fn["chain_add"](chain.chain, stage)  # the chain now owns the stage
 
-    def add_penalties(self, chain: SamplerHandle, n_vocab: int, last_n: int,
-                      repeat: float, freq: float, present: float) -> None:
+    def add_penalties(
+        self,
+        chain: SamplerHandle,
+        n_vocab: int,
+        last_n: int,
+        repeat: float,
+        freq: float,
+        present: float,
+    ) -> None:
         """Append ``llama_sampler_init_penalties`` (history of the last ``last_n`` tokens)."""
         expect(chain, SamplerHandle)
         fn = self._fn["init_penalties"]
@@ -62,9 +70,11 @@ class SamplerChains:
         elif arity == 4:
             stage = fn(last_n, repeat, freq, present)
         else:
-            raise LibraryError(f"llama-cpp-python {self._symbols.version}: "
-                               f"llama_sampler_init_penalties takes {arity} arguments; "
-                               "llamabatch knows the 4- and 5-argument forms")
+            raise LibraryError(
+                f"llama-cpp-python {self._symbols.version}: "
+                f"llama_sampler_init_penalties takes {arity} arguments; "
+                "llamabatch knows the 4- and 5-argument forms"
+            )
         self._add(chain, stage, "penalties")
 
     def add_top_k(self, chain: SamplerHandle, k: int) -> None:
@@ -114,9 +124,11 @@ class SamplerChains:
             raise GrammarError("the grammar holds a NUL character")
         stage = self._fn["init_grammar"](vocab.vocab, text, name)
         if not stage:
-            raise GrammarError("llama.cpp refused the grammar (llama_sampler_init_grammar "
-                               "returned NULL: a GBNF parse error, an undefined rule, left "
-                               f"recursion or no '{root}' rule; llama.cpp's log says which)")
+            raise GrammarError(
+                "llama.cpp refused the grammar (llama_sampler_init_grammar "
+                "returned NULL: a GBNF parse error, an undefined rule, left "
+                f"recursion or no '{root}' rule; llama.cpp's log says which)"
+            )
         return SamplerHandle(stage)
 
     def add_to(self, chain: SamplerHandle, stage: SamplerHandle) -> None:
@@ -147,8 +159,7 @@ class SamplerChains:
         expect(chain, SamplerHandle)
         self._symbols.require("chain_n", "chain_get", "sampler_name")
         n = int(self._fn["chain_n"](chain.chain))
-        names = (self._fn["sampler_name"](self._fn["chain_get"](chain.chain, i))
-                 for i in range(n))
+        names = (self._fn["sampler_name"](self._fn["chain_get"](chain.chain, i)) for i in range(n))
         return [name.decode("utf-8", errors="replace") for name in names]
 
     def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:

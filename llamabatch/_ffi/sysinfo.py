@@ -105,8 +105,13 @@ def devices() -> list[Device]:
     kind = _func("ggml_backend_dev_type", ctypes.c_int, ctypes.c_void_p)
     if None in (count, get, name, desc, kind):
         return []
-    memory = _func("ggml_backend_dev_memory", None, ctypes.c_void_p,
-                   ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
+    memory = _func(
+        "ggml_backend_dev_memory",
+        None,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    )
     found = []
     for i in range(count()):
         dev = get(i)
@@ -118,11 +123,15 @@ def devices() -> list[Device]:
             f, tot = ctypes.c_size_t(0), ctypes.c_size_t(0)
             memory(dev, ctypes.byref(f), ctypes.byref(tot))
             free, total = (f.value or None), (tot.value or None)
-        found.append(Device(
-            name=(name(dev) or b"").decode("utf-8", "replace"),
-            description=(desc(dev) or b"").decode("utf-8", "replace"),
-            type=DEVICE_TYPES[t] if 0 <= t < len(DEVICE_TYPES) else f"type {t}",
-            memory_total=total, memory_free=free))
+        found.append(
+            Device(
+                name=(name(dev) or b"").decode("utf-8", "replace"),
+                description=(desc(dev) or b"").decode("utf-8", "replace"),
+                type=DEVICE_TYPES[t] if 0 <= t < len(DEVICE_TYPES) else f"type {t}",
+                memory_total=total,
+                memory_free=free,
+            )
+        )
     return found
 
 

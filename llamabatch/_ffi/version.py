@@ -36,6 +36,7 @@ def supported_range() -> str:
 def installed_version() -> str | None:
     """The installed llama-cpp-python's version string, ``None`` if it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("llama-cpp-python")
     except PackageNotFoundError:  # e.g. a source checkout on sys.path
@@ -64,9 +65,11 @@ def check_version(text: str | None = None) -> None:
     """
     text = installed_version() if text is None else text
     if text is None:
-        raise LibraryError("llama-cpp-python is not installed; llamabatch supports "
-                           f"llama-cpp-python{supported_range()}: "
-                           f"pip install 'llama-cpp-python{supported_range()}'")
+        raise LibraryError(
+            "llama-cpp-python is not installed; llamabatch supports "
+            f"llama-cpp-python{supported_range()}: "
+            f"pip install 'llama-cpp-python{supported_range()}'"
+        )
     if os.environ.get(ALLOW_ENV, "") not in ("", "0"):
         return
     parsed = parse(text)
@@ -76,4 +79,5 @@ def check_version(text: str | None = None) -> None:
             f"llama-cpp-python {text} is not supported: llamabatch was tested with "
             f"llama-cpp-python{supported_range()} (install one of those, e.g. "
             f"pip install 'llama-cpp-python{supported_range()}'; or set {ALLOW_ENV}=1 "
-            "to try this version anyway)")
+            "to try this version anyway)"
+        )

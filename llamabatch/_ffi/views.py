@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,14 +35,24 @@ class BatchBuffers:
         MemoryError: ``llama_batch_init`` returned NULL arrays.
     """
 
-    __slots__ = ("struct", "capacity", "token", "pos", "seq_id", "logits", "_finalizer",
-                 "__weakref__")
+    __slots__ = (
+        "struct",
+        "capacity",
+        "token",
+        "pos",
+        "seq_id",
+        "logits",
+        "_finalizer",
+        "__weakref__",
+    )
 
-    def __init__(self, batch_init: Callable[..., Any], batch_free: Callable[..., Any],
-                 capacity: int) -> None:
+    def __init__(
+        self, batch_init: Callable[..., Any], batch_free: Callable[..., Any], capacity: int
+    ) -> None:
         struct = batch_init(capacity, 0, 1)
-        if not (struct.token and struct.pos and struct.n_seq_id and struct.seq_id
-                and struct.logits):
+        if not (
+            struct.token and struct.pos and struct.n_seq_id and struct.seq_id and struct.logits
+        ):
             raise MemoryError(f"llama_batch_init({capacity}, 0, 1) returned NULL arrays")
         self.struct = struct
         self.capacity = capacity
@@ -54,13 +65,13 @@ class BatchBuffers:
         self.logits[:] = 0
 
         rows = np.ctypeslib.as_array(
-            ctypes.cast(struct.seq_id, ctypes.POINTER(ctypes.c_size_t)), shape=(capacity,))
+            ctypes.cast(struct.seq_id, ctypes.POINTER(ctypes.c_size_t)), shape=(capacity,)
+        )
         original = rows.copy()
         block = np.zeros(capacity, dtype=np.int32)
         rows[:] = block.ctypes.data + np.arange(capacity, dtype=np.uintp) * block.itemsize
         self.seq_id = block
-        self._finalizer = weakref.finalize(self, _free, batch_free, struct, rows, original,
-                                           block)
+        self._finalizer = weakref.finalize(self, _free, batch_free, struct, rows, original, block)
 
     def set_n_tokens(self, n_tokens: int) -> None:
         """Write ``llama_batch.n_tokens`` (rows [0, n_tokens) are submitted)."""
@@ -76,8 +87,13 @@ class BatchBuffers:
         self._finalizer()
 
 
-def _free(batch_free: Callable[..., Any], struct: Any, rows: np.ndarray,
-          original: np.ndarray, block: np.ndarray) -> None:
+def _free(
+    batch_free: Callable[..., Any],
+    struct: Any,
+    rows: np.ndarray,
+    original: np.ndarray,
+    block: np.ndarray,
+) -> None:
     rows[:] = original  # the library frees its own per-row buffers, not ``block``
     batch_free(struct)
     del block  # kept alive until the C side no longer points into it

@@ -23,7 +23,7 @@ from typing import Any
 
 _lock = threading.Lock()
 _blocks = threading.local()  # .stack: the open blocks of this thread, innermost last
-_previous: Any = None        # the hook ours delegates to
+_previous: Any = None  # the hook ours delegates to
 
 
 def _hook(unraisable: Any) -> None:
@@ -31,8 +31,7 @@ def _hook(unraisable: Any) -> None:
     pass everything else (and everything outside a block) to the previous hook."""
     stack = getattr(_blocks, "stack", None)
     exc_type = getattr(unraisable, "exc_type", None)
-    if (stack and isinstance(exc_type, type)
-            and issubclass(exc_type, KeyboardInterrupt)):
+    if stack and isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
         stack[-1].caught = True
         return
     (_previous or sys.__unraisablehook__)(unraisable)

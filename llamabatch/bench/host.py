@@ -17,16 +17,46 @@ from datetime import datetime, timezone
 from typing import Any
 
 # -- header --------------------------------------------------------------------------------
-_QUANT_RE = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32|MXFP4)(?![A-Za-z0-9])",
-                       re.IGNORECASE)
+_QUANT_RE = re.compile(
+    r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|F16|BF16|F32|MXFP4)(?![A-Za-z0-9])", re.IGNORECASE
+)
 
 #: ``enum llama_ftype`` (llama.h) for the common values of ``general.file_type``.
-FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-              10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S",
-              15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS",
-              20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S",
-              25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M",
-              30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4"}
+FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4",
+}
 
 
 def quantization(model_path: str, metadata: Mapping[str, str] | None = None) -> str:
@@ -66,6 +96,7 @@ def library_versions() -> tuple[str, str]:
     """``(llama-cpp-python version, llama.cpp version)``, ``"unknown"`` when not found."""
     try:
         import llama_cpp
+
         binding = getattr(llama_cpp, "__version__", "unknown")
     except (ImportError, OSError):
         return "not installed", "unknown"
@@ -78,10 +109,16 @@ def library_versions() -> tuple[str, str]:
     return binding, f"{llama or 'unknown'}" + (f" ({extra})" if extra else "")
 
 
-def collect_header(*, model_path: str, metadata: Mapping[str, str] | None = None,
-                   threads: int | None = None, n_gpu_layers: int = 0,
-                   n_ctx_seq: int | None = None, n_batch: int = 512,
-                   with_library: bool = True) -> dict[str, Any]:
+def collect_header(
+    *,
+    model_path: str,
+    metadata: Mapping[str, str] | None = None,
+    threads: int | None = None,
+    n_gpu_layers: int = 0,
+    n_ctx_seq: int | None = None,
+    n_batch: int = 512,
+    with_library: bool = True,
+) -> dict[str, Any]:
     """The header of the JSON document (see :mod:`llamabatch.bench.report`).
 
     Args:
@@ -100,8 +137,15 @@ def collect_header(*, model_path: str, metadata: Mapping[str, str] | None = None
     if with_library:
         from .._ffi import sysinfo
 
-        devices = [{"name": d.name, "description": d.description, "type": d.type,
-                    "memory_total": d.memory_total} for d in sysinfo.devices()]
+        devices = [
+            {
+                "name": d.name,
+                "description": d.description,
+                "type": d.type,
+                "memory_total": d.memory_total,
+            }
+            for d in sysinfo.devices()
+        ]
         system_info = sysinfo.system_info()
         binding_version, llama_version = library_versions()
     has_gpu = any(d["type"] in ("GPU", "IGPU") for d in devices)

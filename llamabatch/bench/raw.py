@@ -34,14 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.backend import Backend, BatchLimits, Span
-from ..errors import BackendError, BatchUnavailable
-from ..params import BatchConfig, SamplingParams
 from ..engine.items import Item
 from ..engine.scheduler import Scheduler
+from ..errors import BackendError, BatchUnavailable
+from ..params import BatchConfig, SamplingParams
 
 #: The columns of llama-batched-bench's markdown table, in its order.
-RAW_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s",
-               "T s", "S t/s")
+RAW_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s")
 
 #: Greedy sampling: the raw bench's figures must not depend on the draw.
 GREEDY = SamplingParams(temperature=0.0)
@@ -57,6 +56,7 @@ CTX_PAD = 256
 def ctx_per_seq(n_tokens: int) -> int:
     """``n_tokens`` rounded up to a multiple of :data:`CTX_PAD`."""
     return -(-n_tokens // CTX_PAD) * CTX_PAD
+
 
 Clock = Callable[[], float]
 Progress = Callable[[int], None]
@@ -100,15 +100,34 @@ class RawRow:
 
     def values(self) -> tuple[int, int, int, int, float, float, float, float, float, float]:
         """The row in :data:`RAW_COLUMNS` order."""
-        return (self.pp, self.tg, self.b, self.n_kv, self.t_pp, self.s_pp, self.t_tg,
-                self.s_tg, self.t, self.s)
+        return (
+            self.pp,
+            self.tg,
+            self.b,
+            self.n_kv,
+            self.t_pp,
+            self.s_pp,
+            self.t_tg,
+            self.s_tg,
+            self.t,
+            self.s,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The row with llama-batched-bench's jsonl keys, plus every round's times."""
-        return {"pp": self.pp, "tg": self.tg, "pl": self.b, "n_kv": self.n_kv,
-                "t_pp": self.t_pp, "speed_pp": self.s_pp, "t_tg": self.t_tg,
-                "speed_tg": self.s_tg, "t": self.t, "speed": self.s,
-                "rounds": [{"t_pp": a, "t_tg": b} for a, b in self.rounds]}
+        return {
+            "pp": self.pp,
+            "tg": self.tg,
+            "pl": self.b,
+            "n_kv": self.n_kv,
+            "t_pp": self.t_pp,
+            "speed_pp": self.s_pp,
+            "t_tg": self.t_tg,
+            "speed_tg": self.s_tg,
+            "t": self.t,
+            "speed": self.s,
+            "rounds": [{"t_pp": a, "t_tg": b} for a, b in self.rounds],
+        }
 
 
 def _rate(n: int, seconds: float) -> float:
@@ -119,8 +138,14 @@ def raw_row(pp: int, tg: int, b: int, rounds: Sequence[tuple[float, float]]) -> 
     """The row of B from its per-round ``(t_pp, t_tg)`` times (medians of each)."""
     if not rounds:
         raise ValueError("rounds is empty: at least one (t_pp, t_tg) measurement is needed")
-    return RawRow(pp, tg, b, statistics.median(r[0] for r in rounds),
-                  statistics.median(r[1] for r in rounds), tuple(rounds))
+    return RawRow(
+        pp,
+        tg,
+        b,
+        statistics.median(r[0] for r in rounds),
+        statistics.median(r[1] for r in rounds),
+        tuple(rounds),
+    )
 
 
 def random_prompts(n_seqs: int, n_tokens: int, n_vocab: int, rng: random.Random) -> list[list[int]]:
@@ -152,8 +177,7 @@ class RawBackend:
         sampled = self._backend.decode(spans)
         if self.prompt_left > 0:
             pp = self.pp
-            self.prompt_left -= sum(max(0, min(s.pos + len(s.tokens), pp) - s.pos)
-                                    for s in spans)
+            self.prompt_left -= sum(max(0, min(s.pos + len(s.tokens), pp) - s.pos) for s in spans)
             if self.prompt_left <= 0:
                 self.t_pp = self._clock()
         return sampled
@@ -166,11 +190,13 @@ class RawEngine:
         BatchUnavailable: the batch context cannot be created.
     """
 
-    def __init__(self, backend: Backend, slots: int, n_ctx_seq: int, n_batch: int,
-                 tg: int, clock: Clock) -> None:
+    def __init__(
+        self, backend: Backend, slots: int, n_ctx_seq: int, n_batch: int, tg: int, clock: Clock
+    ) -> None:
         self.backend = RawBackend(backend, clock)
-        config = BatchConfig(slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch,
-                             max_tokens=tg + 1)
+        config = BatchConfig(
+            slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=tg + 1
+        )
         self.scheduler = Scheduler(self.backend, config, min_copy_tokens=n_ctx_seq + 1)
         self.limits = self.scheduler.open()
         self.clock = clock
@@ -186,7 +212,7 @@ class RawEngine:
             BackendError: the engine turned batching off (the reason is the message).
         """
         scheduler = self.scheduler
-        scheduler.engine.reset()                   # llama-batched-bench: a fresh cache
+        scheduler.engine.reset()  # llama-batched-bench: a fresh cache
         sampling = SamplingParams(temperature=0.0, max_tokens=tg + 1)
         items = [Item(i, list(p), None, sampling) for i, p in enumerate(prompts)]
         self.backend.expect(len(items), len(items[0].tokens) if items else 0)
@@ -195,14 +221,16 @@ class RawEngine:
             pass
         t2 = self.clock()
         if not scheduler.stats.batching_enabled:
-            raise BackendError(f"the raw bench lost its batch context: "
-                               f"{scheduler.stats.batch_disabled_reason}")
+            raise BackendError(
+                f"the raw bench lost its batch context: {scheduler.stats.batch_disabled_reason}"
+            )
         t1 = self.backend.t_pp if self.backend.t_pp is not None else t2
         return t1 - t0, t2 - t1
 
 
-def time_raw(engine: RawEngine, b: int, pp: int, tg: int, rng: random.Random
-             ) -> tuple[float, float]:
+def time_raw(
+    engine: RawEngine, b: int, pp: int, tg: int, rng: random.Random
+) -> tuple[float, float]:
     """Prefill ``b`` random prompts of ``pp`` tokens, then decode ``tg`` tokens each,
     through the slot engine.
 
@@ -218,14 +246,18 @@ def time_raw(engine: RawEngine, b: int, pp: int, tg: int, rng: random.Random
 def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int) -> None:
     """Raise ``ValueError`` if B or PP+TG does not fit the batch context."""
     if max(slots) > limits.n_seq_max:
-        raise ValueError(f"slots up to {max(slots)} but the batch context holds "
-                         f"{limits.n_seq_max} sequences")
+        raise ValueError(
+            f"slots up to {max(slots)} but the batch context holds {limits.n_seq_max} sequences"
+        )
     if pp + tg > limits.n_ctx_seq:
-        raise ValueError(f"prompt_tokens + gen_tokens = {pp + tg} exceeds the "
-                         f"{limits.n_ctx_seq} tokens per sequence of the batch context")
+        raise ValueError(
+            f"prompt_tokens + gen_tokens = {pp + tg} exceeds the "
+            f"{limits.n_ctx_seq} tokens per sequence of the batch context"
+        )
     if tg > 0 and max(slots) > limits.n_batch:
-        raise ValueError(f"B={max(slots)} exceeds n_batch={limits.n_batch}: "
-                         "a lockstep step must fit one decode")
+        raise ValueError(
+            f"B={max(slots)} exceeds n_batch={limits.n_batch}: a lockstep step must fit one decode"
+        )
 
 
 def warm_up(engine: RawEngine, rng: random.Random) -> None:
@@ -235,10 +267,18 @@ def warm_up(engine: RawEngine, rng: random.Random) -> None:
     time_raw(engine, 1, n, 0, rng)
 
 
-def run_raw(backend: Backend, slots: Sequence[int], prompt_tokens: int, gen_tokens: int, *,
-            rounds: int = 3, n_batch: int = 512, seed: int = 0,
-            clock: Clock = time.perf_counter,
-            progress: Progress | None = None) -> tuple[list[RawRow], BatchLimits]:
+def run_raw(
+    backend: Backend,
+    slots: Sequence[int],
+    prompt_tokens: int,
+    gen_tokens: int,
+    *,
+    rounds: int = 3,
+    n_batch: int = 512,
+    seed: int = 0,
+    clock: Clock = time.perf_counter,
+    progress: Progress | None = None,
+) -> tuple[list[RawRow], BatchLimits]:
     """Raw throughput for each B in ``slots``, through ``backend``'s batch context.
 
     Opens the batch context once with ``max(slots)`` sequences of ``prompt_tokens +
@@ -266,14 +306,19 @@ def run_raw(backend: Backend, slots: Sequence[int], prompt_tokens: int, gen_toke
     if not slots or min(slots) < 1:
         raise ValueError(f"slots={list(slots)!r}: give at least one B, each >= 1")
     if prompt_tokens < 1 or gen_tokens < 0 or rounds < 1:
-        raise ValueError(f"prompt_tokens={prompt_tokens} (>= 1), gen_tokens={gen_tokens} "
-                         f"(>= 0), rounds={rounds} (>= 1)")
-    engine = RawEngine(backend, max(slots), ctx_per_seq(prompt_tokens + gen_tokens + 1),
-                       n_batch, gen_tokens, clock)
+        raise ValueError(
+            f"prompt_tokens={prompt_tokens} (>= 1), gen_tokens={gen_tokens} "
+            f"(>= 0), rounds={rounds} (>= 1)"
+        )
+    engine = RawEngine(
+        backend, max(slots), ctx_per_seq(prompt_tokens + gen_tokens + 1), n_batch, gen_tokens, clock
+    )
     limits = engine.limits
     if limits is None:
-        raise BatchUnavailable(f"the batch context could not be created: "
-                               f"{engine.scheduler.stats.batch_disabled_reason}")
+        raise BatchUnavailable(
+            f"the batch context could not be created: "
+            f"{engine.scheduler.stats.batch_disabled_reason}"
+        )
     check_raw_sizes(limits, slots, prompt_tokens, gen_tokens)
     rng = random.Random(seed)
     warm_up(engine, rng)

@@ -65,16 +65,21 @@ from .raw import RAW_COLUMNS, RawRow
 SCHEMA = "llamabatch.bench/1"
 
 
-def document(header: Mapping[str, Any], params: Mapping[str, Any],
-             raw: Sequence[RawRow] | None, workload: Mapping[str, Any] | None,
-             wall_s: float) -> dict[str, Any]:
+def document(
+    header: Mapping[str, Any],
+    params: Mapping[str, Any],
+    raw: Sequence[RawRow] | None,
+    workload: Mapping[str, Any] | None,
+    wall_s: float,
+) -> dict[str, Any]:
     """The whole JSON document (see the module docstring)."""
     return {
         "schema": SCHEMA,
         "header": dict(header),
         "params": dict(params),
-        "raw": None if raw is None else {"columns": list(RAW_COLUMNS),
-                                         "rows": [r.to_json() for r in raw]},
+        "raw": None
+        if raw is None
+        else {"columns": list(RAW_COLUMNS), "rows": [r.to_json() for r in raw]},
         "workload": None if workload is None else dict(workload),
         "wall_s": wall_s,
     }
@@ -89,8 +94,9 @@ def format_header(h: dict[str, Any]) -> str:
     """The header lines printed above the tables."""
     gpus = [d for d in h.get("devices", []) if d["type"] in ("GPU", "IGPU")]
     if h["gpu_offload"]:
-        names = ", ".join(f"{d['description'] or d['name']} ({d['name']}, {d['type']})"
-                          for d in gpus)
+        names = ", ".join(
+            f"{d['description'] or d['name']} ({d['name']}, {d['type']})" for d in gpus
+        )
         layers = "all" if h["n_gpu_layers"] < 0 else str(h["n_gpu_layers"])
         gpu = f"{names}; {layers} layers offloaded"
     elif gpus:
@@ -100,29 +106,44 @@ def format_header(h: dict[str, Any]) -> str:
     threads = "llama.cpp default" if h["threads"] is None else str(h["threads"])
     name = h["model_path"].replace("\\", "/").rsplit("/", 1)[-1]
     arch = f", {h['model_arch']}" if h.get("model_arch") else ""
-    return "\n".join([
-        f"llamabatch bench  {h['started_at']}  host {h['host']}",
-        f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
-        f"gpu:      {gpu}",
-        f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
-        f"          {h['model_path']}",
-        f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
-        f"n_batch {h['n_batch']}",
-        f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
-        f"llama.cpp {h['llama_cpp_version']}",
-    ])
+    return "\n".join(
+        [
+            f"llamabatch bench  {h['started_at']}  host {h['host']}",
+            f"cpu:      {h['cpu_model']} ({h['cpu_count']} CPUs), threads {threads}",
+            f"gpu:      {gpu}",
+            f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
+            f"          {h['model_path']}",
+            f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
+            f"n_batch {h['n_batch']}",
+            f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
+            f"llama.cpp {h['llama_cpp_version']}",
+        ]
+    )
 
 
 # -- tables --------------------------------------------------------------------------------
 def format_raw_table(rows: Sequence[RawRow]) -> str:
     """The raw table, formatted exactly as llama-batched-bench's markdown table."""
-    lines = ["|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |" % RAW_COLUMNS,
-             "|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|"
-             % ("------", "------", "----", "------", "--------", "--------", "--------",
-                "--------", "--------", "--------")]
+    lines = [
+        "|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |" % RAW_COLUMNS,
+        "|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|"
+        % (
+            "------",
+            "------",
+            "----",
+            "------",
+            "--------",
+            "--------",
+            "--------",
+            "--------",
+            "--------",
+            "--------",
+        ),
+    ]
     for r in rows:
-        lines.append("|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |"
-                     % r.values())
+        lines.append(
+            "|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |" % r.values()
+        )
     return "\n".join(lines)
 
 

@@ -33,12 +33,18 @@ SYSTEM = "You are a helpful assistant that labels customer support tickets."
 REQUEST = "Summarize this support ticket in one short sentence."
 
 _SUBJECTS = [
-    "Cannot log in after the password reset", "Invoice shows the wrong VAT number",
-    "App crashes when I open the camera", "Refund for a duplicate charge",
-    "Printer offline since the firmware update", "Shipping label was never emailed",
-    "Two-factor codes arrive late", "Export to CSV drops the last column",
-    "Dark mode makes the charts unreadable", "Cancel my subscription, please",
-    "Webhook retries flood our endpoint", "The mobile sync loses offline edits",
+    "Cannot log in after the password reset",
+    "Invoice shows the wrong VAT number",
+    "App crashes when I open the camera",
+    "Refund for a duplicate charge",
+    "Printer offline since the firmware update",
+    "Shipping label was never emailed",
+    "Two-factor codes arrive late",
+    "Export to CSV drops the last column",
+    "Dark mode makes the charts unreadable",
+    "Cancel my subscription, please",
+    "Webhook retries flood our endpoint",
+    "The mobile sync loses offline edits",
 ]
 _SENTENCES = [
     "I have tried restarting the device twice and nothing changed.",
@@ -62,12 +68,19 @@ _SENTENCES = [
 
 def chatml(system: str, user: str) -> str:
     """A ChatML prompt ending where the assistant's reply starts."""
-    return (f"<|im_start|>system\n{system}<|im_end|>\n"
-            f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        f"<|im_start|>system\n{system}<|im_end|>\n"
+        f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
-def tagging_prompts(n: int, prompt_tokens: int, tokenize: Callable[[str], Sequence[int]],
-                    seed: int = 0, spread: float = 0.4) -> list[str]:
+def tagging_prompts(
+    n: int,
+    prompt_tokens: int,
+    tokenize: Callable[[str], Sequence[int]],
+    seed: int = 0,
+    spread: float = 0.4,
+) -> list[str]:
     """``n`` ChatML tagging prompts, each of about ``prompt_tokens * U(1-spread, 1+spread)``
     tokens (at least the bare prompt), made deterministically from ``seed``.
 
@@ -133,14 +146,20 @@ class WorkloadRow:
         return statistics.fmean(self.tokens) / self.n_items if self.tokens else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"b": self.b, "per_item_s": list(self.per_item_s),
-                "median_per_item_s": self.median_per_item_s, "ratio": list(self.ratio),
-                "ratio_median": statistics.median(self.ratio),
-                "ratio_min": min(self.ratio), "ratio_max": max(self.ratio),
-                "items_per_hour": self.items_per_hour,
-                "tokens_per_item": self.tokens_per_item,
-                "items_batched": self.items_batched, "items_alone": self.items_alone,
-                "batch_disabled_reason": self.batch_disabled_reason}
+        return {
+            "b": self.b,
+            "per_item_s": list(self.per_item_s),
+            "median_per_item_s": self.median_per_item_s,
+            "ratio": list(self.ratio),
+            "ratio_median": statistics.median(self.ratio),
+            "ratio_min": min(self.ratio),
+            "ratio_max": max(self.ratio),
+            "items_per_hour": self.items_per_hour,
+            "tokens_per_item": self.tokens_per_item,
+            "items_batched": self.items_batched,
+            "items_alone": self.items_alone,
+            "batch_disabled_reason": self.batch_disabled_reason,
+        }
 
 
 def ratios(per_item: Sequence[float], alone: Sequence[float]) -> list[float]:
@@ -150,8 +169,9 @@ def ratios(per_item: Sequence[float], alone: Sequence[float]) -> list[float]:
     return [p / a if a > 0 else float("inf") for p, a in zip(per_item, alone)]
 
 
-def _timed_pass(gen: BatchGenerator, prompts: Sequence[str], clock: Clock,
-                progress: Progress | None) -> tuple[float, int]:
+def _timed_pass(
+    gen: BatchGenerator, prompts: Sequence[str], clock: Clock, progress: Progress | None
+) -> tuple[float, int]:
     tokens = 0
     t0 = clock()
     for group in gen.iter_groups(prompts):
@@ -166,8 +186,9 @@ def _timed_pass(gen: BatchGenerator, prompts: Sequence[str], clock: Clock,
 OneAtATime = Callable[[Sequence[str]], int]
 
 
-def _timed_loop(one_at_a_time: OneAtATime, prompts: Sequence[str], clock: Clock,
-                progress: Progress | None) -> tuple[float, int]:
+def _timed_loop(
+    one_at_a_time: OneAtATime, prompts: Sequence[str], clock: Clock, progress: Progress | None
+) -> tuple[float, int]:
     t0 = clock()
     tokens = one_at_a_time(prompts)
     seconds = clock() - t0
@@ -176,12 +197,16 @@ def _timed_loop(one_at_a_time: OneAtATime, prompts: Sequence[str], clock: Clock,
     return seconds, tokens
 
 
-def run_workload(make_generator: Callable[[int], BatchGenerator],
-                 prompts: Sequence[str] | Callable[[int], Sequence[str]],
-                 slots: Sequence[int], *, rounds: int = 2,
-                 clock: Clock = time.perf_counter,
-                 progress: Progress | None = None,
-                 one_at_a_time: OneAtATime | None = None) -> list[WorkloadRow]:
+def run_workload(
+    make_generator: Callable[[int], BatchGenerator],
+    prompts: Sequence[str] | Callable[[int], Sequence[str]],
+    slots: Sequence[int],
+    *,
+    rounds: int = 2,
+    clock: Clock = time.perf_counter,
+    progress: Progress | None = None,
+    one_at_a_time: OneAtATime | None = None,
+) -> list[WorkloadRow]:
     """Seconds per item one at a time and for each B > 1 of ``slots``.
 
     Args:
@@ -233,7 +258,7 @@ def run_workload(make_generator: Callable[[int], BatchGenerator],
         for b in order:
             row = rows[b]
             row.ratio = ratios(row.per_item_s, alone)
-            if b not in gens:               # the caller's own loop: every item alone
+            if b not in gens:  # the caller's own loop: every item alone
                 row.items_alone = n_items * rounds
                 continue
             stats = gens[b].stats
@@ -246,23 +271,41 @@ def run_workload(make_generator: Callable[[int], BatchGenerator],
     return [rows[b] for b in order]
 
 
-def workload_json(rows: Sequence[WorkloadRow], prompt_tokens: Sequence[int],
-                  rounds: int, max_tokens: int) -> dict[str, Any]:
+def workload_json(
+    rows: Sequence[WorkloadRow], prompt_tokens: Sequence[int], rounds: int, max_tokens: int
+) -> dict[str, Any]:
     """The ``"workload"`` part of the JSON document (see :mod:`llamabatch.bench`)."""
-    return {"items": len(prompt_tokens), "rounds": rounds, "max_tokens": max_tokens,
-            "prompt_tokens": list(prompt_tokens), "rows": [r.to_json() for r in rows]}
+    return {
+        "items": len(prompt_tokens),
+        "rounds": rounds,
+        "max_tokens": max_tokens,
+        "prompt_tokens": list(prompt_tokens),
+        "rows": [r.to_json() for r in rows],
+    }
 
 
 def format_workload_table(rows: Sequence[WorkloadRow]) -> str:
     """The workload table: per B the median s/item, the ratio to alone, items/hour."""
     head = ("B", "s/item", "ratio", "min", "max", "items/h", "tok/item", "batched")
-    lines = ["|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
-             "|-------|----------|--------|--------|--------|----------|----------|---------|"]
+    lines = [
+        "|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
+        "|-------|----------|--------|--------|--------|----------|----------|---------|",
+    ]
     for r in rows:
         label = "alone" if r.b == 1 else str(r.b)
         n = r.items_batched + r.items_alone
         share = f"{r.items_batched}/{n}" if r.b > 1 else "-"
-        lines.append("|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |" % (
-            label, r.median_per_item_s, statistics.median(r.ratio), min(r.ratio),
-            max(r.ratio), r.items_per_hour, r.tokens_per_item, share))
+        lines.append(
+            "|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |"
+            % (
+                label,
+                r.median_per_item_s,
+                statistics.median(r.ratio),
+                min(r.ratio),
+                max(r.ratio),
+                r.items_per_hour,
+                r.tokens_per_item,
+                share,
+            )
+        )
     return "\n".join(lines)

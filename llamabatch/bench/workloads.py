@@ -22,8 +22,18 @@ from .workload import _SENTENCES, _SUBJECTS, chatml
 
 Tokenize = Callable[[str], Sequence[int]]
 
-_CATEGORIES = ("billing", "login", "shipping", "refund", "bug", "feature request",
-               "account", "security", "performance", "other")
+_CATEGORIES = (
+    "billing",
+    "login",
+    "shipping",
+    "refund",
+    "bug",
+    "feature request",
+    "account",
+    "security",
+    "performance",
+    "other",
+)
 _RULES = (
     "Read the whole ticket before you answer, including any quoted messages.",
     "Choose exactly one category, the one that best describes what the customer needs.",
@@ -32,8 +42,7 @@ _RULES = (
     "If something does not arrive or arrives damaged, prefer shipping.",
     "If the product behaves wrongly or crashes, prefer bug, not performance.",
     "If the product is merely slow, prefer performance.",
-    "If the customer asks for something the product does not do yet, prefer feature "
-    "request.",
+    "If the customer asks for something the product does not do yet, prefer feature request.",
     "If the ticket is about the customer's profile, plan or seats, prefer account.",
     "If no category fits, answer other; never invent a new category.",
     "Then give a short reason of at most one sentence, quoting the ticket if useful.",
@@ -48,8 +57,11 @@ _RULES = (
 def system_prompt_s(tokenize: Tokenize, target: int = 390) -> str:
     """The shared system prompt of workload S: the tagger's instructions, repeated
     rules added until it has about ``target`` tokens."""
-    head = ("You are a support ticket tagger. Categories: " + ", ".join(_CATEGORIES)
-            + ". Answer in the form 'category: reason'.")
+    head = (
+        "You are a support ticket tagger. Categories: "
+        + ", ".join(_CATEGORIES)
+        + ". Answer in the form 'category: reason'."
+    )
     text, k = head, 0
     while len(tokenize(chatml(text, ""))) < target:
         text += " " + _RULES[k % len(_RULES)]
@@ -57,8 +69,9 @@ def system_prompt_s(tokenize: Tokenize, target: int = 390) -> str:
     return text
 
 
-def _ticket(rng: random.Random, tokenize: Tokenize, lo: int, hi: int,
-            wrap: Callable[[str], str]) -> str:
+def _ticket(
+    rng: random.Random, tokenize: Tokenize, lo: int, hi: int, wrap: Callable[[str], str]
+) -> str:
     target = rng.randint(lo, hi)
     ticket = f"Ticket #{rng.randrange(10**6):06d}: {rng.choice(_SUBJECTS)}."
     pool: list[str] = []
@@ -90,20 +103,44 @@ class Workload:
             system = system_prompt_s(tokenize)
             n_system = len(tokenize(chatml(system, "")))
             request = "\n\nTag this ticket."
-            return [_ticket(rng, tokenize, n_system + 50, n_system + 150,
-                            lambda t: chatml(system, t + request)) for _ in range(n)]
+            return [
+                _ticket(
+                    rng,
+                    tokenize,
+                    n_system + 50,
+                    n_system + 150,
+                    lambda t: chatml(system, t + request),
+                )
+                for _ in range(n)
+            ]
         if self.name == "U":
             request = "\n\nSummarize this support ticket in one short sentence."
-            return [_ticket(rng, tokenize, 150, 350,
-                            lambda t: _user(t + request)) for _ in range(n)]
-        things = ("fruits", "colours", "countries in Europe", "animals that live in the "
-                  "sea", "programming languages", "musical instruments", "vegetables",
-                  "kitchen tools", "board games", "rivers", "cities in Asia", "sports")
+            return [
+                _ticket(rng, tokenize, 150, 350, lambda t: _user(t + request)) for _ in range(n)
+            ]
+        things = (
+            "fruits",
+            "colours",
+            "countries in Europe",
+            "animals that live in the sea",
+            "programming languages",
+            "musical instruments",
+            "vegetables",
+            "kitchen tools",
+            "board games",
+            "rivers",
+            "cities in Asia",
+            "sports",
+        )
         out = []
         for _ in range(n):
             k = rng.randint(1, 12)
-            out.append(_user(f"List {k} {rng.choice(things)}, one per line, numbered, "
-                             f"nothing else. (Request {rng.randrange(10**6):06d})"))
+            out.append(
+                _user(
+                    f"List {k} {rng.choice(things)}, one per line, numbered, "
+                    f"nothing else. (Request {rng.randrange(10**6):06d})"
+                )
+            )
         return out
 
 
@@ -113,9 +150,12 @@ def _user(text: str) -> str:
 
 #: The workloads of issue 11 by name.
 WORKLOADS: dict[str, Workload] = {
-    "S": Workload("S", 48, "~390-token system prompt shared by every item + a 50-150 "
-                           "token ticket, replies up to 48 tokens"),
+    "S": Workload(
+        "S",
+        48,
+        "~390-token system prompt shared by every item + a 50-150 "
+        "token ticket, replies up to 48 tokens",
+    ),
     "U": Workload("U", 48, "unique prompts of 150-350 tokens, replies up to 48 tokens"),
-    "L": Workload("L", 200, "prompts asking for lists of 1 to 12 items, replies up to "
-                            "200 tokens"),
+    "L": Workload("L", 200, "prompts asking for lists of 1 to 12 items, replies up to 200 tokens"),
 }

@@ -29,19 +29,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..engine.backend import Backend
 from ..bench.host import collect_header
 from ..bench.raw import ctx_per_seq, run_raw
 from ..bench.report import document, format_header, format_raw_table
-from ..bench.workload import (format_workload_table, run_workload, tagging_prompts,
-                             workload_json)
+from ..bench.workload import format_workload_table, run_workload, tagging_prompts, workload_json
 from ..bench.workloads import WORKLOADS
-from . import options
-from .job.report import progress_bar
-from .common import EXIT_OK, UsageError, guarded
-from .llm import loaded_llama, model_path
+from ..engine.backend import Backend
 from ..generator import BatchGenerator
 from ..params import SamplingParams
+from . import options
+from .common import EXIT_OK, UsageError, guarded
+from .job.report import progress_bar
+from .llm import loaded_llama, model_path
 
 PROG = "llamabatch bench"
 PARTS = ("raw", "workload")
@@ -84,20 +83,26 @@ class BenchParams:
         return WORKLOADS[self.workload].max_tokens if self.workload in WORKLOADS else 64
 
     def __post_init__(self) -> None:
-        checks = [("slots", bool(self.slots) and min(self.slots) >= 1, "B values >= 1"),
-                  ("prompt_tokens", self.prompt_tokens >= 1, ">= 1"),
-                  ("gen_tokens", self.gen_tokens >= 1, ">= 1"),
-                  ("rounds", self.rounds >= 1, ">= 1"), ("items", self.items >= 1, ">= 1"),
-                  ("workload_rounds", self.workload_rounds >= 1, ">= 1"),
-                  ("max_tokens", self.max_tokens is None or self.max_tokens >= 1,
-                   "None or >= 1"),
-                  ("workload", self.workload in (*WORKLOADS, "tagging"),
-                   f"one of {', '.join((*WORKLOADS, 'tagging'))}"),
-                  ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)")]
+        checks = [
+            ("slots", bool(self.slots) and min(self.slots) >= 1, "B values >= 1"),
+            ("prompt_tokens", self.prompt_tokens >= 1, ">= 1"),
+            ("gen_tokens", self.gen_tokens >= 1, ">= 1"),
+            ("rounds", self.rounds >= 1, ">= 1"),
+            ("items", self.items >= 1, ">= 1"),
+            ("workload_rounds", self.workload_rounds >= 1, ">= 1"),
+            ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "None or >= 1"),
+            (
+                "workload",
+                self.workload in (*WORKLOADS, "tagging"),
+                f"one of {', '.join((*WORKLOADS, 'tagging'))}",
+            ),
+            ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)"),
+        ]
         for name, ok, valid in checks:
             if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is out of range: "
-                                 f"valid is {valid}")
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is out of range: valid is {valid}"
+                )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -135,9 +140,15 @@ def _bar(total: int, desc: str, unit: str, quiet: bool, err: IO[str]) -> Any:
 
 
 # -- the bench -----------------------------------------------------------------------------
-def bench(setup: BenchSetup, params: BenchParams, *, out: IO[str] = sys.stdout,
-          err: IO[str] = sys.stderr, json_path: Path | None = None,
-          quiet: bool = False) -> dict[str, Any]:
+def bench(
+    setup: BenchSetup,
+    params: BenchParams,
+    *,
+    out: IO[str] = sys.stdout,
+    err: IO[str] = sys.stderr,
+    json_path: Path | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
     """Run the raw bench and the workload, print the header and tables on ``out``.
 
     Returns:
@@ -151,18 +162,27 @@ def bench(setup: BenchSetup, params: BenchParams, *, out: IO[str] = sys.stdout,
         backend = setup.make_backend()
         bar = _bar(params.rounds * len(params.slots), "raw", "run", quiet, err)
         try:
-            rows, limits = run_raw(backend, params.slots, params.prompt_tokens,
-                                   params.gen_tokens, rounds=params.rounds,
-                                   n_batch=params.n_batch, seed=params.seed,
-                                   progress=bar.update)
+            rows, limits = run_raw(
+                backend,
+                params.slots,
+                params.prompt_tokens,
+                params.gen_tokens,
+                rounds=params.rounds,
+                n_batch=params.n_batch,
+                seed=params.seed,
+                progress=bar.update,
+            )
         finally:
             bar.close()
             backend.close()
         header["n_ctx_seq"] = limits.n_ctx_seq
     print(format_header(header), file=out)
     if rows is not None:
-        print(f"\nraw throughput: B sequences of PP random prompt tokens, then TG greedy "
-              f"tokens each (EOG ignored); median of {params.rounds} rounds", file=out)
+        print(
+            f"\nraw throughput: B sequences of PP random prompt tokens, then TG greedy "
+            f"tokens each (EOG ignored); median of {params.rounds} rounds",
+            file=out,
+        )
         print(format_raw_table(rows), file=out, flush=True)
     workload = None
     if "workload" in params.parts:
@@ -175,17 +195,27 @@ def bench(setup: BenchSetup, params: BenchParams, *, out: IO[str] = sys.stdout,
     return doc
 
 
-def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str],
-              quiet: bool) -> dict[str, Any]:
+def _workload(
+    setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str], quiet: bool
+) -> dict[str, Any]:
     name, cap = params.workload, params.reply_cap
     if name in WORKLOADS:
+
         def prompts(r: int) -> list[str]:
             return WORKLOADS[name].prompts(params.items, setup.tokenize, params.seed + r)
+
         what = WORKLOADS[name].description.split(", replies")[0]
     else:
+
         def prompts(r: int) -> list[str]:
-            return tagging_prompts(params.items, params.prompt_tokens, setup.tokenize,
-                                   seed=params.seed + r, spread=SPREAD)
+            return tagging_prompts(
+                params.items,
+                params.prompt_tokens,
+                setup.tokenize,
+                seed=params.seed + r,
+                spread=SPREAD,
+            )
+
         what = "ChatML tagging prompts"
     rounds = [prompts(r) for r in range(params.workload_rounds)]
     lengths = [len(setup.tokenize(p)) for p in rounds[0]]
@@ -195,18 +225,25 @@ def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str]
     bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
     try:
         one = setup.one_at_a_time
-        rows = run_workload(lambda b: setup.make_generator(b, n_ctx_seq, cap),
-                            lambda r: rounds[r], params.slots,
-                            rounds=params.workload_rounds, progress=bar.update,
-                            one_at_a_time=None if one is None else lambda ps: one(ps, cap))
+        rows = run_workload(
+            lambda b: setup.make_generator(b, n_ctx_seq, cap),
+            lambda r: rounds[r],
+            params.slots,
+            rounds=params.workload_rounds,
+            progress=bar.update,
+            one_at_a_time=None if one is None else lambda ps: one(ps, cap),
+        )
     finally:
         bar.close()
-    print(f"\nworkload {name}: {params.items} items per round ({what}; first round "
-          f"{min(lengths)}-{max(lengths)} tokens), replies up to {cap} tokens (natural "
-          f"stops, greedy), {params.workload_rounds} rounds of fresh prompts; ratio = "
-          "s/item over s/item alone (Llama.create_completion one at a time, or "
-          "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching "
-          "saves time)", file=out)
+    print(
+        f"\nworkload {name}: {params.items} items per round ({what}; first round "
+        f"{min(lengths)}-{max(lengths)} tokens), replies up to {cap} tokens (natural "
+        f"stops, greedy), {params.workload_rounds} rounds of fresh prompts; ratio = "
+        "s/item over s/item alone (Llama.create_completion one at a time, or "
+        "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching "
+        "saves time)",
+        file=out,
+    )
     print(format_workload_table(rows), file=out, flush=True)
     for r in rows:
         if r.batch_disabled_reason:
@@ -218,8 +255,9 @@ def _workload(setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str]
 
 
 # -- the real setup ------------------------------------------------------------------------
-def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int | None,
-                n_gpu_layers: int) -> BenchSetup:
+def llama_setup(
+    llm: Any, model_path: Path, params: BenchParams, *, threads: int | None, n_gpu_layers: int
+) -> BenchSetup:
     """A :class:`BenchSetup` on a loaded ``llama_cpp.Llama``."""
     from ..llamacpp.backend import LlamaBackend
 
@@ -227,28 +265,45 @@ def llama_setup(llm: Any, model_path: Path, params: BenchParams, *, threads: int
     tokenizer = LlamaBackend(llm)
 
     def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
-        return BatchGenerator(llm, slots=b, n_ctx_seq=n_ctx_seq, n_batch=params.n_batch,
-                              max_tokens=max_tokens, sampling=greedy)
+        return BatchGenerator(
+            llm,
+            slots=b,
+            n_ctx_seq=n_ctx_seq,
+            n_batch=params.n_batch,
+            max_tokens=max_tokens,
+            sampling=greedy,
+        )
 
-    header = collect_header(model_path=str(model_path), metadata=getattr(llm, "metadata", None),
-                            threads=threads, n_gpu_layers=n_gpu_layers,
-                            n_batch=params.n_batch)
+    header = collect_header(
+        model_path=str(model_path),
+        metadata=getattr(llm, "metadata", None),
+        threads=threads,
+        n_gpu_layers=n_gpu_layers,
+        n_batch=params.n_batch,
+    )
 
     def one_at_a_time(prompts: Sequence[str], max_tokens: int) -> int:
         # what a tagger without llamabatch runs: its Llama keeps the previous prompt's
         # KV cache, so a shared system prompt is prefilled once
-        return sum(llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)
-                   ["usage"]["completion_tokens"] for p in prompts)
+        return sum(
+            llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)["usage"][
+                "completion_tokens"
+            ]
+            for p in prompts
+        )
 
-    return BenchSetup(lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header,
-                      one_at_a_time)
+    return BenchSetup(
+        lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header, one_at_a_time
+    )
 
 
 def _slots(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"slot counts must be integers >= 1: {text!r}")
     return values
@@ -258,38 +313,75 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand to the ``llamabatch`` parser."""
     d = BenchParams()
     p = subparsers.add_parser(
-        "bench", help="measure tokens/s per slot count and a tagging workload",
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "bench",
+        help="measure tokens/s per slot count and a tagging workload",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     options.add(p, "--model")
-    p.add_argument("--slots", type=_slots, default=d.slots, metavar="B,B,...",
-                   help="slot counts to measure (default: 1,2,4,8)")
+    p.add_argument(
+        "--slots",
+        type=_slots,
+        default=d.slots,
+        metavar="B,B,...",
+        help="slot counts to measure (default: 1,2,4,8)",
+    )
     defaults = asdict(d)
-    options.add_fields(p, defaults, [
-        ("prompt_tokens", int, "PP", "prompt tokens per sequence; workload prompts vary "
-         f"within +-{round(SPREAD * 100)}%% of it"),
-        ("gen_tokens", int, "TG", "generated tokens per sequence in the raw bench"),
-        ("rounds", int, "N", "raw bench measurements per B, median reported"),
-        ("items", int, "N", "workload items"),
-        ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
-        ("max_tokens", int, "N", "most reply tokens per workload item (default: the "
-         "workload's: 48 for S and U, 200 for L, 64 for tagging)"),
-    ])
-    p.add_argument("--workload", choices=(*WORKLOADS, "tagging"), default=d.workload,
-                   help="the tagging workload (default: %(default)s, a shared system "
-                        "prompt)")
-    options.add_fields(p, defaults, [
-        ("n_batch", int, "N", "most tokens per llama_decode"),
-        ("seed", int, "N", "seed of the random prompts and the workload"),
-    ])
-    p.add_argument("--only", choices=PARTS, default=None,
-                   help="run only the raw bench or only the workload")
-    options.add(p, "--threads",
-                help="CPU threads for prompts and generation (default: every CPU this "
-                     "process may use)")
+    options.add_fields(
+        p,
+        defaults,
+        [
+            (
+                "prompt_tokens",
+                int,
+                "PP",
+                "prompt tokens per sequence; workload prompts vary "
+                f"within +-{round(SPREAD * 100)}%% of it",
+            ),
+            ("gen_tokens", int, "TG", "generated tokens per sequence in the raw bench"),
+            ("rounds", int, "N", "raw bench measurements per B, median reported"),
+            ("items", int, "N", "workload items"),
+            ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
+            (
+                "max_tokens",
+                int,
+                "N",
+                "most reply tokens per workload item (default: the "
+                "workload's: 48 for S and U, 200 for L, 64 for tagging)",
+            ),
+        ],
+    )
+    p.add_argument(
+        "--workload",
+        choices=(*WORKLOADS, "tagging"),
+        default=d.workload,
+        help="the tagging workload (default: %(default)s, a shared system prompt)",
+    )
+    options.add_fields(
+        p,
+        defaults,
+        [
+            ("n_batch", int, "N", "most tokens per llama_decode"),
+            ("seed", int, "N", "seed of the random prompts and the workload"),
+        ],
+    )
+    p.add_argument(
+        "--only", choices=PARTS, default=None, help="run only the raw bench or only the workload"
+    )
+    options.add(
+        p,
+        "--threads",
+        help="CPU threads for prompts and generation (default: every CPU this process may use)",
+    )
     options.add(p, "--n-gpu-layers")
-    p.add_argument("--json", metavar="OUT", type=Path, default=None,
-                   help="also write everything to this JSON file")
+    p.add_argument(
+        "--json",
+        metavar="OUT",
+        type=Path,
+        default=None,
+        help="also write everything to this JSON file",
+    )
     options.add(p, "--quiet", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -304,10 +396,18 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         params = BenchParams(
-            slots=args.slots, prompt_tokens=args.prompt_tokens, gen_tokens=args.gen_tokens,
-            rounds=args.rounds, items=args.items, workload_rounds=args.workload_rounds,
-            max_tokens=args.max_tokens, n_batch=args.n_batch, seed=args.seed,
-            parts=PARTS if args.only is None else (args.only,), workload=args.workload)
+            slots=args.slots,
+            prompt_tokens=args.prompt_tokens,
+            gen_tokens=args.gen_tokens,
+            rounds=args.rounds,
+            items=args.items,
+            workload_rounds=args.workload_rounds,
+            max_tokens=args.max_tokens,
+            n_batch=args.n_batch,
+            seed=args.seed,
+            parts=PARTS if args.only is None else (args.only,),
+            workload=args.workload,
+        )
         options.check_threads(args.threads)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -317,13 +417,13 @@ def _run(args: argparse.Namespace) -> int:
     threads = args.threads if args.threads is not None else cpu_count()
     longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
     if params.workload in WORKLOADS:
-        longest = max(longest, 600)              # S: ~390 + up to 150 ticket tokens + rest
+        longest = max(longest, 600)  # S: ~390 + up to 150 ticket tokens + rest
     n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
-    with loaded_llama(path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads,
-                      n_gpu_layers=args.n_gpu_layers) as llm:
+    with loaded_llama(
+        path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads, n_gpu_layers=args.n_gpu_layers
+    ) as llm:
         try:
-            setup = llama_setup(llm, path, params, threads=threads,
-                                n_gpu_layers=args.n_gpu_layers)
+            setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
             bench(setup, params, json_path=args.json, quiet=args.quiet)
         except ValueError as exc:  # sizes that do not fit the context, too many slots
             raise UsageError(str(exc)) from None

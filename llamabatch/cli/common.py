@@ -38,8 +38,9 @@ def error_line(prog: str, message: object) -> None:
     print(f"{prog}: error: {text}", file=sys.stderr, flush=True)
 
 
-def guarded(prog: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace,
-            interrupted: str) -> int:
+def guarded(
+    prog: str, work: Callable[[argparse.Namespace], int], args: argparse.Namespace, interrupted: str
+) -> int:
     """Run a subcommand's ``work(args)``; turn its expected errors into exit statuses.
 
     Bad usage or a bad model file → one line on stderr and 2; a runtime failure (model

@@ -24,9 +24,9 @@ becomes an error line in its place (id = its line number).
 Output: one JSON object per item, in input order, written, flushed and fsynced after
 each group: ``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens",
 "path"}``, or with --output-format openai the Batch API's response lines
-``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``. An existing non-empty output file needs --resume (skip the ids it already
-holds and append the rest; a cut-off last line left by a killed job is removed) or
---overwrite.
+``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``.
+An existing non-empty output file needs --resume (skip the ids it already holds and
+append the rest; a cut-off last line left by a killed job is removed) or --overwrite.
 """
 
 from __future__ import annotations
@@ -41,21 +41,28 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import options
-from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
-from .job.fields import with_fields
-from .job.input import (FORMATS, Entry, PromptItem, model_prompts, read_prompts,
-                        with_chat_prompts, with_text_template)
-from .job.openai import COMPLETIONS_URL, CHAT_URL, error_response, response_record
-from .job.output import Output, completion_record, error_record, open_output
-from .job.report import JobTally, batching_note, progress_bar, summary_line
-from .job.signals import Interrupts
 from ..completion import Completion
 from ..errors import LlamaBatchError
 from ..params import BatchConfig, SamplingParams
-from .job.resume import id_key
-from .llm import loaded_llama, model_path
 from ..remote import cli as remote_cli
+from . import options
+from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
+from .job.fields import with_fields
+from .job.input import (
+    FORMATS,
+    Entry,
+    PromptItem,
+    model_prompts,
+    read_prompts,
+    with_chat_prompts,
+    with_text_template,
+)
+from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
+from .job.output import Output, completion_record, error_record, open_output
+from .job.report import JobTally, batching_note, progress_bar, summary_line
+from .job.resume import id_key
+from .job.signals import Interrupts
+from .llm import loaded_llama, model_path
 
 PROG = "llamabatch complete"
 
@@ -68,84 +75,170 @@ _BATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BatchConfig)}
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``complete`` subcommand to the ``llamabatch`` parser."""
     p = subparsers.add_parser(
-        "complete", help="complete every prompt of a JSONL or text file",
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""), prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("prompts", metavar="PROMPTS", type=Path,
-                   help="input file: JSONL (an object per line with \"prompt\" or "
-                        "\"messages\", and \"id\"; or OpenAI batch requests) or text "
-                        "(one prompt per line); - reads standard input")
-    p.add_argument("-o", "--output", metavar="OUT", type=Path, default=None,
-                   help="output JSONL file; if it exists and is not empty, --resume or "
-                        "--overwrite is needed (default: standard output)")
+        "complete",
+        help="complete every prompt of a JSONL or text file",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "prompts",
+        metavar="PROMPTS",
+        type=Path,
+        help='input file: JSONL (an object per line with "prompt" or '
+        '"messages", and "id"; or OpenAI batch requests) or text '
+        "(one prompt per line); - reads standard input",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        type=Path,
+        default=None,
+        help="output JSONL file; if it exists and is not empty, --resume or "
+        "--overwrite is needed (default: standard output)",
+    )
     again = p.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true",
-                       help="continue the job in OUT: skip the items whose id is already "
-                            "in it, append the others (default: off)")
-    again.add_argument("--overwrite", action="store_true",
-                       help="replace a non-empty OUT (default: off: refuse)")
-    p.add_argument("--skip-bad", action="store_true",
-                   help="write an error line in place of each malformed input line and "
-                        "go on (default: off: a malformed line stops the job before any "
-                        "model work)")
-    p.add_argument("--output-format", choices=("llamabatch", "openai"), default="llamabatch",
-                   help="output lines: llamabatch's records, or openai: the Batch API's "
-                        "response lines, keyed by custom_id (default: %(default)s)")
-    p.add_argument("--format", choices=FORMATS, default="auto",
-                   help="input format (default: %(default)s: JSONL for *.jsonl or when every "
-                        "non-blank line is a JSON object, else text)")
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the job in OUT: skip the items whose id is already "
+        "in it, append the others (default: off)",
+    )
+    again.add_argument(
+        "--overwrite", action="store_true", help="replace a non-empty OUT (default: off: refuse)"
+    )
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="write an error line in place of each malformed input line and "
+        "go on (default: off: a malformed line stops the job before any "
+        "model work)",
+    )
+    p.add_argument(
+        "--output-format",
+        choices=("llamabatch", "openai"),
+        default="llamabatch",
+        help="output lines: llamabatch's records, or openai: the Batch API's "
+        "response lines, keyed by custom_id (default: %(default)s)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="input format (default: %(default)s: JSONL for *.jsonl or when every "
+        "non-blank line is a JSON object, else text)",
+    )
     options.add(p, "--model")
     defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
-    options.add_fields(p, defaults, [
-        ("slots", int, "N", "sequences decoded together; 1 = no batching"),
-        ("max_tokens", int, "N", "most generated tokens per reply"),
-        ("n_ctx_seq", int, "N", "tokens of context per sequence, prompt + reply; also the "
-         "context of the model for items completed alone"),
-        ("n_batch", int, "N", "most tokens per llama_decode call"),
-        ("page_size", int, "N", "items read at a time, a multiple of --slots (default: the "
-         "largest multiple of --slots that is <= max(16, 4 * slots))"),
-        ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
-        ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
-        ("top_p", float, "P", "nucleus sampling probability mass, in (0, 1]"),
-        ("min_p", float, "P", "drop tokens below P times the likeliest one's probability, "
-         "in [0, 1]"),
-        ("repeat_penalty", float, "X", "penalty factor on tokens among the last "
-         f"{defaults['penalty_last_n']} generated, > 0; 1 = off"),
-        ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
-    ])
-    p.add_argument("--cache-ram-mib", type=int, default=1024, metavar="MIB",
-                   help="host memory for the states of slots another prompt template "
-                        "took, loaded back when it returns (as llama-server's --cache-ram); "
-                        "0 = off (default: %(default)s)")
-    p.add_argument("--stop", action="append", default=None, metavar="STR",
-                   help="end a reply before this string; repeat for several (default: "
-                        "none)")
+    options.add_fields(
+        p,
+        defaults,
+        [
+            ("slots", int, "N", "sequences decoded together; 1 = no batching"),
+            ("max_tokens", int, "N", "most generated tokens per reply"),
+            (
+                "n_ctx_seq",
+                int,
+                "N",
+                "tokens of context per sequence, prompt + reply; also the "
+                "context of the model for items completed alone",
+            ),
+            ("n_batch", int, "N", "most tokens per llama_decode call"),
+            (
+                "page_size",
+                int,
+                "N",
+                "items read at a time, a multiple of --slots (default: the "
+                "largest multiple of --slots that is <= max(16, 4 * slots))",
+            ),
+            ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
+            ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
+            ("top_p", float, "P", "nucleus sampling probability mass, in (0, 1]"),
+            (
+                "min_p",
+                float,
+                "P",
+                "drop tokens below P times the likeliest one's probability, in [0, 1]",
+            ),
+            (
+                "repeat_penalty",
+                float,
+                "X",
+                "penalty factor on tokens among the last "
+                f"{defaults['penalty_last_n']} generated, > 0; 1 = off",
+            ),
+            ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
+        ],
+    )
+    p.add_argument(
+        "--cache-ram-mib",
+        type=int,
+        default=1024,
+        metavar="MIB",
+        help="host memory for the states of slots another prompt template "
+        "took, loaded back when it returns (as llama-server's --cache-ram); "
+        "0 = off (default: %(default)s)",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="STR",
+        help="end a reply before this string; repeat for several (default: none)",
+    )
     rule = p.add_mutually_exclusive_group()
-    rule.add_argument("--choices", metavar="A,B,C", default=None,
-                      help="every reply is exactly one of these comma-separated strings "
-                           "(default: none)")
-    rule.add_argument("--json-schema", metavar="FILE", type=Path, default=None,
-                      help="every reply is JSON valid against the JSON schema in FILE "
-                           "(default: none)")
-    rule.add_argument("--grammar", metavar="FILE", type=Path, default=None,
-                      help="every reply follows the GBNF grammar in FILE, rule root "
-                           "(default: none)")
-    p.add_argument("--system", metavar="TEXT", default=None,
-                   help="system message put before each text line's message (default: "
-                        "none)")
-    p.add_argument("--template", metavar="TEXT", default=None,
-                   help="wrap each text line: TEXT with {text} where the line goes "
-                        "(default: the line as it is)")
-    p.add_argument("--raw", action="store_true",
-                   help="give text lines to the model as they are, without the chat "
-                        "template (default: off: the model's chat template is applied)")
-    options.add(p, "--threads",
-                help="CPU threads (default: llama-cpp-python's: half the cores to generate, "
-                     "all of them for prompts)")
+    rule.add_argument(
+        "--choices",
+        metavar="A,B,C",
+        default=None,
+        help="every reply is exactly one of these comma-separated strings (default: none)",
+    )
+    rule.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="every reply is JSON valid against the JSON schema in FILE (default: none)",
+    )
+    rule.add_argument(
+        "--grammar",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="every reply follows the GBNF grammar in FILE, rule root (default: none)",
+    )
+    p.add_argument(
+        "--system",
+        metavar="TEXT",
+        default=None,
+        help="system message put before each text line's message (default: none)",
+    )
+    p.add_argument(
+        "--template",
+        metavar="TEXT",
+        default=None,
+        help="wrap each text line: TEXT with {text} where the line goes "
+        "(default: the line as it is)",
+    )
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="give text lines to the model as they are, without the chat "
+        "template (default: off: the model's chat template is applied)",
+    )
+    options.add(
+        p,
+        "--threads",
+        help="CPU threads (default: llama-cpp-python's: half the cores to generate, "
+        "all of them for prompts)",
+    )
     options.add(p, "--n-gpu-layers")
-    options.add(p, "--quiet",
-                help="no progress bar, summary or notes on stderr; warnings and errors only "
-                     "(default: off)")
+    options.add(
+        p,
+        "--quiet",
+        help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
+    )
     remote_cli.add_arguments(p)
     p.set_defaults(func=run)
 
@@ -154,24 +247,26 @@ def _read_flag_file(flag: str, path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as exc:
-        raise ValueError(f"{flag} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
-                         ) from None
+        raise ValueError(
+            f"{flag} {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
 
 
 def _constraint(args: argparse.Namespace) -> dict[str, Any]:
     if args.choices is not None:
         labels = [c.strip() for c in args.choices.split(",")]
         if not all(labels):
-            raise ValueError(f"--choices {args.choices!r} has an empty choice; give "
-                             "comma-separated strings such as bug,billing")
+            raise ValueError(
+                f"--choices {args.choices!r} has an empty choice; give "
+                "comma-separated strings such as bug,billing"
+            )
         return {"choices": labels}
     if args.json_schema is not None:
         text = _read_flag_file("--json-schema", args.json_schema)
         try:
             return {"json_schema": json.loads(text)}
         except ValueError as exc:
-            raise ValueError(f"--json-schema {args.json_schema}: not valid JSON ({exc})"
-                             ) from None
+            raise ValueError(f"--json-schema {args.json_schema}: not valid JSON ({exc})") from None
     if args.grammar is not None:
         return {"grammar": _read_flag_file("--grammar", args.grammar)}
     return {}
@@ -179,15 +274,28 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
 
 def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
     sampling = SamplingParams(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty, seed=args.seed, stop=tuple(args.stop or ()),
-        **_constraint(args))
-    config = BatchConfig(slots=args.slots, n_ctx_seq=args.n_ctx_seq, n_batch=args.n_batch,
-                         max_tokens=args.max_tokens, page_size=args.page_size)
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        stop=tuple(args.stop or ()),
+        **_constraint(args),
+    )
+    config = BatchConfig(
+        slots=args.slots,
+        n_ctx_seq=args.n_ctx_seq,
+        n_batch=args.n_batch,
+        max_tokens=args.max_tokens,
+        page_size=args.page_size,
+    )
     options.check_threads(args.threads)
     if args.cache_ram_mib < 0:
-        raise ValueError(f"cache_ram_mib={args.cache_ram_mib} is out of range: valid is an "
-                         "integer >= 0 (MiB; 0 = off)")
+        raise ValueError(
+            f"cache_ram_mib={args.cache_ram_mib} is out of range: valid is an "
+            "integer >= 0 (MiB; 0 = off)"
+        )
     return sampling, config
 
 
@@ -231,8 +339,9 @@ class _Job:
             return error_response(bad.id, "invalid_request", bad.error)
         return error_record(bad)
 
-    def records(self, items: list[PromptItem], positions: list[int],
-                group: list[Completion]) -> Iterator[dict[str, Any]]:
+    def records(
+        self, items: list[PromptItem], positions: list[int], group: list[Completion]
+    ) -> Iterator[dict[str, Any]]:
         """The records of one group, after the bad lines that come before it."""
         for completion in group:
             position = positions[completion.index]
@@ -252,16 +361,32 @@ class _Job:
 
     def summary(self, gen_s: float, note: str) -> None:
         if not self.args.quiet:
-            print(summary_line(self.tally, len(self.todo), time.perf_counter() - self.t0,
-                               gen_s, note, self.skipped, self.out.where),
-                  file=sys.stderr, flush=True)
+            print(
+                summary_line(
+                    self.tally,
+                    len(self.todo),
+                    time.perf_counter() - self.t0,
+                    gen_s,
+                    note,
+                    self.skipped,
+                    self.out.where,
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
 
     def interrupted(self) -> int:
         before = f" (after the {self.skipped} already there)" if self.skipped else ""
-        how = ("run the same command with --resume to continue" if self.out.is_file else
-               "to be able to resume, write to a file (-o OUT) and use --resume")
-        error_line(PROG, f"interrupted: {self.tally.items} of {len(self.todo)} items were "
-                         f"written to {self.out.where}{before}, in input order; {how}")
+        how = (
+            "run the same command with --resume to continue"
+            if self.out.is_file
+            else "to be able to resume, write to a file (-o OUT) and use --resume"
+        )
+        error_line(
+            PROG,
+            f"interrupted: {self.tally.items} of {len(self.todo)} items were "
+            f"written to {self.out.where}{before}, in input order; {how}",
+        )
         return EXIT_INTERRUPTED
 
 
@@ -274,37 +399,49 @@ def _run(args: argparse.Namespace) -> int:
     urls = remote_cli.server_urls(args)
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
     try:
-        entries = with_text_template(entries, system=args.system, template=args.template,
-                                     raw=args.raw)
+        entries = with_text_template(
+            entries, system=args.system, template=args.template, raw=args.raw
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     interrupts = Interrupts()
-    with open_output(args.output, args.prompts, resume=args.resume,
-                     overwrite=args.overwrite, warn=_warn) as out, interrupts.installed():
+    with (
+        open_output(
+            args.output, args.prompts, resume=args.resume, overwrite=args.overwrite, warn=_warn
+        ) as out,
+        interrupts.installed(),
+    ):
         todo = [e for e in entries if id_key(e.id) not in out.done]
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
         if foreign:
-            _note(args, f"{out.where} holds {foreign} ids that are not in {args.prompts} "
-                        "(kept as they are)")
+            _note(
+                args,
+                f"{out.where} holds {foreign} ids that are not in {args.prompts} "
+                "(kept as they are)",
+            )
         if not any(isinstance(e, PromptItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
-            gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens,
-                                            args.page_size)
-            return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note,
-                             interrupts)
+            gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
+            return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
         job.model = path.name
-        with loaded_llama(path, n_ctx=config.n_ctx_seq, n_threads=args.threads,
-                          n_gpu_layers=args.n_gpu_layers) as llm:
+        with loaded_llama(
+            path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
+        ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, sampling, config, args.cache_ram_mib)
-            return _generate(job, gen, lambda items: model_prompts(llm, items),
-                             lambda g: batching_note(config.slots, g.stats), interrupts,
-                             lambda items: [with_fields(sampling, it.fields) for it in items])
+            return _generate(
+                job,
+                gen,
+                lambda items: model_prompts(llm, items),
+                lambda g: batching_note(config.slots, g.stats),
+                interrupts,
+                lambda items: [with_fields(sampling, it.fields) for it in items],
+            )
 
 
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
@@ -323,23 +460,34 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
     return EXIT_OK
 
 
-def _local_generator(llm: Any, sampling: SamplingParams, config: BatchConfig,
-                     cache_ram_mib: int) -> Any:
+def _local_generator(
+    llm: Any, sampling: SamplingParams, config: BatchConfig, cache_ram_mib: int
+) -> Any:
     from .. import BatchGenerator
 
     try:
-        return BatchGenerator(llm, slots=config.slots, n_ctx_seq=config.n_ctx_seq,
-                              n_batch=config.n_batch, max_tokens=config.max_tokens,
-                              sampling=sampling, page_size=config.page_size,
-                              cache_ram_mib=cache_ram_mib)
+        return BatchGenerator(
+            llm,
+            slots=config.slots,
+            n_ctx_seq=config.n_ctx_seq,
+            n_batch=config.n_batch,
+            max_tokens=config.max_tokens,
+            sampling=sampling,
+            page_size=config.page_size,
+            cache_ram_mib=cache_ram_mib,
+        )
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
         raise UsageError(str(exc)) from None
 
 
-def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterable[object]],
-              note: Callable[[Any], str], interrupts: Interrupts,
-              samplings_of: Callable[[list[PromptItem]], list[SamplingParams]] | None = None
-              ) -> int:
+def _generate(
+    job: _Job,
+    gen: Any,
+    prompts: Callable[[list[PromptItem]], Iterable[object]],
+    note: Callable[[Any], str],
+    interrupts: Interrupts,
+    samplings_of: Callable[[list[PromptItem]], list[SamplingParams]] | None = None,
+) -> int:
     """Write the records of ``gen.iter_groups(prompts(items), samplings_of(items))`` page
     by page (each item's own sampling params: the flags' with its line's fields)."""
     t_gen = time.perf_counter()
@@ -352,8 +500,11 @@ def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterabl
     bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
-            groups = (gen.iter_groups(prompts(items)) if samplings is None
-                      else gen.iter_groups(prompts(items), samplings))
+            groups = (
+                gen.iter_groups(prompts(items))
+                if samplings is None
+                else gen.iter_groups(prompts(items), samplings)
+            )
             for group in groups:
                 with interrupts.held():
                     job.out.write(job.records(items, positions, group))
@@ -367,10 +518,16 @@ def _generate(job: _Job, gen: Any, prompts: Callable[[list[PromptItem]], Iterabl
         return job.interrupted()
     except LlamaBatchError as exc:  # e.g. no server of the pool answers any more
         bar.close()
-        how = ("run the same command with --resume to continue" if job.out.is_file else
-               "to be able to resume, write to a file (-o OUT) and use --resume")
-        error_line(PROG, f"{exc}; {job.tally.items} of {len(job.todo)} items were written to "
-                         f"{job.out.where}, in input order; {how}")
+        how = (
+            "run the same command with --resume to continue"
+            if job.out.is_file
+            else "to be able to resume, write to a file (-o OUT) and use --resume"
+        )
+        error_line(
+            PROG,
+            f"{exc}; {job.tally.items} of {len(job.todo)} items were written to "
+            f"{job.out.where}, in input order; {how}",
+        )
         return EXIT_FAILURE
     except BrokenPipeError:
         bar.close()

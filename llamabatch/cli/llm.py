@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 
-def model_path(model: Path | None, *, quiet: bool,
-               note: Callable[[str], None] | None = None) -> Path:
+def model_path(
+    model: Path | None, *, quiet: bool, note: Callable[[str], None] | None = None
+) -> Path:
     """``model`` checked (``ModelFileError`` when it is no GGUF file), or the default
     model's path, fetched once (``ModelFetchError`` when that fails); ``note`` hears
     which default was taken."""
@@ -25,8 +26,9 @@ def model_path(model: Path | None, *, quiet: bool,
 
 
 @contextlib.contextmanager
-def loaded_llama(path: Path, *, n_ctx: int, n_threads: int | None,
-                 n_gpu_layers: int) -> Iterator[Any]:
+def loaded_llama(
+    path: Path, *, n_ctx: int, n_threads: int | None, n_gpu_layers: int
+) -> Iterator[Any]:
     """A ``llama_cpp.Llama`` of ``path`` (see :func:`llamabatch.model.load_llama`),
     closed when the block ends, however it ends."""
     from ..model import load_llama

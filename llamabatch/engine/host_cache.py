@@ -49,8 +49,9 @@ class HostCache:
 
     def __init__(self, limit_bytes: int) -> None:
         if not isinstance(limit_bytes, int) or limit_bytes < 0:
-            raise ValueError(f"limit_bytes={limit_bytes!r} is out of range: valid is an "
-                             "integer >= 0")
+            raise ValueError(
+                f"limit_bytes={limit_bytes!r} is out of range: valid is an integer >= 0"
+            )
         self.limit_bytes = limit_bytes
         self._states: OrderedDict[tuple[int, ...], SavedState] = OrderedDict()
         self.n_bytes = 0
@@ -66,8 +67,10 @@ class HostCache:
         """True when a kept state already holds ``tokens`` as (a prefix of) its own, so
         saving ``tokens`` would add nothing."""
         n = len(tokens)
-        return any(len(s.tokens) >= n and common_prefix(s.tokens, tokens) == n
-                   for s in self._states.values())
+        return any(
+            len(s.tokens) >= n and common_prefix(s.tokens, tokens) == n
+            for s in self._states.values()
+        )
 
     def add(self, tokens: Sequence[int], state: object, n_bytes: int) -> bool:
         """Keep ``state`` (the cache holding exactly ``tokens``); drop the states whose

@@ -12,9 +12,9 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .backend import Backend
 from ..errors import BackendError
 from ..params import SamplingParams
+from .backend import Backend
 
 
 @dataclass(slots=True)
@@ -44,16 +44,19 @@ def _token_ids(prompt: Sequence[object], n_vocab: int) -> list[int]:
         try:
             tok = operator.index(tok)
         except TypeError:
-            raise ValueError(f"token {k} is {type(tok).__name__} {tok!r}; "
-                             f"token ids are integers in [0, {n_vocab})") from None
+            raise ValueError(
+                f"token {k} is {type(tok).__name__} {tok!r}; "
+                f"token ids are integers in [0, {n_vocab})"
+            ) from None
         if not 0 <= tok < n_vocab:
             raise ValueError(f"token {k} is {tok}; token ids are in [0, {n_vocab})")
         tokens.append(tok)
     return tokens
 
 
-def prepare(index: int, prompt: object, backend: Backend,
-            sampling: SamplingParams = SamplingParams()) -> Item:
+def prepare(
+    index: int, prompt: object, backend: Backend, sampling: SamplingParams = SamplingParams()
+) -> Item:
     """Tokenize or check ``prompt``; every failure is returned in the item, never raised."""
     item = _prepare(index, prompt, backend)
     item.sampling = sampling
@@ -69,8 +72,12 @@ def _prepare(index: int, prompt: object, backend: Backend) -> Item:
         elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
             tokens = _token_ids(prompt, backend.n_vocab)
         else:
-            return Item(index, None, f"prompt is {type(prompt).__name__}; expected str, "
-                                     "UTF-8 bytes or a list of token ids")
+            return Item(
+                index,
+                None,
+                f"prompt is {type(prompt).__name__}; expected str, "
+                "UTF-8 bytes or a list of token ids",
+            )
     except UnicodeDecodeError as exc:
         return Item(index, None, f"prompt is not valid UTF-8: {exc}")
     except (ValueError, TypeError, BackendError) as exc:  # TypeError: e.g. a 0-d array
@@ -78,7 +85,11 @@ def _prepare(index: int, prompt: object, backend: Backend) -> Item:
     if not tokens:
         return Item(index, None, "prompt is empty (0 tokens)")
     if len(tokens) >= backend.n_ctx:
-        return Item(index, None, f"prompt has {len(tokens)} tokens; the model context "
-                                 f"(n_ctx={backend.n_ctx}) holds at most "
-                                 f"{backend.n_ctx - 1} prompt tokens")
+        return Item(
+            index,
+            None,
+            f"prompt has {len(tokens)} tokens; the model context "
+            f"(n_ctx={backend.n_ctx}) holds at most "
+            f"{backend.n_ctx - 1} prompt tokens",
+        )
     return Item(index, tokens)

@@ -54,8 +54,9 @@ class Prefilling:
     stop_at: int | None = None
 
 
-def plan_step(decoding: Sequence[Decoding], prefilling: Sequence[Prefilling],
-              n_batch: int) -> list[Span]:
+def plan_step(
+    decoding: Sequence[Decoding], prefilling: Sequence[Prefilling], n_batch: int
+) -> list[Span]:
     """The spans of one decode call.
 
     Every sequence gets at most one span. Decoding sequences come first (at most

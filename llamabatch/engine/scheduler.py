@@ -20,12 +20,12 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from .backend import Backend, BatchLimits
 from ..completion import Completion, Stats
-from .slot_engine import BatchFailed, Seq, SlotEngine
 from ..errors import BackendError, BatchUnavailable, GrammarError
 from ..params import BatchConfig
+from .backend import Backend, BatchLimits
 from .items import Item
+from .slot_engine import BatchFailed, Seq, SlotEngine
 from .stop import Reply
 
 log = logging.getLogger("llamabatch")
@@ -43,8 +43,13 @@ class Scheduler:
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
     """
 
-    def __init__(self, backend: Backend, config: BatchConfig, min_copy_tokens: int = 32,
-                 cache_ram_bytes: int = 0):
+    def __init__(
+        self,
+        backend: Backend,
+        config: BatchConfig,
+        min_copy_tokens: int = 32,
+        cache_ram_bytes: int = 0,
+    ):
         self.backend = backend
         self.config = config
         self.min_copy_tokens = min_copy_tokens
@@ -58,8 +63,7 @@ class Scheduler:
 
     # -- the batch context -------------------------------------------------------------
     def _disable(self, reason: str) -> None:
-        log.warning("llamabatch: batching turned off, completing items one at a time: %s",
-                    reason)
+        log.warning("llamabatch: batching turned off, completing items one at a time: %s", reason)
         self.stats.batch_disabled_reason = reason
 
     def _open(self) -> bool:
@@ -77,11 +81,18 @@ class Scheduler:
             self._disable(f"the batch context could not be created: {what}{exc}")
             return False
         lim = self.limits
-        log.info("llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
-                 "requested), n_batch %d, n_ctx %d", lim.n_seq_max, lim.n_ctx_seq,
-                 cfg.n_ctx_seq, lim.n_batch, lim.n_ctx)
-        self.engine = SlotEngine(self.backend, lim, self.stats, self.min_copy_tokens,
-                                 self.cache_ram_bytes)
+        log.info(
+            "llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
+            "requested), n_batch %d, n_ctx %d",
+            lim.n_seq_max,
+            lim.n_ctx_seq,
+            cfg.n_ctx_seq,
+            lim.n_batch,
+            lim.n_ctx,
+        )
+        self.engine = SlotEngine(
+            self.backend, lim, self.stats, self.min_copy_tokens, self.cache_ram_bytes
+        )
         return True
 
     def open(self) -> BatchLimits | None:
@@ -111,9 +122,14 @@ class Scheduler:
         counts = self.stats.alone_reasons
         if reason not in counts:
             n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
-            log.warning("llamabatch: items are completed alone because %s (n_ctx_seq=%d "
-                        "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
-                        "to batch them", reason, n_ctx_seq, self.config.max_tokens)
+            log.warning(
+                "llamabatch: items are completed alone because %s (n_ctx_seq=%d "
+                "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
+                "to batch them",
+                reason,
+                n_ctx_seq,
+                self.config.max_tokens,
+            )
         counts[reason] = counts.get(reason, 0) + 1
 
     def fits(self, item: Item) -> bool:
@@ -124,8 +140,9 @@ class Scheduler:
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
         return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
 
-    def run(self, items: Iterator[Item], turn: Callable[[], object],
-            window: int) -> Iterator[list[Completion]]:
+    def run(
+        self, items: Iterator[Item], turn: Callable[[], object], window: int
+    ) -> Iterator[list[Completion]]:
         """Complete ``items``, one turn (at most one decode) at a time.
 
         Args:
@@ -179,10 +196,10 @@ class Scheduler:
         engine = self.engine
         if engine is None:
             return
-        if engine.dirty:                      # interrupted inside a backend call
+        if engine.dirty:  # interrupted inside a backend call
             engine.reset()
         else:
-            engine.release()                  # stopped early: caches stay valid
+            engine.release()  # stopped early: caches stay valid
 
     def _turn(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
         engine = self.engine
@@ -263,8 +280,13 @@ class Scheduler:
         :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
         sampling params."""
         sampling = item.sampling
-        return Reply(self.budget(item), self.backend.eog_ids, self.backend.detokenize,
-                     sampling.stop, sampling.stop_token_ids)
+        return Reply(
+            self.budget(item),
+            self.backend.eog_ids,
+            self.backend.detokenize,
+            sampling.stop,
+            sampling.stop_token_ids,
+        )
 
     def _logprobs_taker(self, item: Item) -> Callable[[], list] | None:
         """``backend.take_logprobs`` (optional) when ``item`` asks for logprobs."""
@@ -289,8 +311,16 @@ class Scheduler:
 
     def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
-        return Completion(item.index, reply.text, tuple(reply.token_ids),
-                          reply.finish_reason, None, len(item.tokens), path, logprobs)
+        return Completion(
+            item.index,
+            reply.text,
+            tuple(reply.token_ids),
+            reply.finish_reason,
+            None,
+            len(item.tokens),
+            path,
+            logprobs,
+        )
 
     def _error(self, item: Item, message: str) -> Completion:
         return Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")

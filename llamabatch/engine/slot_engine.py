@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from .backend import Backend, BatchLimits
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
+from .backend import Backend, BatchLimits
 from .host_cache import HostCache, SavedState
-from .plan import Decoding, Prefilling, plan_step
 from .items import Item
+from .plan import Decoding, Prefilling, plan_step
 from .slots import CopyPlan, Slot, SlotTable
 from .stop import Reply
 
@@ -41,7 +41,7 @@ class BatchFailed(Exception):
 class Status(IntEnum):
     """Where a sequence stands; ordered so ``status >= FINISHED`` means done."""
 
-    COPY = 0        # waiting for another slot to hold the prefix it will copy
+    COPY = 0  # waiting for another slot to hold the prefix it will copy
     PREFILL = 1
     DECODE = 2
     FINISHED = 3
@@ -72,8 +72,12 @@ class Seq:
         return self.item.tokens
 
 
-def _guard(what: str, fn: Callable[..., Any], *args: Any,
-           passthrough: type[Exception] | tuple[type[Exception], ...] = ()) -> Any:
+def _guard(
+    what: str,
+    fn: Callable[..., Any],
+    *args: Any,
+    passthrough: type[Exception] | tuple[type[Exception], ...] = (),
+) -> Any:
     """Call a backend method; any exception but ``passthrough`` becomes
     :class:`BatchFailed`."""
     try:
@@ -81,8 +85,9 @@ def _guard(what: str, fn: Callable[..., Any], *args: Any,
     except passthrough:
         raise
     except DecodeError as exc:
-        raise BatchFailed(f"llama_decode returned {exc.code} "
-                          f"({decode_meaning(exc.code)}): {exc}") from exc
+        raise BatchFailed(
+            f"llama_decode returned {exc.code} ({decode_meaning(exc.code)}): {exc}"
+        ) from exc
     except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
         raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
@@ -109,21 +114,26 @@ class SlotEngine:
             exception escaping it leaves the caches unknown: :meth:`reset`).
     """
 
-    def __init__(self, backend: Backend, limits: BatchLimits, stats: Stats,
-                 min_copy_tokens: int = 32, cache_ram_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        limits: BatchLimits,
+        stats: Stats,
+        min_copy_tokens: int = 32,
+        cache_ram_bytes: int = 0,
+    ) -> None:
         self.backend, self.limits, self.stats = backend, limits, stats
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
         can_copy = getattr(backend, "can_copy", True)
-        if not can_copy:                                 # no llama_state_seq_* here
+        if not can_copy:  # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
-        can_save = (can_copy and hasattr(backend, "save_seq")
-                    and hasattr(backend, "load_seq"))
+        can_save = can_copy and hasattr(backend, "save_seq") and hasattr(backend, "load_seq")
         self.host = HostCache(cache_ram_bytes if can_save else 0)
         self.exact = not getattr(backend, "partial_trim", True)
-        self.running: dict[int, Seq] = {}   # seq id -> Seq, in placement order
+        self.running: dict[int, Seq] = {}  # seq id -> Seq, in placement order
         self.dirty = False
-        self._n_waiting = 0                  # sequences in Status.COPY
+        self._n_waiting = 0  # sequences in Status.COPY
         self._rotate = 0
 
     # -- state -------------------------------------------------------------------------
@@ -180,26 +190,35 @@ class SlotEngine:
         slot, n_own = best
         slot.busy = True
         seq = Seq(item, slot, reply)
-        self.running[slot.seq_id] = seq      # from here a failure hands the item back
+        self.running[slot.seq_id] = seq  # from here a failure hands the item back
         try:
-            _guard("start_seq", self.backend.start_seq, slot.seq_id, item.sampling,
-                   passthrough=GrammarError)
-        except GrammarError:                 # start_seq changes no cache
+            _guard(
+                "start_seq",
+                self.backend.start_seq,
+                slot.seq_id,
+                item.sampling,
+                passthrough=GrammarError,
+            )
+        except GrammarError:  # start_seq changes no cache
             del self.running[slot.seq_id]
             slot.busy = False
             raise
-        planned = {sid: s.tokens for sid, s in self.running.items()
-                   if s.status == Status.PREFILL and s is not seq}
+        planned = {
+            sid: s.tokens
+            for sid, s in self.running.items()
+            if s.status == Status.PREFILL and s is not seq
+        }
         waiting = {sid for sid, s in self.running.items() if s.status == Status.COPY}
         for sid in waiting:
-            planned[sid] = ()                # its cache is not its own yet: no source
-        copy = self.table.copy_source(item.tokens, slot, n_own, planned,
-                                      self.min_copy_tokens, self.exact)
+            planned[sid] = ()  # its cache is not its own yet: no source
+        copy = self.table.copy_source(
+            item.tokens, slot, n_own, planned, self.min_copy_tokens, self.exact
+        )
         saved = self._saved_for(item.tokens, n_own)
         if saved is not None and copy is not None and saved[1] < copy.n_tokens:
-            saved = None                     # the other slot shares more
+            saved = None  # the other slot shares more
         own_kept = saved is None and copy is None
-        self._save(slot, n_own if own_kept else 0)   # before its cache is cut or replaced
+        self._save(slot, n_own if own_kept else 0)  # before its cache is cut or replaced
         if saved is not None:
             self._load(seq, *saved)
             return
@@ -228,8 +247,12 @@ class SlotEngine:
         """Save ``slot``'s state before all but its first ``n_keep`` tokens are thrown
         away, when that is less than half of it (llama-server's ``f_keep < 0.5``)."""
         n = len(slot.cached)
-        if (not self.host.enabled or n < self.min_copy_tokens or 2 * n_keep >= n
-                or self.host.covers(slot.cached)):
+        if (
+            not self.host.enabled
+            or n < self.min_copy_tokens
+            or 2 * n_keep >= n
+            or self.host.covers(slot.cached)
+        ):
             return
         state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
         if self.host.add(slot.cached, state, len(state)):
@@ -253,7 +276,7 @@ class SlotEngine:
             if n > 0 and not self.exact:
                 ok = self._trim(slot, n)
                 if not ok:
-                    self.exact = True       # a recurrent / hybrid memory: learned now
+                    self.exact = True  # a recurrent / hybrid memory: learned now
             if not ok:
                 n = 0
                 if not self._trim(slot, 0):
@@ -275,7 +298,7 @@ class SlotEngine:
         have = len(src.cached)
         if have < plan.n_tokens:
             return False
-        if self.exact and have > plan.n_tokens:     # cannot cut back: prefill instead
+        if self.exact and have > plan.n_tokens:  # cannot cut back: prefill instead
             seq.copy = None
             self._keep(seq, 0)
             return True
@@ -318,7 +341,7 @@ class SlotEngine:
                 reason = seq.reply.add(token, logprobs)
                 seq.status = Status.DECODE if reason is None else Status.FINISHED
         self.dirty = False
-        if self._n_waiting:                 # running is in placement order (a dict)
+        if self._n_waiting:  # running is in placement order (a dict)
             for seq in [s for s in self.running.values() if s.status == Status.COPY]:
                 if self._try_copy(seq):
                     self._n_waiting -= 1
@@ -332,8 +355,9 @@ class SlotEngine:
         """The backend's logprobs of the ``n`` tokens just sampled (the optional
         ``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
         take = getattr(self.backend, "take_logprobs", None)
-        wanted = any(self.running[s.seq_id].item.sampling.logprobs is not None
-                     for s in spans if s.logits)
+        wanted = any(
+            self.running[s.seq_id].item.sampling.logprobs is not None for s in spans if s.logits
+        )
         if take is None or not wanted:
             return [None] * n
         taken = list(_guard("take_logprobs", take))
@@ -341,9 +365,12 @@ class SlotEngine:
 
     def _plan(self) -> list:
         seqs = self.running.values()
-        decoding = [Decoding(s.slot.seq_id, len(s.slot.cached), s.reply.token_ids[-1])
-                    for s in seqs if s.status == Status.DECODE]
-        if len(decoding) > self.limits.n_batch:     # not all fit: take turns
+        decoding = [
+            Decoding(s.slot.seq_id, len(s.slot.cached), s.reply.token_ids[-1])
+            for s in seqs
+            if s.status == Status.DECODE
+        ]
+        if len(decoding) > self.limits.n_batch:  # not all fit: take turns
             k = self._rotate % len(decoding)
             decoding = decoding[k:] + decoding[:k]
             self._rotate += self.limits.n_batch
@@ -352,9 +379,10 @@ class SlotEngine:
             if s.status != Status.PREFILL:
                 continue
             later = [b - s.fed for b in s.breaks if b > s.fed]
-            prefilling.append(Prefilling(s.slot.seq_id, s.fed, s.tokens[s.fed:],
-                                         min(later) if later else None))
+            prefilling.append(
+                Prefilling(s.slot.seq_id, s.fed, s.tokens[s.fed :], min(later) if later else None)
+            )
         spans = plan_step(decoding, prefilling, self.limits.n_batch)
-        if not spans:       # only copies waiting (cannot happen: their sources prefill)
+        if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running sequence waits for a copy")
         return spans

@@ -87,9 +87,15 @@ class SlotTable:
                 best = (slot, n)
         return best
 
-    def copy_source(self, prompt: Sequence[int], dst: Slot, n_own: int,
-                    planned: Mapping[int, Sequence[int]], min_gain: int,
-                    exact: bool) -> CopyPlan | None:
+    def copy_source(
+        self,
+        prompt: Sequence[int],
+        dst: Slot,
+        n_own: int,
+        planned: Mapping[int, Sequence[int]],
+        min_gain: int,
+        exact: bool,
+    ) -> CopyPlan | None:
         """A slot other than ``dst`` worth copying for ``prompt``, or ``None``.
 
         Args:
@@ -114,7 +120,7 @@ class SlotTable:
             if n - n_own < min_gain or n == 0:
                 continue
             if exact and len(slot.cached) > n:
-                continue            # already past the shared prefix: cannot cut back
+                continue  # already past the shared prefix: cannot cut back
             if best is None or n > best.n_tokens:
                 best = CopyPlan(slot.seq_id, n)
         return best

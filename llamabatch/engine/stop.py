@@ -49,12 +49,28 @@ class Reply:
         logprobs: one entry per kept token when the caller passes them to :meth:`add`.
     """
 
-    __slots__ = ("max_tokens", "_eog", "_stop_ids", "_stop", "_detokenize",
-                 "token_ids", "finish_reason", "logprobs", "_text", "_longest", "_searched")
+    __slots__ = (
+        "max_tokens",
+        "_eog",
+        "_stop_ids",
+        "_stop",
+        "_detokenize",
+        "token_ids",
+        "finish_reason",
+        "logprobs",
+        "_text",
+        "_longest",
+        "_searched",
+    )
 
-    def __init__(self, max_tokens: int, eog_ids: Collection[int],
-                 detokenize: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
-                 stop_token_ids: Collection[int] = ()) -> None:
+    def __init__(
+        self,
+        max_tokens: int,
+        eog_ids: Collection[int],
+        detokenize: Callable[[Sequence[int]], str],
+        stop: Sequence[str] = (),
+        stop_token_ids: Collection[int] = (),
+    ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens={max_tokens} is out of range: valid is >= 1")
         self.max_tokens = max_tokens
@@ -110,5 +126,5 @@ class Reply:
         hits = [i for i in (text.find(s, start) for s in self._stop) if i >= 0]
         if not hits:
             return False
-        self._text = text[:min(hits)]
+        self._text = text[: min(hits)]
         return True

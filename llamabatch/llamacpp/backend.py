@@ -24,16 +24,15 @@ from typing import Any
 
 from .. import _ffi
 from ..engine.backend import BatchLimits, Span
-from .constraints import grammar_of
+from ..errors import BackendError, BatchUnavailable, DecodeError, LibraryError, decode_meaning
+from ..locks import llm_lock
+from ..params import SamplingParams
 from .batch import LlamaBatch
+from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
 from .llm_state import LlamaGuard
-from ..errors import (BackendError, BatchUnavailable, DecodeError, LibraryError,
-                     decode_meaning)
-from ..locks import llm_lock
-from ..params import SamplingParams
 from .sampler import SeqSampler, top_logprobs
 
 log = logging.getLogger("llamabatch")
@@ -65,10 +64,10 @@ class LlamaBackend:
         self.max_slots = lib.max_parallel_sequences()
         self.eog_ids = lib.eog_ids(lib.vocab(_ffi.model_of(llm)))
         self._ctx: BatchContext | None = None
-        self._alone_guard: LlamaGuard | None = None   # items alone since the caller's state
+        self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
         self._batch: LlamaBatch | None = None
         self._samplers: dict[int, SeqSampler] = {}
-        self.partial_trim = True     # set from the model when the context opens
+        self.partial_trim = True  # set from the model when the context opens
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
         self._logprobs: list = []
@@ -82,8 +81,14 @@ class LlamaBackend:
                 (:func:`~llamabatch.llamacpp.limits.check_context`).
         """
         n_threads, n_threads_batch = _ffi.threads_of(self._llm)
-        check_context(slots, n_ctx_seq, n_batch, max_slots=self.max_slots,
-                      n_threads=n_threads, n_threads_batch=n_threads_batch)
+        check_context(
+            slots,
+            n_ctx_seq,
+            n_batch,
+            max_slots=self.max_slots,
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+        )
 
     # -- state -------------------------------------------------------------------
     @property
@@ -155,9 +160,15 @@ class LlamaBackend:
             log.info("llamabatch: KV cache size of the batch context unknown: %s", exc)
             return
         self.kv_bytes = kv.total_bytes
-        log.info("llamabatch: batch context KV cache: %.2f MiB (%d slots x %d tokens x "
-                 "%d bytes per token%s)", kv.total_mib, lim.n_seq_max, lim.n_ctx_seq,
-                 kv.bytes_per_token, "" if kv.exact else ", an estimate")
+        log.info(
+            "llamabatch: batch context KV cache: %.2f MiB (%d slots x %d tokens x "
+            "%d bytes per token%s)",
+            kv.total_mib,
+            lim.n_seq_max,
+            lim.n_ctx_seq,
+            kv.bytes_per_token,
+            "" if kv.exact else ", an estimate",
+        )
 
     def _open(self) -> tuple[BatchContext, LlamaBatch]:
         if self._ctx is None or self._batch is None:
@@ -205,8 +216,9 @@ class LlamaBackend:
         """
         ctx, _ = self._open()
         if ctx.copy_seq(src, dst) == 0:
-            raise BackendError(f"llama_state_seq_get/set_data copied nothing from seq "
-                               f"{src} to seq {dst}")
+            raise BackendError(
+                f"llama_state_seq_get/set_data copied nothing from seq {src} to seq {dst}"
+            )
 
     def save_seq(self, seq_id: int) -> Any:
         """``seq_id``'s cache as a host buffer (``llama_state_seq_get_data``; ``len()``
@@ -264,15 +276,13 @@ class LlamaBackend:
         rows: list[tuple[SeqSampler, int]] = []
         for span in spans:
             if span.logits and span.seq_id not in samplers:
-                raise ValueError(f"seq_id={span.seq_id} has no sampler: call start_seq "
-                                 "first")
+                raise ValueError(f"seq_id={span.seq_id} has no sampler: call start_seq first")
             last = batch.add_run(span.tokens, span.pos, span.seq_id, span.logits)
             if span.logits:
                 rows.append((samplers[span.seq_id], last))
         code = ctx.decode(batch)
         if code != 0:
-            raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}",
-                              code=code)
+            raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
         sampled = [sampler.sample(ctx, i) for sampler, i in rows]
         self._logprobs = [sampler.last_logprobs for sampler, _ in rows]
         return sampled
@@ -315,11 +325,18 @@ class LlamaBackend:
             llm.set_seed(sampling.effective_seed)
             llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
             stream = llm.generate(
-                list(tokens), top_k=sampling.top_k, top_p=sampling.top_p,
-                min_p=sampling.min_p, typical_p=sampling.typical_p,
-                temp=sampling.temperature, repeat_penalty=sampling.repeat_penalty,
+                list(tokens),
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                min_p=sampling.min_p,
+                typical_p=sampling.typical_p,
+                temp=sampling.temperature,
+                repeat_penalty=sampling.repeat_penalty,
                 frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty, reset=True, grammar=grammar)
+                presence_penalty=sampling.presence_penalty,
+                reset=True,
+                grammar=grammar,
+            )
             try:
                 while True:
                     try:
@@ -340,7 +357,7 @@ class LlamaBackend:
         """Cut the ``Llama``'s KV cache back to the tokens the caller had cached before
         the first item completed alone since the last call, and put its settings back
         (no-op when no item ran alone since)."""
-        with self.lock:             # may come from outside a generator's turn
+        with self.lock:  # may come from outside a generator's turn
             guard, self._alone_guard = self._alone_guard, None
             if guard is not None:
                 guard.restore()

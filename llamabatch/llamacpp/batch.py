@@ -70,8 +70,10 @@ class LlamaBatch(Closing):
         if self._buf.closed:
             raise ValueError("the LlamaBatch is closed")
         if k > self.capacity - self._n:
-            raise ValueError(f"{k} more token(s) would exceed the batch capacity: "
-                             f"{self._n} of {self.capacity} rows are used")
+            raise ValueError(
+                f"{k} more token(s) would exceed the batch capacity: "
+                f"{self._n} of {self.capacity} rows are used"
+            )
         return self._n
 
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
@@ -92,8 +94,9 @@ class LlamaBatch(Closing):
         buf.set_n_tokens(self._n)
         return i
 
-    def add_run(self, tokens: Sequence[int] | np.ndarray, pos0: int, seq_id: int,
-                logits_last: bool) -> int:
+    def add_run(
+        self, tokens: Sequence[int] | np.ndarray, pos0: int, seq_id: int, logits_last: bool
+    ) -> int:
         """Append ``tokens`` of sequence ``seq_id`` at positions pos0, pos0 + 1, ...
 
         Only the last token may request logits (``logits_last``).
@@ -116,7 +119,7 @@ class LlamaBatch(Closing):
         buf.token[i:j] = tokens
         np.add(self._arange[:k], pos0, out=buf.pos[i:j])
         buf.seq_id[i:j] = seq_id
-        buf.logits[i:j - 1] = 0
+        buf.logits[i : j - 1] = 0
         buf.logits[j - 1] = logits_last
         self._n = j
         buf.set_n_tokens(j)

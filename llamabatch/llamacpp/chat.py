@@ -35,28 +35,38 @@ def check_messages(value: object) -> list[dict[str, Any]]:
         ValueError: what is wrong, naming the message by its 0-based index.
     """
     if not isinstance(value, list):
-        raise ValueError(f'"messages" is {_json_type(value)}, not a list of '
-                         '{"role", "content"} objects')
+        raise ValueError(
+            f'"messages" is {_json_type(value)}, not a list of {{"role", "content"}} objects'
+        )
     if not value:
         raise ValueError('"messages" is an empty list')
     for k, message in enumerate(value):
         if not isinstance(message, dict):
-            raise ValueError(f'"messages"[{k}] is {_json_type(message)}, not an object '
-                             'with "role" and "content"')
+            raise ValueError(
+                f'"messages"[{k}] is {_json_type(message)}, not an object with "role" and "content"'
+            )
         for key in ("role", "content"):
             if key not in message:
                 raise ValueError(f'"messages"[{k}] has no "{key}"')
             if not isinstance(message[key], str):
-                raise ValueError(f'"messages"[{k}]["{key}"] is '
-                                 f'{_json_type(message[key])}, not a string')
+                raise ValueError(
+                    f'"messages"[{k}]["{key}"] is {_json_type(message[key])}, not a string'
+                )
         if not message["role"].strip():
             raise ValueError(f'"messages"[{k}]["role"] is empty')
     return value
 
 
 def _json_type(value: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
+    names = {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -78,18 +88,23 @@ class ChatTemplate:
             import jinja2
             from llama_cpp import llama_chat_format
         except (ImportError, OSError) as exc:
-            raise LibraryError(f"cannot import llama_cpp.llama_chat_format (pip install "
-                               f"llama-cpp-python): {exc}") from exc
+            raise LibraryError(
+                f"cannot import llama_cpp.llama_chat_format (pip install llama-cpp-python): {exc}"
+            ) from exc
 
         self.template = template
         self._jinja_error = jinja2.TemplateError
         try:
             self._formatter = llama_chat_format.Jinja2ChatFormatter(
-                template=template, eos_token=eos_token, bos_token=bos_token,
-                add_generation_prompt=True)
+                template=template,
+                eos_token=eos_token,
+                bos_token=bos_token,
+                add_generation_prompt=True,
+            )
         except jinja2.TemplateError as exc:
-            raise ChatTemplateError(f"the model's chat template is not valid Jinja: "
-                                    f"{exc}") from None
+            raise ChatTemplateError(
+                f"the model's chat template is not valid Jinja: {exc}"
+            ) from None
 
     @classmethod
     def from_llama(cls, llm: Any) -> ChatTemplate:
@@ -101,11 +116,16 @@ class ChatTemplate:
         """
         template = (getattr(llm, "metadata", None) or {}).get(TEMPLATE_KEY)
         if not template:
-            raise ChatTemplateError(f"the model has no chat template in its GGUF metadata "
-                                    f"({TEMPLATE_KEY}); give ready \"prompt\" strings "
-                                    "instead of \"messages\"")
-        return cls(template, eos_token=_token_text(llm, llm.token_eos()),
-                   bos_token=_token_text(llm, llm.token_bos()))
+            raise ChatTemplateError(
+                f"the model has no chat template in its GGUF metadata "
+                f'({TEMPLATE_KEY}); give ready "prompt" strings '
+                'instead of "messages"'
+            )
+        return cls(
+            template,
+            eos_token=_token_text(llm, llm.token_eos()),
+            bos_token=_token_text(llm, llm.token_bos()),
+        )
 
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         """The prompt for ``messages``, generation prompt appended.

@@ -60,14 +60,17 @@ def _schema_gbnf(schema_json: str) -> str:
     try:
         from llama_cpp.llama_grammar import json_schema_to_gbnf
     except ImportError as exc:
-        raise GrammarError(f"json_schema needs llama-cpp-python's llama_grammar module "
-                           f"({exc})") from exc
+        raise GrammarError(
+            f"json_schema needs llama-cpp-python's llama_grammar module ({exc})"
+        ) from exc
     try:
         return json_schema_to_gbnf(schema_json)
     except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
-        raise GrammarError(f"json_schema cannot be compiled to a grammar "
-                           f"(llama_cpp.llama_grammar.json_schema_to_gbnf): "
-                           f"{type(exc).__name__}: {exc}") from None
+        raise GrammarError(
+            f"json_schema cannot be compiled to a grammar "
+            f"(llama_cpp.llama_grammar.json_schema_to_gbnf): "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 def schema_grammar(schema: Mapping[str, Any] | str) -> str:
@@ -83,8 +86,7 @@ def schema_grammar(schema: Mapping[str, Any] | str) -> str:
         except ValueError as exc:
             raise GrammarError(f"json_schema is not valid JSON: {exc}") from None
     if not isinstance(schema, Mapping):
-        raise GrammarError(f"json_schema is {type(schema).__name__}; a JSON schema is an "
-                           "object")
+        raise GrammarError(f"json_schema is {type(schema).__name__}; a JSON schema is an object")
     return _schema_gbnf(json.dumps(schema))
 
 
@@ -112,21 +114,26 @@ def response_format_fields(response_format: object) -> dict[str, Any]:
         ValueError: not one of the three forms (the message names what is valid).
     """
     if not isinstance(response_format, Mapping):
-        raise ValueError(f"response_format must be an object such as "
-                         f"{{\"type\": \"json_object\"}}, not {json.dumps(response_format)}")
+        raise ValueError(
+            f"response_format must be an object such as "
+            f'{{"type": "json_object"}}, not {json.dumps(response_format)}'
+        )
     kind = response_format.get("type")
     if kind == "text":
         return {}
     if kind == "json_object":
         schema = response_format.get("schema")  # llama-cpp-python also reads this key
-        return {"json_schema": dict(schema) if isinstance(schema, Mapping)
-                else JSON_OBJECT_SCHEMA}
+        return {"json_schema": dict(schema) if isinstance(schema, Mapping) else JSON_OBJECT_SCHEMA}
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, Mapping) else None
         if not isinstance(schema, Mapping):
-            raise ValueError('response_format {"type": "json_schema"} needs '
-                             '"json_schema": {"name": ..., "schema": {...}}')
+            raise ValueError(
+                'response_format {"type": "json_schema"} needs '
+                '"json_schema": {"name": ..., "schema": {...}}'
+            )
         return {"json_schema": dict(schema)}
-    raise ValueError(f"response_format type {json.dumps(kind)} is not one of \"text\", "
-                     "\"json_object\", \"json_schema\"")
+    raise ValueError(
+        f'response_format type {json.dumps(kind)} is not one of "text", '
+        '"json_object", "json_schema"'
+    )

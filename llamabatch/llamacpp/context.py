@@ -22,15 +22,16 @@ from typing import Any
 import numpy as np
 
 from .. import _ffi
+from .._util.closing import Closing
 from ..engine.backend import BatchLimits
+from ..errors import BatchUnavailable
 from .batch import LlamaBatch
 from .limits import check_context
-from ..errors import BatchUnavailable
-from .._util.closing import Closing
 
 #: Called before each decode with the batch's token count; an int it returns is used as
 #: the return code instead of calling ``llama_decode`` (to inject failures in tests).
 DecodeHook = Callable[[int], "int | None"]
+
 
 def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
     """``llama_free`` the context; ``llm`` is an argument so the model outlives it."""
@@ -57,25 +58,49 @@ class BatchContext(Closing):
             llama.cpp could not create the context (NULL; e.g. out of memory).
     """
 
-    def __init__(self, llm: Any, slots: int, n_ctx_seq: int = 4096, n_batch: int = 512,
-                 *, decode_hook: DecodeHook | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        slots: int,
+        n_ctx_seq: int = 4096,
+        n_batch: int = 512,
+        *,
+        decode_hook: DecodeHook | None = None,
+    ) -> None:
         lib = _ffi.load()
         lib.require_batching()
         n_threads, n_threads_batch = _ffi.threads_of(llm)
-        check_context(slots, n_ctx_seq, n_batch, max_slots=lib.max_parallel_sequences(),
-                      n_threads=n_threads, n_threads_batch=n_threads_batch)
+        check_context(
+            slots,
+            n_ctx_seq,
+            n_batch,
+            max_slots=lib.max_parallel_sequences(),
+            n_threads=n_threads,
+            n_threads_batch=n_threads_batch,
+        )
         model = _ffi.model_of(llm)
         params = lib.context_params(
-            {"n_ctx": n_ctx_seq * slots, "n_batch": n_batch, "n_ubatch": n_batch,
-             "n_seq_max": slots, "kv_unified": False, "n_threads": n_threads,
-             "n_threads_batch": n_threads_batch, "no_perf": True, "embeddings": False},
-            like=_ffi.context_params_of(llm), copy=_ffi.SHARED_CONTEXT_FIELDS)
+            {
+                "n_ctx": n_ctx_seq * slots,
+                "n_batch": n_batch,
+                "n_ubatch": n_batch,
+                "n_seq_max": slots,
+                "kv_unified": False,
+                "n_threads": n_threads,
+                "n_threads_batch": n_threads_batch,
+                "no_perf": True,
+                "embeddings": False,
+            },
+            like=_ffi.context_params_of(llm),
+            copy=_ffi.SHARED_CONTEXT_FIELDS,
+        )
         handle = lib.init_context(model, params)
         if handle is None:
             raise BatchUnavailable(
                 f"llama.cpp could not create a context with {slots} sequences of "
                 f"{n_ctx_seq} tokens (n_ctx={n_ctx_seq * slots}, n_batch={n_batch}); "
-                "out of memory?")
+                "out of memory?"
+            )
         self._finalizer = weakref.finalize(self, _free, lib, handle, llm)
         # Llama.close() frees the model: free this context first (a dead finalizer is a
         # no-op, and it holds nothing once called, so the Llama is not kept alive).
@@ -237,8 +262,7 @@ class BatchContext(Closing):
         if not 0 < n <= limits.n_batch:
             raise ValueError(f"batch has {n} tokens: valid is [1, {limits.n_batch}]")
         if batch.n_seq_max > limits.n_seq_max or batch.closed:
-            raise ValueError(f"{batch!r} does not fit this context (n_seq_max="
-                             f"{limits.n_seq_max})")
+            raise ValueError(f"{batch!r} does not fit this context (n_seq_max={limits.n_seq_max})")
         self._outputs = frozenset()
         code = self._hook(n) if self._hook is not None else None
         if code is None:
@@ -252,8 +276,10 @@ class BatchContext(Closing):
         and that decode succeeded. (``llama_sampler_sample`` on any other row is a C
         assert that kills the process.)"""
         if i not in self._outputs:
-            raise IndexError(f"batch row {i!r} has no logits from the last decode "
-                             f"(rows with logits: {sorted(self._outputs)})")
+            raise IndexError(
+                f"batch row {i!r} has no logits from the last decode "
+                f"(rows with logits: {sorted(self._outputs)})"
+            )
 
     def logits(self, i: int) -> np.ndarray:
         """A copy of the logits of batch row ``i`` of the last decode (float32[n_vocab],

@@ -72,16 +72,23 @@ def _row_size(ggml_type: int, n: int) -> int:
     return block_bytes * n // block
 
 
-def kv_bytes_per_token(facts: KvFacts, type_k: int = GGML_TYPE_F16,
-                       type_v: int = GGML_TYPE_F16) -> int:
+def kv_bytes_per_token(
+    facts: KvFacts, type_k: int = GGML_TYPE_F16, type_v: int = GGML_TYPE_F16
+) -> int:
     """Bytes of K and V per token over all layers (see the module's formula)."""
     n_k = facts.n_embd_head_k * facts.n_head_kv
     n_v = facts.n_embd_head_v * facts.n_head_kv
     return facts.n_layer * (_row_size(type_k, n_k) + _row_size(type_v, n_v))
 
 
-def estimate(llm_or_model_path: Any, *, slots: int, n_ctx_seq: int,
-             type_k: int | None = None, type_v: int | None = None) -> KvEstimate:
+def estimate(
+    llm_or_model_path: Any,
+    *,
+    slots: int,
+    n_ctx_seq: int,
+    type_k: int | None = None,
+    type_v: int | None = None,
+) -> KvEstimate:
     """The KV cache a batch context of ``slots`` x ``n_ctx_seq`` tokens would allocate.
 
     Args:
@@ -106,9 +113,11 @@ def estimate(llm_or_model_path: Any, *, slots: int, n_ctx_seq: int,
     else:
         facts = kv_facts(_ffi.model_of(llm_or_model_path))
         types = kv_types_of(llm_or_model_path)
-    per_token = kv_bytes_per_token(facts, types[0] if type_k is None else type_k,
-                                   types[1] if type_v is None else type_v)
+    per_token = kv_bytes_per_token(
+        facts, types[0] if type_k is None else type_k, types[1] if type_v is None else type_v
+    )
     padded = pad_n_ctx_seq(n_ctx_seq)
     exact = not (facts.n_swa or facts.is_recurrent or facts.is_hybrid)
-    return KvEstimate(per_token, padded, per_token * padded, slots,
-                      per_token * padded * slots, exact)
+    return KvEstimate(
+        per_token, padded, per_token * padded, slots, per_token * padded * slots, exact
+    )

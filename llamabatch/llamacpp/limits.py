@@ -30,8 +30,16 @@ def _fail(name: str, value: object, valid: str) -> None:
     raise ValueError(f"{name}={value!r} is out of range: valid is {valid}")
 
 
-def check_context(slots: int, n_ctx_seq: int, n_batch: int, n_ubatch: int | None = None,
-                  *, max_slots: int, n_threads: int = 1, n_threads_batch: int = 1) -> None:
+def check_context(
+    slots: int,
+    n_ctx_seq: int,
+    n_batch: int,
+    n_ubatch: int | None = None,
+    *,
+    max_slots: int,
+    n_threads: int = 1,
+    n_threads_batch: int = 1,
+) -> None:
     """Check the parameters of a non-unified batch context before ``llama_init_from_model``.
 
     Args:
@@ -63,23 +71,27 @@ def check_context(slots: int, n_ctx_seq: int, n_batch: int, n_ubatch: int | None
     if not _int(max_slots) or max_slots < 1:
         raise ValueError(f"max_slots={max_slots!r}: expected llama_max_parallel_sequences()")
     if not _int(slots) or not 1 <= slots <= max_slots:
-        _fail("slots", slots, f"an integer in [1, {max_slots}] "
-                              "(llama_max_parallel_sequences())")
+        _fail("slots", slots, f"an integer in [1, {max_slots}] (llama_max_parallel_sequences())")
     if not _int(n_batch) or n_batch < 1:
         _fail("n_batch", n_batch, "an integer >= 1 (tokens per llama_decode)")
     if slots > n_batch:
         raise ValueError(
             f"slots={slots} with n_batch={n_batch} is out of range: llama.cpp needs "
             f"slots <= n_batch (one output row per sequence in a decode): valid is "
-            f"n_batch >= {slots}, or slots <= {n_batch}")
+            f"n_batch >= {slots}, or slots <= {n_batch}"
+        )
     if n_ubatch is not None and (not _int(n_ubatch) or not 1 <= n_ubatch <= n_batch):
         _fail("n_ubatch", n_ubatch, f"an integer in [1, n_batch={n_batch}]")
     if not _int(n_ctx_seq) or n_ctx_seq < 1:
         _fail("n_ctx_seq", n_ctx_seq, "an integer >= 1 (tokens per sequence)")
     if n_ctx_seq * slots > MAX_N_CTX:
-        _fail("n_ctx_seq", n_ctx_seq, f"an integer in [1, {MAX_N_CTX // slots}] with "
-                                      f"slots={slots} (n_ctx = n_ctx_seq * slots is a "
-                                      "32-bit count)")
+        _fail(
+            "n_ctx_seq",
+            n_ctx_seq,
+            f"an integer in [1, {MAX_N_CTX // slots}] with "
+            f"slots={slots} (n_ctx = n_ctx_seq * slots is a "
+            "32-bit count)",
+        )
     for name, value in (("n_threads", n_threads), ("n_threads_batch", n_threads_batch)):
         if not _int(value) or not 1 <= value <= MAX_N_THREADS:
             _fail(name, value, f"an integer in [1, {MAX_N_THREADS}] (GGML_MAX_N_THREADS)")

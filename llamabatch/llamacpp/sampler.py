@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from .. import _ffi
-from .constraints import grammar_of
+from .._util.closing import Closing
 from ..errors import GrammarError
 from ..params import SamplingParams
-from .._util.closing import Closing
+from .constraints import grammar_of
 
 #: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
 MIN_KEEP = 1
@@ -86,8 +86,7 @@ class SeqSampler(Closing):
         MemoryError: llama.cpp returned NULL for a stage.
     """
 
-    def __init__(self, source: Any, params: SamplingParams, *,
-                 lazy_grammar: bool = True) -> None:
+    def __init__(self, source: Any, params: SamplingParams, *, lazy_grammar: bool = True) -> None:
         lib = _ffi.load()
         self.params = params
         self.last_logprobs: tuple[tuple[int, float], ...] | None = None
@@ -100,8 +99,14 @@ class SeqSampler(Closing):
         self._chain = chain
         self._grammar: _ffi.SamplerHandle | None = None
         self._candidates = None
-        chains.add_penalties(chain, n_vocab, params.penalty_last_n, params.repeat_penalty,
-                             params.frequency_penalty, params.presence_penalty)
+        chains.add_penalties(
+            chain,
+            n_vocab,
+            params.penalty_last_n,
+            params.repeat_penalty,
+            params.frequency_penalty,
+            params.presence_penalty,
+        )
         if grammar_text is not None:
             grammar = chains.new_grammar(vocab, grammar_text)
             if lazy_grammar:
@@ -159,8 +164,7 @@ class SeqSampler(Closing):
         return token
 
     def _sample_lazily(self, logits: np.ndarray) -> int:
-        cand, chains, chain, grammar = (self._candidates, self._chains, self._chain,
-                                        self._grammar)
+        cand, chains, chain, grammar = (self._candidates, self._chains, self._chain, self._grammar)
         cand.fill(logits)
         cand.apply(chain.chain)
         token, _ = cand.selected()

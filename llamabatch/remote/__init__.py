@@ -12,12 +12,17 @@ from __future__ import annotations
 import importlib
 
 _NAMES = {
-    "ItemRejected": "client", "ServerFault": "client",
-    "RemoteCompletion": "completion", "RemoteGenerator": "generator",
+    "ItemRejected": "client",
+    "ServerFault": "client",
+    "RemoteCompletion": "completion",
+    "RemoteGenerator": "generator",
     "RemoteStats": "completion",
-    "PoolUnavailable": "pool", "Server": "pool", "ServerPool": "pool",
+    "PoolUnavailable": "pool",
+    "Server": "pool",
+    "ServerPool": "pool",
     "normalize_url": "pool",
-    "build_request": "request", "choices_grammar": "request",
+    "build_request": "request",
+    "choices_grammar": "request",
 }
 
 __all__ = sorted(_NAMES)

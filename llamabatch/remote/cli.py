@@ -17,20 +17,37 @@ API_KEY_ENV = "LLAMABATCH_API_KEY"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--server``, ``--servers-file`` and ``--concurrency`` to ``parser``."""
     group = parser.add_argument_group(
-        "pool of servers", "complete on OpenAI-compatible servers (llama-server, "
+        "pool of servers",
+        "complete on OpenAI-compatible servers (llama-server, "
         "llama-cpp-python's server, vLLM) instead of a local model: prompts go to "
         "/v1/completions, messages to /v1/chat/completions; --model, --slots, --n-ctx-seq, "
         "--n-batch, --threads and --n-gpu-layers are then unused; the environment "
-        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)")
-    group.add_argument("--server", metavar="URL", action="append", default=[],
-                       help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
-                            "(default: none: use the local model)")
-    group.add_argument("--servers-file", metavar="FILE", type=Path, default=None,
-                       help="file of server URLs, one per line; blank lines and lines "
-                            "starting with # are skipped (default: none)")
-    group.add_argument("--concurrency", type=int, default=None, metavar="N",
-                       help="requests in flight per server that does not report its slots "
-                            "(llama-server's /props total_slots wins) (default: 1)")
+        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)",
+    )
+    group.add_argument(
+        "--server",
+        metavar="URL",
+        action="append",
+        default=[],
+        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
+        "(default: none: use the local model)",
+    )
+    group.add_argument(
+        "--servers-file",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="file of server URLs, one per line; blank lines and lines "
+        "starting with # are skipped (default: none)",
+    )
+    group.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests in flight per server that does not report its slots "
+        "(llama-server's /props total_slots wins) (default: 1)",
+    )
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -57,8 +74,9 @@ def server_urls(args: argparse.Namespace) -> list[str]:
     return urls
 
 
-def open_generator(args: argparse.Namespace, urls: list[str], sampling: Any,
-                   max_tokens: int, page_size: int | None) -> Any:
+def open_generator(
+    args: argparse.Namespace, urls: list[str], sampling: Any, max_tokens: int, page_size: int | None
+) -> Any:
     """A :class:`RemoteGenerator` on ``urls``.
 
     Raises:
@@ -69,13 +87,17 @@ def open_generator(args: argparse.Namespace, urls: list[str], sampling: Any,
     try:
         from .generator import RemoteGenerator
     except ModuleNotFoundError as exc:
-        raise UsageError(f"--server needs {exc.name}: "
-                         "pip install 'llamabatch[remote]'") from None
+        raise UsageError(f"--server needs {exc.name}: pip install 'llamabatch[remote]'") from None
     try:
         concurrency = 1 if args.concurrency is None else args.concurrency
-        return RemoteGenerator(urls, concurrency=concurrency, max_tokens=max_tokens,
-                               sampling=sampling, page_size=page_size,
-                               api_key=os.environ.get(API_KEY_ENV) or None)
+        return RemoteGenerator(
+            urls,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            page_size=page_size,
+            api_key=os.environ.get(API_KEY_ENV) or None,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -99,6 +121,8 @@ def pool_note(gen: Any) -> str:
     servers = gen.servers
     down = [s.url for s in servers if not s.is_up]
     slots = sum(s.slots for s in servers)
-    note = (f"pool of {len(servers)} servers ({slots} slots), {stats.requests} requests, "
-            f"{stats.retries} retries")
+    note = (
+        f"pool of {len(servers)} servers ({slots} slots), {stats.requests} requests, "
+        f"{stats.retries} retries"
+    )
     return note + (f"; down at the end: {', '.join(down)}" if down else "")

@@ -91,11 +91,19 @@ def parse_reply(body: object) -> Reply:
     except (KeyError, IndexError, TypeError, AttributeError):
         raise ServerFault(f"the answer is not a completion: {str(body)[:200]}") from None
     tokens = choice.get("tokens")
-    token_ids = (tuple(tokens) if isinstance(tokens, list)
-                 and all(isinstance(t, int) for t in tokens) else ())
+    token_ids = (
+        tuple(tokens)
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens)
+        else ()
+    )
     reason = "length" if choice.get("finish_reason") == "length" else "stop"
-    return Reply(str(text), reason, token_ids, _usage(body, "prompt_tokens"),
-                 _usage(body, "completion_tokens"))
+    return Reply(
+        str(text),
+        reason,
+        token_ids,
+        _usage(body, "prompt_tokens"),
+        _usage(body, "completion_tokens"),
+    )
 
 
 def _check_status(response: httpx.Response) -> None:
@@ -108,8 +116,9 @@ def _check_status(response: httpx.Response) -> None:
     raise ItemRejected(message)
 
 
-def send(client: httpx.Client, url: str, request: Request, model: str | None,
-         timeout_s: float) -> Reply:
+def send(
+    client: httpx.Client, url: str, request: Request, model: str | None, timeout_s: float
+) -> Reply:
     """POST one request to the server at ``url`` and parse its answer.
 
     Args:
@@ -123,8 +132,11 @@ def send(client: httpx.Client, url: str, request: Request, model: str | None,
     """
     body = dict(request.body, model=model) if model else request.body
     try:
-        response = client.post(url + request.endpoint, json=body,
-                               timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
+        response = client.post(
+            url + request.endpoint,
+            json=body,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+        )
     except httpx.TimeoutException as exc:
         raise ServerFault(f"timed out ({type(exc).__name__})") from None
     except httpx.TransportError as exc:  # refused, reset, broken off mid-answer
@@ -148,8 +160,7 @@ def probe(client: httpx.Client, url: str, timeout_s: float) -> ServerInfo:
     try:
         models = client.get(url + "/v1/models", timeout=timeout)
         if models.status_code != 200:
-            raise ServerFault(f"GET /v1/models: HTTP {models.status_code}: "
-                              f"{_error_text(models)}")
+            raise ServerFault(f"GET /v1/models: HTTP {models.status_code}: {_error_text(models)}")
         props = client.get(url + "/props", timeout=timeout)
     except httpx.TransportError as exc:
         raise ServerFault(f"{type(exc).__name__}: {exc}") from None

@@ -57,5 +57,6 @@ class RemoteStats:
 
 def error_completion(index: int, message: str, server: str, attempts: int) -> RemoteCompletion:
     """The completion of an item that failed: ``finish_reason == "error"``."""
-    return RemoteCompletion(index, "", (), "error", message, 0, "remote", server=server,
-                            attempts=attempts)
+    return RemoteCompletion(
+        index, "", (), "error", message, 0, "remote", server=server, attempts=attempts
+    )

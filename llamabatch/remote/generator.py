@@ -14,15 +14,16 @@ import queue
 import random
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+
 import httpx
 
+from .._util.closing import Closing
 from ..errors import GeneratorClosed
 from ..params import MAX_PAGE_SIZE, SamplingParams
 from .client import ItemRejected, Reply, ServerFault, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
 from .request import BadItem, build_request
-from .._util.closing import Closing
 
 
 class RemoteGenerator(Closing):
@@ -60,43 +61,69 @@ class RemoteGenerator(Closing):
     Thread safety: one :meth:`iter_groups` at a time (a second one raises RuntimeError).
     """
 
-    def __init__(self, servers: Sequence[str], *, concurrency: int = 1, max_tokens: int = 200,
-                 sampling: SamplingParams | None = None, page_size: int | None = None,
-                 max_attempts: int = 3, timeout_s: float = 600.0, backoff_s: float = 0.5,
-                 max_backoff_s: float = 8.0, cooldown_s: float = 2.0,
-                 max_cooldown_s: float = 30.0, give_up_s: float = 120.0,
-                 api_key: str | None = None, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        concurrency: int = 1,
+        max_tokens: int = 200,
+        sampling: SamplingParams | None = None,
+        page_size: int | None = None,
+        max_attempts: int = 3,
+        timeout_s: float = 600.0,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        cooldown_s: float = 2.0,
+        max_cooldown_s: float = 30.0,
+        give_up_s: float = 120.0,
+        api_key: str | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
         if isinstance(servers, str):
             raise ValueError("servers is one string; give a list of URLs")
-        for name, value, low in (("max_tokens", max_tokens, 1), ("max_attempts", max_attempts, 1),
-                                 ("page_size", page_size or MAX_PAGE_SIZE, 1)):
+        for name, value, low in (
+            ("max_tokens", max_tokens, 1),
+            ("max_attempts", max_attempts, 1),
+            ("page_size", page_size or MAX_PAGE_SIZE, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {low}")
-        for name, value in (("timeout_s", timeout_s), ("backoff_s", backoff_s),
-                            ("max_backoff_s", max_backoff_s)):
+        for name, value in (
+            ("timeout_s", timeout_s),
+            ("backoff_s", backoff_s),
+            ("max_backoff_s", max_backoff_s),
+        ):
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):
-            raise ValueError(f"sampling is {type(sampling).__name__}; "
-                             "expected a llamabatch.SamplingParams")
+            raise ValueError(
+                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
+            )
         self.sampling, self.max_tokens = sampling, max_tokens
         self.page_size = page_size or MAX_PAGE_SIZE
         self._attempts, self._timeout = max_attempts, float(timeout_s)
         self._backoff, self._max_backoff = backoff_s, max_backoff_s
         if api_key is not None and client is not None:
-            raise ValueError("give api_key or client, not both: set the Authorization "
-                             "header on your client")
+            raise ValueError(
+                "give api_key or client, not both: set the Authorization header on your client"
+            )
         self._owns_client = client is None
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = client or httpx.Client(headers=headers)
         probe_s = min(self._timeout, 10.0)
-        self.pool = ServerPool(servers, lambda url: probe(self._client, url, probe_s),
-                               concurrency=concurrency, cooldown_s=cooldown_s,
-                               max_cooldown_s=max_cooldown_s, give_up_s=give_up_s)
-        self._stats = RemoteStats(servers={s.url: {"requests": 0, "faults": 0}
-                                           for s in self.pool.servers})
+        self.pool = ServerPool(
+            servers,
+            lambda url: probe(self._client, url, probe_s),
+            concurrency=concurrency,
+            cooldown_s=cooldown_s,
+            max_cooldown_s=max_cooldown_s,
+            give_up_s=give_up_s,
+        )
+        self._stats = RemoteStats(
+            servers={s.url: {"requests": 0, "faults": 0} for s in self.pool.servers}
+        )
         self._lock = threading.Condition()
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
         self._results: dict[int, RemoteCompletion | BaseException] = {}
@@ -129,8 +156,15 @@ class RemoteGenerator(Closing):
         """Counters so far (a snapshot)."""
         with self._lock:
             s = self._stats
-            return RemoteStats(s.items, s.items_failed, s.requests, s.retries, s.prompt_tokens,
-                               s.generated_tokens, {k: dict(v) for k, v in s.servers.items()})
+            return RemoteStats(
+                s.items,
+                s.items_failed,
+                s.requests,
+                s.retries,
+                s.prompt_tokens,
+                s.generated_tokens,
+                {k: dict(v) for k, v in s.servers.items()},
+            )
 
     @property
     def servers(self) -> list[Server]:
@@ -167,22 +201,35 @@ class RemoteGenerator(Closing):
                 continue
             except ItemRejected as exc:
                 self.pool.release(server)
-                return error_completion(index, f"{server.url} refused the request: {exc}",
-                                        server.url, attempt)
+                return error_completion(
+                    index, f"{server.url} refused the request: {exc}", server.url, attempt
+                )
             except BaseException:
                 self.pool.release(server)
                 raise
             self.pool.release(server)
             return self._completion(index, reply, server.url, attempt)
-        return error_completion(index, f"failed {len(faults)} time(s): " + "; ".join(faults),
-                                tried[-1] if tried else "", len(faults))
+        return error_completion(
+            index,
+            f"failed {len(faults)} time(s): " + "; ".join(faults),
+            tried[-1] if tried else "",
+            len(faults),
+        )
 
     @staticmethod
     def _completion(index: int, reply: Reply, url: str, attempts: int) -> RemoteCompletion:
-        return RemoteCompletion(index, reply.text, reply.token_ids, reply.finish_reason,
-                                None, reply.n_prompt_tokens, "remote", server=url,
-                                attempts=attempts,
-                                n_completion_tokens=reply.n_completion_tokens)
+        return RemoteCompletion(
+            index,
+            reply.text,
+            reply.token_ids,
+            reply.finish_reason,
+            None,
+            reply.n_prompt_tokens,
+            "remote",
+            server=url,
+            attempts=attempts,
+            n_completion_tokens=reply.n_completion_tokens,
+        )
 
     def _count(self, url: str, key: str, retry: bool = False) -> None:
         with self._lock:
@@ -212,8 +259,9 @@ class RemoteGenerator(Closing):
             self.pool.probe_all()
             self._probed = True
         while len(self._workers) < self.pool.capacity:
-            worker = threading.Thread(target=self._work, daemon=True,
-                                      name=f"llamabatch-remote-{len(self._workers)}")
+            worker = threading.Thread(
+                target=self._work, daemon=True, name=f"llamabatch-remote-{len(self._workers)}"
+            )
             worker.start()
             self._workers.append(worker)
 
@@ -250,8 +298,9 @@ class RemoteGenerator(Closing):
             raise GeneratorClosed("this RemoteGenerator is closed; create a new one")
         with self._lock:
             if self._running:
-                raise RuntimeError("this RemoteGenerator is already iterating; one "
-                                   "iter_groups at a time")
+                raise RuntimeError(
+                    "this RemoteGenerator is already iterating; one iter_groups at a time"
+                )
             self._running = True
             self._run += 1
             run = self._run
@@ -263,8 +312,9 @@ class RemoteGenerator(Closing):
                 self._results.clear()
                 self._running = False
 
-    def _groups(self, run: int, numbered: Iterator[tuple[int, object]]
-                ) -> Iterator[list[RemoteCompletion]]:
+    def _groups(
+        self, run: int, numbered: Iterator[tuple[int, object]]
+    ) -> Iterator[list[RemoteCompletion]]:
         sent = head = 0
         exhausted = False
         while True:

@@ -33,8 +33,10 @@ def normalize_url(url: object) -> str:
     text = str(url).strip() if isinstance(url, str) else None
     parts = urlsplit(text) if text else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"server {url!r} is not a URL: expected http://HOST:PORT or "
-                         "https://HOST[:PORT][/PREFIX]")
+        raise ValueError(
+            f"server {url!r} is not a URL: expected http://HOST:PORT or "
+            "https://HOST[:PORT][/PREFIX]"
+        )
     text = text.rstrip("/")
     return text[:-3] if text.endswith("/v1") else text
 
@@ -87,14 +89,27 @@ class ServerPool:
         ValueError: no URL, a duplicate or a bad URL, or a value out of range (named).
     """
 
-    def __init__(self, urls: Collection[str], probe: Callable[[str], ServerInfo], *,
-                 concurrency: int = 1, cooldown_s: float = 2.0, max_cooldown_s: float = 30.0,
-                 give_up_s: float = 120.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        urls: Collection[str],
+        probe: Callable[[str], ServerInfo],
+        *,
+        concurrency: int = 1,
+        cooldown_s: float = 2.0,
+        max_cooldown_s: float = 30.0,
+        give_up_s: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency={concurrency!r} is out of range: valid is an "
-                             "integer >= 1 (requests in flight per server)")
-        for name, value in (("cooldown_s", cooldown_s), ("max_cooldown_s", max_cooldown_s),
-                            ("give_up_s", give_up_s)):
+            raise ValueError(
+                f"concurrency={concurrency!r} is out of range: valid is an "
+                "integer >= 1 (requests in flight per server)"
+            )
+        for name, value in (
+            ("cooldown_s", cooldown_s),
+            ("max_cooldown_s", max_cooldown_s),
+            ("give_up_s", give_up_s),
+        ):
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
         normalized = [normalize_url(u) for u in urls]
@@ -180,8 +195,11 @@ class ServerPool:
         with self._cond:
             while not self._closed:
                 now = self._clock()
-                due = [s for s in self.servers
-                       if not s.is_up and not s.is_probing and s.down_until <= now]
+                due = [
+                    s
+                    for s in self.servers
+                    if not s.is_up and not s.is_probing and s.down_until <= now
+                ]
                 if due:  # check it now, even with free slots elsewhere: use it again soon
                     due[0].is_probing = True
                     self._cond.release()
@@ -195,14 +213,16 @@ class ServerPool:
                     server.in_flight += 1
                     server.n_requests += 1
                     return server
-                if (self._all_down_since is not None and not any(
-                        s.is_probing for s in self.servers)
-                        and now - self._all_down_since >= self._give_up):
+                if (
+                    self._all_down_since is not None
+                    and not any(s.is_probing for s in self.servers)
+                    and now - self._all_down_since >= self._give_up
+                ):
                     errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.servers)
-                    raise PoolUnavailable(f"no server answered for {self._give_up:g} s "
-                                          f"({errors})")
-                waits = [s.down_until - now for s in self.servers
-                         if not s.is_up and not s.is_probing]
+                    raise PoolUnavailable(f"no server answered for {self._give_up:g} s ({errors})")
+                waits = [
+                    s.down_until - now for s in self.servers if not s.is_up and not s.is_probing
+                ]
                 if self._all_down_since is not None:
                     waits.append(self._all_down_since + self._give_up - now)
                 self._cond.wait(timeout=max(0.001, min(waits)) if waits else 1.0)

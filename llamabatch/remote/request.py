@@ -29,12 +29,30 @@ CHAT_COMPLETIONS = "/v1/chat/completions"
 
 #: Sampling fields sent as they are, under llama-cpp-python's names (both servers read
 #: them; llama-server also reads typical_p and repeat_last_n, llama-cpp-python ignores them).
-_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty",
-                    "frequency_penalty", "presence_penalty")
+_SAMPLING_FIELDS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
 #: Fields an item mapping may carry besides the prompt.
-ITEM_FIELDS = frozenset(_SAMPLING_FIELDS + ("seed", "max_tokens", "stop", "grammar",
-                                            "json_schema", "choices", "response_format",
-                                            "penalty_last_n"))
+ITEM_FIELDS = frozenset(
+    _SAMPLING_FIELDS
+    + (
+        "seed",
+        "max_tokens",
+        "stop",
+        "grammar",
+        "json_schema",
+        "choices",
+        "response_format",
+        "penalty_last_n",
+    )
+)
 
 
 class BadItem(ValueError):
@@ -89,11 +107,16 @@ def _prompt(value: object) -> tuple[str, str, object]:
         return COMPLETIONS, "prompt", value
     if isinstance(value, Sequence) and value and all(isinstance(m, Mapping) for m in value):
         return CHAT_COMPLETIONS, "messages", [dict(m) for m in value]
-    if (isinstance(value, Sequence) and value
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)):
+    if (
+        isinstance(value, Sequence)
+        and value
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
         return COMPLETIONS, "prompt", list(value)  # llama-server reads token ids
-    raise BadItem(f"prompt is {type(value).__name__}: expected a str, UTF-8 bytes, a "
-                  "non-empty list of token ids or a non-empty list of chat messages")
+    raise BadItem(
+        f"prompt is {type(value).__name__}: expected a str, UTF-8 bytes, a "
+        "non-empty list of token ids or a non-empty list of chat messages"
+    )
 
 
 def _fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any]:
@@ -116,17 +139,22 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Re
     if isinstance(item, Mapping):
         keys = [k for k in ("prompt", "messages") if item.get(k) is not None]
         if len(keys) != 1:
-            raise BadItem("an item mapping needs exactly one of \"prompt\" or \"messages\"")
+            raise BadItem('an item mapping needs exactly one of "prompt" or "messages"')
         unknown = sorted(set(item) - ITEM_FIELDS - {"prompt", "messages"})
         if unknown:
-            raise BadItem(f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
-                          f"prompt, messages, {', '.join(sorted(ITEM_FIELDS))}")
+            raise BadItem(
+                f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
+                f"prompt, messages, {', '.join(sorted(ITEM_FIELDS))}"
+            )
         fields.update({k: v for k, v in item.items() if k in ITEM_FIELDS})
         item = item[keys[0]]
-        if keys[0] == "messages" and (isinstance(item, (str, bytes)) or not item
-                                      or not isinstance(item, Sequence)
-                                      or not all(isinstance(m, Mapping) for m in item)):
-            raise BadItem("messages must be a list of {\"role\", \"content\"} objects")
+        if keys[0] == "messages" and (
+            isinstance(item, (str, bytes))
+            or not item
+            or not isinstance(item, Sequence)
+            or not all(isinstance(m, Mapping) for m in item)
+        ):
+            raise BadItem('messages must be a list of {"role", "content"} objects')
     endpoint, key, prompt = _prompt(item)
     body: dict[str, Any] = {key: prompt, "stream": False}
     for name in _SAMPLING_FIELDS + ("max_tokens", "seed"):
@@ -139,8 +167,10 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Re
         body["stop"] = [stop] if isinstance(stop, str) else list(stop)
     constraints = [n for n in ("grammar", "json_schema", "choices") if fields[n] is not None]
     if len(constraints) > 1:
-        raise BadItem(f"{' and '.join(constraints)} are given: at most one of grammar, "
-                      "json_schema and choices")
+        raise BadItem(
+            f"{' and '.join(constraints)} are given: at most one of grammar, "
+            "json_schema and choices"
+        )
     if fields["grammar"] is not None:
         body["grammar"] = str(fields["grammar"])
     elif fields["json_schema"] is not None:

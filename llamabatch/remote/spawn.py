@@ -42,8 +42,15 @@ class LocalServer:
         log: file that receives the server's stdout and stderr (default: discarded).
     """
 
-    def __init__(self, model: str | os.PathLike[str], *, port: int | None = None,
-                 n_ctx: int = 2048, n_threads: int = 1, log: Path | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        n_ctx: int = 2048,
+        n_threads: int = 1,
+        log: Path | None = None,
+    ) -> None:
         self.model, self.n_ctx, self.n_threads, self.log = Path(model), n_ctx, n_threads, log
         self.port = port or free_port()
         self.process: subprocess.Popen | None = None
@@ -62,18 +69,37 @@ class LocalServer:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
-                 "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-                 "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "llama_cpp.server",
+                    "--model",
+                    str(self.model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--n_ctx",
+                    str(self.n_ctx),
+                    "--n_threads",
+                    str(self.n_threads),
+                    "--n_threads_batch",
+                    str(self.n_threads),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         finally:
             if self.log:
                 out.close()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise ServerStartError(f"llama_cpp.server on port {self.port} exited with "
-                                       f"status {self.process.returncode}")
+                raise ServerStartError(
+                    f"llama_cpp.server on port {self.port} exited with "
+                    f"status {self.process.returncode}"
+                )
             try:
                 if httpx.get(self.url + "/v1/models", timeout=2.0).status_code == 200:
                     return self
@@ -81,8 +107,9 @@ class LocalServer:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise ServerStartError(f"llama_cpp.server on port {self.port} did not answer in "
-                               f"{timeout_s:g} s")
+        raise ServerStartError(
+            f"llama_cpp.server on port {self.port} did not answer in {timeout_s:g} s"
+        )
 
     def kill(self) -> None:
         """SIGKILL the process (a crash), and reap it."""

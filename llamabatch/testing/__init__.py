@@ -26,17 +26,59 @@ it explicitly, it imports hypothesis).
 """
 
 from .fake import FakeBackend, FakeBackendViolation
-from .records import (AloneCall, Call, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
-                      LoadSeqCall, OpenBatchCall, SeqLog, SpanRecord, StartSeqCall,
-                      TrimCall, read_seqs)
-from .replies import (BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, EOG_ID, FailWhen, FaultPlan,
-                      HashReply, Reply)
+from .records import (
+    AloneCall,
+    Call,
+    ClearCall,
+    CloseCall,
+    CopyCall,
+    DecodeCall,
+    Expected,
+    LoadSeqCall,
+    OpenBatchCall,
+    SeqLog,
+    SpanRecord,
+    StartSeqCall,
+    TrimCall,
+    read_seqs,
+)
+from .replies import (
+    BACKEND_EXCEPTIONS,
+    DECODE_FAULT_CODES,
+    EOG_ID,
+    FailWhen,
+    FaultPlan,
+    HashReply,
+    Reply,
+)
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
-    "BACKEND_EXCEPTIONS", "DECODE_FAULT_CODES", "EOG_ID", "AloneCall", "Call", "ClearCall",
-    "CloseCall", "CopyCall", "DecodeCall", "Expected", "FailWhen", "FakeBackend",
-    "FakeBackendViolation", "FaultPlan", "LoadSeqCall",
-    "HashReply", "OpenBatchCall", "Reply", "SeqLog", "SpanRecord", "StartSeqCall",
-    "TrimCall", "fake_backends", "fault_plans", "prefixed_prompts", "prompts", "read_seqs",
+    "BACKEND_EXCEPTIONS",
+    "DECODE_FAULT_CODES",
+    "EOG_ID",
+    "AloneCall",
+    "Call",
+    "ClearCall",
+    "CloseCall",
+    "CopyCall",
+    "DecodeCall",
+    "Expected",
+    "FailWhen",
+    "FakeBackend",
+    "FakeBackendViolation",
+    "FaultPlan",
+    "LoadSeqCall",
+    "HashReply",
+    "OpenBatchCall",
+    "Reply",
+    "SeqLog",
+    "SpanRecord",
+    "StartSeqCall",
+    "TrimCall",
+    "fake_backends",
+    "fault_plans",
+    "prefixed_prompts",
+    "prompts",
+    "read_seqs",
 ]

@@ -41,9 +41,15 @@ class Case:
 
     def generator(self) -> BatchGenerator:
         """A new generator on :attr:`fake` with this configuration."""
-        return BatchGenerator(backend=self.fake, slots=self.slots, n_ctx_seq=self.n_ctx_seq,
-                              n_batch=self.n_batch, max_tokens=self.max_tokens,
-                              page_size=self.page_size, min_copy_tokens=self.min_copy_tokens)
+        return BatchGenerator(
+            backend=self.fake,
+            slots=self.slots,
+            n_ctx_seq=self.n_ctx_seq,
+            n_batch=self.n_batch,
+            max_tokens=self.max_tokens,
+            page_size=self.page_size,
+            min_copy_tokens=self.min_copy_tokens,
+        )
 
     def max_tokens_of(self, k: int) -> int:
         """The cap of prompt ``k`` (its SamplingParams' ``max_tokens``, else the case's)."""
@@ -82,9 +88,13 @@ def counting_warnings() -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
 
 
-def run(case: Case, prompts: list | None = None, stop_after: int | None = None,
-        gen: BatchGenerator | None = None, sampling: Sequence[SamplingParams] | None = None
-        ) -> Run:
+def run(
+    case: Case,
+    prompts: list | None = None,
+    stop_after: int | None = None,
+    gen: BatchGenerator | None = None,
+    sampling: Sequence[SamplingParams] | None = None,
+) -> Run:
     """Run ``prompts`` (default: the case's) through ``iter_groups``, stopping after
     ``stop_after`` pages (``None``: all)."""
     from hypothesis import event
@@ -131,17 +141,22 @@ def check_item(case: Case, k: int, prompt: object, c: Completion) -> None:
     cap = case.max_tokens_of(k)
     exp = fake.expected(prompt, cap)
     assert (c.token_ids, c.finish_reason, c.text, c.error) == (
-        exp.token_ids, exp.finish_reason, exp.text, None)
+        exp.token_ids,
+        exp.finish_reason,
+        exp.text,
+        None,
+    )
     assert c.n_prompt_tokens == len(tokens)
     assert len(c.token_ids) <= cap
     assert not fake.eog_ids & set(c.token_ids)
-    if c.path == "batch":                        # only what fits a slot is batched
+    if c.path == "batch":  # only what fits a slot is batched
         budget = min(cap, fake.n_ctx - len(tokens))
         assert len(tokens) + budget <= fake.limits.n_ctx_seq
 
 
-def check_pages(case: Case, result: Run, items: list | None = None, first: int = 0,
-                complete: bool = True) -> None:
+def check_pages(
+    case: Case, result: Run, items: list | None = None, first: int = 0, complete: bool = True
+) -> None:
     """Order and pages: pages of ``slots`` items in input order, one completion per
     input item, each the reference reply or an error in its place."""
     items = case.prompts if items is None else items
@@ -170,7 +185,7 @@ def check_log(case: Case) -> None:
         if seq.error_code is not None or seq.prompt_end is None:
             continue
         assert len(seq.cached) < len(seq.prompt), "the prompt's last token was not decoded"
-        assert seq.prompt[:len(seq.cached)] == seq.cached
+        assert seq.prompt[: len(seq.cached)] == seq.cached
         out = seq.outputs
         assert out, "a sequence never sampled"
         assert not fake.eog_ids & set(out[:-1]), "decoded after an EOG"
@@ -179,13 +194,20 @@ def check_log(case: Case) -> None:
 def check_batched(case: Case, result: Run, items: list | None = None) -> None:
     """Every batched completion came from one run of its own prompt in a slot."""
     items = case.prompts if items is None else items
-    unused: list[SeqLog] = [s for s in case.fake.seqs()
-                            if s.error_code is None and s.prompt_end is not None]
+    unused: list[SeqLog] = [
+        s for s in case.fake.seqs() if s.error_code is None and s.prompt_end is not None
+    ]
     for c in result.completions:
         if c.path != "batch":
             continue
         tokens = case.fake.prompt_tokens(items[c.index])
-        match = next((s for s in unused if s.prompt == tokens
-                      and s.outputs[:len(c.token_ids)] == c.token_ids), None)
+        match = next(
+            (
+                s
+                for s in unused
+                if s.prompt == tokens and s.outputs[: len(c.token_ids)] == c.token_ids
+            ),
+            None,
+        )
         assert match is not None, f"item {c.index}: no slot run fed its prompt"
         unused.remove(match)

@@ -11,9 +11,22 @@ from typing import Any, TypeVar
 from ..engine.backend import BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
-from .records import (AloneCall, Call, ClearCall, CloseCall, CopyCall, DecodeCall, Expected,
-                      LoadSeqCall, OpenBatchCall, SeqLog, StartSeqCall, Tokens, TrimCall,
-                      read_seqs)
+from .records import (
+    AloneCall,
+    Call,
+    ClearCall,
+    CloseCall,
+    CopyCall,
+    DecodeCall,
+    Expected,
+    LoadSeqCall,
+    OpenBatchCall,
+    SeqLog,
+    StartSeqCall,
+    Tokens,
+    TrimCall,
+    read_seqs,
+)
 from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
 
 C = TypeVar("C", bound=Call)
@@ -31,14 +44,14 @@ class FakeBackendViolation(AssertionError):
 class _Seq:
     """What the fake knows of one slot of the batch context."""
 
-    kv: list[int] = field(default_factory=list)   # tokens at positions 0, 1, ...
-    started: bool = False            # start_seq since the last failure / clear
-    corrupt: bool = False            # a refused trim left the cache unknown
-    reply: Tokens | None = None      # set when the prompt ended (first logits)
+    kv: list[int] = field(default_factory=list)  # tokens at positions 0, 1, ...
+    started: bool = False  # start_seq since the last failure / clear
+    corrupt: bool = False  # a refused trim left the cache unknown
+    reply: Tokens | None = None  # set when the prompt ended (first logits)
     n_sampled: int = 0
-    last: int = -1                   # the last sampled token (to be decoded next)
-    is_done: bool = False            # sampled an EOG token or its max_tokens-th token
-    sampling: SamplingParams | None = None   # of the item started in it
+    last: int = -1  # the last sampled token (to be decoded next)
+    is_done: bool = False  # sampled an EOG token or its max_tokens-th token
+    sampling: SamplingParams | None = None  # of the item started in it
 
     def restart(self) -> None:
         self.started, self.reply, self.n_sampled = True, None, 0
@@ -114,19 +127,31 @@ class FakeBackend:
             past the context.
     """
 
-    def __init__(self, reply: Reply | None = None, *, eog_ids: Collection[int] = (EOG_ID,),
-                 n_vocab: int = 260, n_ctx: int = 4096, max_slots: int = 64,
-                 max_tokens: int | None = None, ctx_pad: int = 1,
-                 n_batch_cap: int | None = None, filler: int | None = None,
-                 tokenizer: Callable[[str], list[int]] | None = None,
-                 detokenizer: Callable[[Sequence[int]], str] | None = None,
-                 fail_open: bool = False, fail_decode_at: int | None = None,
-                 fail_code: int = -1, fail_exc: BaseException | None = None,
-                 fail_copy_at: int | None = None, fail_state_at: int | None = None,
-                 recurrent: bool = False,
-                 declares_recurrent: bool = True,
-                 fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
-                 check: bool = True) -> None:
+    def __init__(
+        self,
+        reply: Reply | None = None,
+        *,
+        eog_ids: Collection[int] = (EOG_ID,),
+        n_vocab: int = 260,
+        n_ctx: int = 4096,
+        max_slots: int = 64,
+        max_tokens: int | None = None,
+        ctx_pad: int = 1,
+        n_batch_cap: int | None = None,
+        filler: int | None = None,
+        tokenizer: Callable[[str], list[int]] | None = None,
+        detokenizer: Callable[[Sequence[int]], str] | None = None,
+        fail_open: bool = False,
+        fail_decode_at: int | None = None,
+        fail_code: int = -1,
+        fail_exc: BaseException | None = None,
+        fail_copy_at: int | None = None,
+        fail_state_at: int | None = None,
+        recurrent: bool = False,
+        declares_recurrent: bool = True,
+        fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
+        check: bool = True,
+    ) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx
@@ -163,8 +188,8 @@ class FakeBackend:
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__
         args = [repr(self._kwargs["reply"])] + [
-            f"{k}={v!r}" for k, v in self._kwargs.items()
-            if k != "reply" and defaults.get(k) != v]
+            f"{k}={v!r}" for k, v in self._kwargs.items() if k != "reply" and defaults.get(k) != v
+        ]
         return f"FakeBackend({', '.join(args)})"
 
     # -- text ------------------------------------------------------------------------
@@ -194,8 +219,14 @@ class FakeBackend:
         if isinstance(self.reply, Mapping):
             value = self.reply.get(key)
             if value is None:
-                value = next((v for k, v in self.reply.items()
-                              if isinstance(k, str) and self._as_tokens(k) == key), ())
+                value = next(
+                    (
+                        v
+                        for k, v in self.reply.items()
+                        if isinstance(k, str) and self._as_tokens(k) == key
+                    ),
+                    (),
+                )
             return self._as_tokens(value)
         return self._as_tokens(self.reply(key))
 
@@ -212,7 +243,7 @@ class FakeBackend:
                 untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
         """
         if isinstance(prompt, bytes):
-            prompt = prompt.decode("utf-8")      # UnicodeDecodeError is a ValueError
+            prompt = prompt.decode("utf-8")  # UnicodeDecodeError is a ValueError
         if isinstance(prompt, str):
             try:
                 tokens = self.tokenize(prompt)
@@ -306,8 +337,9 @@ class FakeBackend:
     def _seq(self, seq_id: int, what: str) -> _Seq:
         self._require_open(what)
         n = self.limits.n_seq_max
-        self._require(isinstance(seq_id, int) and 0 <= seq_id < n,
-                      f"{what}: seq id {seq_id} outside [0, {n})")
+        self._require(
+            isinstance(seq_id, int) and 0 <= seq_id < n, f"{what}: seq id {seq_id} outside [0, {n})"
+        )
         return self._seqs[seq_id]
 
     def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
@@ -395,8 +427,10 @@ class FakeBackend:
                 :meth:`save_seq`.
         """
         seq = self._seq(seq_id, "load_seq")
-        self._require(isinstance(state, bytes) and len(state) % 8 == 1,
-                      f"load_seq of {type(state).__name__}, not a saved state")
+        self._require(
+            isinstance(state, bytes) and len(state) % 8 == 1,
+            f"load_seq of {type(state).__name__}, not a saved state",
+        )
         try:
             self._state_fault("load_seq")
         except BackendError:
@@ -455,24 +489,26 @@ class FakeBackend:
                 sampled.append(token)
                 self._note_logprobs(seq.sampling, token)
         if self.check:
-            self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
-                                       tuple(sampled), None))
+            self.log.append(
+                DecodeCall(self.num_decode_calls, self._records(spans), tuple(sampled), None)
+            )
         return sampled
 
     def _fail(self, spans: Sequence[Span]) -> list[int]:
         if self.fail_exc is not None:
             if self.check:
-                self.log.append(DecodeCall(self.num_decode_calls, self._records(spans),
-                                           (), -100))
+                self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), -100))
             raise self.fail_exc
         code = self.fail_code
-        if code == 2 or code < -1:          # processed ubatches stay in memory
+        if code == 2 or code < -1:  # processed ubatches stay in memory
             for span in spans:
                 self._seqs[span.seq_id].kv.extend(span.tokens)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
-        raise DecodeError(f"fake: llama_decode returned {code} "
-                          f"(fault at decode call {self.num_decode_calls})", code)
+        raise DecodeError(
+            f"fake: llama_decode returned {code} (fault at decode call {self.num_decode_calls})",
+            code,
+        )
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
@@ -482,35 +518,49 @@ class FakeBackend:
         self._require_open("decode")
         n_tokens = sum(len(s.tokens) for s in spans)
         self._require(n_tokens > 0, "decode of zero tokens")
-        self._require(n_tokens <= self.limits.n_batch,
-                      f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}")
+        self._require(
+            n_tokens <= self.limits.n_batch,
+            f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}",
+        )
         kv: dict[int, int] = {}
-        waiting: set[int] = set()           # sampled in this call: not yet known
+        waiting: set[int] = set()  # sampled in this call: not yet known
         n_seq_max = self.limits.n_seq_max
         for span in spans:
             s = span.seq_id
-            self._require(isinstance(s, int) and 0 <= s < n_seq_max,
-                          f"seq id {s} outside [0, {n_seq_max})")
+            self._require(
+                isinstance(s, int) and 0 <= s < n_seq_max, f"seq id {s} outside [0, {n_seq_max})"
+            )
             seq = self._seqs[s]
             self._require(seq.started, f"seq {s} decoded without start_seq")
-            self._require(not seq.corrupt, f"seq {s} decoded while its cache is unknown "
-                                           "(a refused trim or a failed copy)")
+            self._require(
+                not seq.corrupt,
+                f"seq {s} decoded while its cache is unknown (a refused trim or a failed copy)",
+            )
             self._require(not seq.is_done, f"seq {s} decoded after it finished")
-            self._require(s not in waiting, f"seq {s} decoded again after its logits "
-                                            "in the same call")
+            self._require(
+                s not in waiting, f"seq {s} decoded again after its logits in the same call"
+            )
             self._require(len(span.tokens) > 0, f"an empty span of seq {s}")
             pos = kv.get(s, len(seq.kv))
             self._require(span.pos == pos, f"seq {s}: position {span.pos}, expected {pos}")
             kv[s] = pos + len(span.tokens)
-            self._require(kv[s] <= self.limits.n_ctx_seq,
-                          f"seq {s}: {kv[s]} tokens > n_ctx_seq={self.limits.n_ctx_seq}")
-            self._require(all(0 <= t < self.n_vocab for t in span.tokens),
-                          f"seq {s}: a token outside [0, {self.n_vocab})")
+            self._require(
+                kv[s] <= self.limits.n_ctx_seq,
+                f"seq {s}: {kv[s]} tokens > n_ctx_seq={self.limits.n_ctx_seq}",
+            )
+            self._require(
+                all(0 <= t < self.n_vocab for t in span.tokens),
+                f"seq {s}: a token outside [0, {self.n_vocab})",
+            )
             if seq.reply is not None:
-                self._require(len(span.tokens) == 1 and span.logits,
-                              f"seq {s}: after its prompt, one token with logits per call")
-                self._require(span.tokens[0] == seq.last,
-                              f"seq {s}: decoded {span.tokens[0]}, sampled {seq.last}")
+                self._require(
+                    len(span.tokens) == 1 and span.logits,
+                    f"seq {s}: after its prompt, one token with logits per call",
+                )
+                self._require(
+                    span.tokens[0] == seq.last,
+                    f"seq {s}: decoded {span.tokens[0]}, sampled {seq.last}",
+                )
             if span.logits:
                 waiting.add(s)
 
@@ -540,12 +590,17 @@ class FakeBackend:
     def _alone(self, call: AloneCall) -> Iterator[int]:
         prompt = call.tokens
         try:
-            problem = ("fail_alone" if self.fails_alone(prompt) else
-                       "empty prompt" if not prompt else
-                       "token outside the vocabulary" if any(
-                           not 0 <= t < self.n_vocab for t in prompt) else
-                       f"{len(prompt)} tokens >= n_ctx={self.n_ctx}"
-                       if len(prompt) >= self.n_ctx else None)
+            problem = (
+                "fail_alone"
+                if self.fails_alone(prompt)
+                else "empty prompt"
+                if not prompt
+                else "token outside the vocabulary"
+                if any(not 0 <= t < self.n_vocab for t in prompt)
+                else f"{len(prompt)} tokens >= n_ctx={self.n_ctx}"
+                if len(prompt) >= self.n_ctx
+                else None
+            )
             if problem is not None:
                 call.error = f"fake: cannot complete alone ({problem})"
                 raise BackendError(call.error)
@@ -554,10 +609,14 @@ class FakeBackend:
                 i = call.n_pulled
                 if self.check:
                     self._require(last not in self.eog_ids, "alone: pulled after an EOG")
-                    self._require(self.max_tokens is None or i < self.max_tokens,
-                                  f"alone: pulled token {i + 1} > max_tokens")
-                    self._require(len(prompt) + i <= self.n_ctx,
-                                  f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}")
+                    self._require(
+                        self.max_tokens is None or i < self.max_tokens,
+                        f"alone: pulled token {i + 1} > max_tokens",
+                    )
+                    self._require(
+                        len(prompt) + i <= self.n_ctx,
+                        f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}",
+                    )
                 last = self._token_at(reply, i)
                 call.n_pulled += 1
                 self._logprobs = []

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import note, strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant,
-                                 precondition, rule)
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .checks import Case, check_batched, check_log, check_pages, run, tokens_or_none
 from .records import DecodeCall, StartSeqCall
@@ -33,10 +33,16 @@ def machine_cases(draw) -> Case:
     max_tokens = draw(st.integers(1, 8) | st.integers(1, 24))
     fake = draw(fake_backends(faults=st.just(FaultPlan()), max_tokens=max_tokens))
     slots = draw(st.integers(1, 6))
-    return Case(replace_fail_alone(fake), [], slots,
-                draw(st.integers(8, 64) | st.integers(64, 256)), draw(st.integers(1, 48)),
-                max_tokens, draw(st.none() | st.integers(1, 3).map(lambda k: k * slots)),
-                draw(st.sampled_from([1, 4, 32])))
+    return Case(
+        replace_fail_alone(fake),
+        [],
+        slots,
+        draw(st.integers(8, 64) | st.integers(64, 256)),
+        draw(st.integers(1, 48)),
+        max_tokens,
+        draw(st.none() | st.integers(1, 3).map(lambda k: k * slots)),
+        draw(st.sampled_from([1, 4, 32])),
+    )
 
 
 def replace_fail_alone(fake):
@@ -80,8 +86,11 @@ class SlotEngineMachine(RuleBasedStateMachine):
         self.n_warnings += result.n_warnings
         assert self.n_warnings <= 1, "batching turned off more than once"
 
-    @rule(k=st.integers(1, 8), code=st.sampled_from(DECODE_FAULT_CODES),
-          exc=st.sampled_from((None, None) + BACKEND_EXCEPTIONS))
+    @rule(
+        k=st.integers(1, 8),
+        code=st.sampled_from(DECODE_FAULT_CODES),
+        exc=st.sampled_from((None, None) + BACKEND_EXCEPTIONS),
+    )
     def inject_decode_fault(self, k: int, code: int, exc) -> None:
         fake = self.case.fake
         fake.fail_decode_at, fake.fail_code, fake.fail_exc = fake.num_decode_calls + k, code, exc

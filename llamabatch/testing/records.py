@@ -199,8 +199,17 @@ class _OpenSeq:
     def close(self) -> SeqLog:
         cached = tuple(self.kv) if self.cached is None else self.cached
         prompt = tuple(self.kv) if self.prompt is None else self.prompt
-        return SeqLog(self.seq_id, self.start, self.sampling, cached, prompt,
-                      tuple(self.outputs), self.end, tuple(self.calls), self.error_code)
+        return SeqLog(
+            self.seq_id,
+            self.start,
+            self.sampling,
+            cached,
+            prompt,
+            tuple(self.outputs),
+            self.end,
+            tuple(self.calls),
+            self.error_code,
+        )
 
 
 def read_seqs(log: Iterable[object]) -> list[SeqLog]:
@@ -218,10 +227,10 @@ def read_seqs(log: Iterable[object]) -> list[SeqLog]:
             open_[call.seq_id] = _OpenSeq(call.seq_id, k, call.sampling, kv[call.seq_id])
         elif isinstance(call, TrimCall):
             cache = kv.setdefault(call.seq_id, [])
-            del cache[call.n_keep if call.ok else 0:]
+            del cache[call.n_keep if call.ok else 0 :]
         elif isinstance(call, CopyCall):
             cache = kv.setdefault(call.dst, [])
-            cache[:] = kv.get(call.src, [])[:call.n_tokens]
+            cache[:] = kv.get(call.src, [])[: call.n_tokens]
         elif isinstance(call, LoadSeqCall):
             kv.setdefault(call.seq_id, [])[:] = call.tokens
         elif isinstance(call, ClearCall):

@@ -20,13 +20,17 @@ EOG_ID = 256
 DECODE_FAULT_CODES = (1, 2, -1, -3)
 #: Exceptions other than ``DecodeError`` a backend call may raise (issue 9): out of
 #: memory, a library error, an OS error from the shared library.
-BACKEND_EXCEPTIONS = (MemoryError("fake: out of memory"), RuntimeError("fake: ggml error"),
-                      OSError("fake: libllama"))
+BACKEND_EXCEPTIONS = (
+    MemoryError("fake: out of memory"),
+    RuntimeError("fake: ggml error"),
+    OSError("fake: libllama"),
+)
 
 #: ``reply``: a function of the prompt's token ids, or a mapping from a prompt (its text
 #: or its token ids) to its reply (text or token ids); a missing prompt replies nothing.
-Reply = Union[Callable[[Tokens], Union[Sequence[int], str]],
-              Mapping[Union[str, Tokens], Union[Sequence[int], str]]]
+Reply = Union[  # noqa: UP007 (a runtime alias: ``X | Y`` of a Callable needs Python 3.10's types)
+    Callable[[Tokens], Sequence[int] | str], Mapping[str | Tokens, Sequence[int] | str]
+]
 
 
 def byte_tokens(text: str) -> list[int]:
@@ -93,7 +97,12 @@ class FaultPlan:
 
     def kwargs(self) -> dict[str, Any]:
         """The plan as ``FakeBackend`` keyword arguments."""
-        return {"fail_open": self.fail_open, "fail_decode_at": self.fail_decode_at,
-                "fail_code": self.fail_code, "fail_alone": self.fail_alone,
-                "fail_exc": self.fail_exc, "fail_copy_at": self.fail_copy_at,
-                "fail_state_at": self.fail_state_at}
+        return {
+            "fail_open": self.fail_open,
+            "fail_decode_at": self.fail_decode_at,
+            "fail_code": self.fail_code,
+            "fail_alone": self.fail_alone,
+            "fail_exc": self.fail_exc,
+            "fail_copy_at": self.fail_copy_at,
+            "fail_state_at": self.fail_state_at,
+        }

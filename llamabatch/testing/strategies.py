@@ -11,11 +11,18 @@ from .replies import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan
 
 def _st():
     from hypothesis import strategies as st  # only when a strategy is asked for
+
     return st
 
 
-def prompts(*, min_items: int = 0, max_items: int = 100, max_len: int = 80,
-            n_vocab: int = 260, invalid: bool = True):
+def prompts(
+    *,
+    min_items: int = 0,
+    max_items: int = 100,
+    max_len: int = 80,
+    n_vocab: int = 260,
+    invalid: bool = True,
+):
     """Lists of ``min_items`` to ``max_items`` prompts for a :class:`FakeBackend` with the
     default vocabulary.
 
@@ -33,15 +40,21 @@ def prompts(*, min_items: int = 0, max_items: int = 100, max_len: int = 80,
     valid = text | ids | text.map(lambda s: s.encode("utf-8"))
     item = valid
     if invalid:
-        bad = (st.lists(st.integers(-3, n_vocab + 3), min_size=1, max_size=max_len)
-               | st.sampled_from([None, 42, 3.5, {"a": 1}, [1, "x"], [1.5], [[1]],
-                                  b"\xff\xfe", ""]))
+        bad = st.lists(
+            st.integers(-3, n_vocab + 3), min_size=1, max_size=max_len
+        ) | st.sampled_from([None, 42, 3.5, {"a": 1}, [1, "x"], [1.5], [[1]], b"\xff\xfe", ""])
         item = st.one_of(valid, valid, valid, bad)
     return st.lists(item, min_size=min_items, max_size=max_items)
 
 
-def prefixed_prompts(*, min_items: int = 0, max_items: int = 40, max_prefix: int = 60,
-                     max_suffix: int = 20, n_vocab: int = 260):
+def prefixed_prompts(
+    *,
+    min_items: int = 0,
+    max_items: int = 40,
+    max_prefix: int = 60,
+    max_suffix: int = 20,
+    n_vocab: int = 260,
+):
     """Lists of token-id prompts that share prefixes, as a tagger's prompts do: each is
     one of up to 3 prefixes (0 to ``max_prefix`` ids) plus its own suffix (1 to
     ``max_suffix`` ids), sometimes a prompt repeated, sometimes a prefix of another.
@@ -61,8 +74,9 @@ def prefixed_prompts(*, min_items: int = 0, max_items: int = 40, max_prefix: int
             kind = draw(st.sampled_from(["new", "new", "new", "repeat", "cut"]))
             if kind != "new" and out:
                 base = draw(st.sampled_from(out))
-                out.append(list(base) if kind == "repeat"
-                           else base[:draw(st.integers(1, len(base)))])
+                out.append(
+                    list(base) if kind == "repeat" else base[: draw(st.integers(1, len(base)))]
+                )
             else:
                 head = draw(st.sampled_from(heads))
                 out.append(head + draw(st.lists(ids, min_size=1, max_size=max_suffix)))
@@ -90,7 +104,8 @@ def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
         fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1)),
         fail_exc=st.sampled_from((None,) * 6 + BACKEND_EXCEPTIONS),
         fail_copy_at=st.none() | st.integers(1, 6),
-        fail_state_at=st.none() | st.integers(1, 6))
+        fail_state_at=st.none() | st.integers(1, 6),
+    )
 
 
 def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int = 40):
@@ -114,15 +129,26 @@ def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int 
     def build(draw):
         n_vocab = draw(st.integers(260, 300))
         eog = tuple(sorted(draw(st.sets(st.integers(256, n_vocab - 1), max_size=3))))
-        reply = HashReply(draw(st.integers(0, 2**32 - 1)), draw(st.integers(0, max_reply)),
-                          n_vocab, eog, draw(st.sampled_from([0.0, 0.3])))
+        reply = HashReply(
+            draw(st.integers(0, 2**32 - 1)),
+            draw(st.integers(0, max_reply)),
+            n_vocab,
+            eog,
+            draw(st.sampled_from([0.0, 0.3])),
+        )
         n_ctx = draw(st.integers(2, 64) | st.integers(64, 4096))
         return FakeBackend(
-            reply, eog_ids=eog, n_vocab=n_vocab, n_ctx=n_ctx,
-            max_slots=draw(st.integers(8, 64)), max_tokens=max_tokens,
+            reply,
+            eog_ids=eog,
+            n_vocab=n_vocab,
+            n_ctx=n_ctx,
+            max_slots=draw(st.integers(8, 64)),
+            max_tokens=max_tokens,
             ctx_pad=draw(st.sampled_from([1, 1, 8, 256])),
             n_batch_cap=draw(st.none() | st.integers(1, 64)),
             recurrent=draw(st.sampled_from([False, False, False, True])),
-            declares_recurrent=draw(st.booleans()), **draw(faults).kwargs())
+            declares_recurrent=draw(st.booleans()),
+            **draw(faults).kwargs(),
+        )
 
     return build()

@@ -31,10 +31,10 @@ def count(start: int, n: int, step: int = 1) -> str:
 
 
 PROMPTS = [
-    count(1, 150),                                   # ... 149, 150, -> 151
-    count(2000, 120),                                # four-digit numbers
-    count(10, 130, 10),                              # steps of ten
-    "red green blue yellow " * 130 + "red green",   # a repeated phrase
+    count(1, 150),  # ... 149, 150, -> 151
+    count(2000, 120),  # four-digit numbers
+    count(10, 130, 10),  # steps of ten
+    "red green blue yellow " * 130 + "red green",  # a repeated phrase
 ]
 
 
@@ -42,10 +42,14 @@ PROMPTS = [
 def gemma3(gemma3_path):
     import llama_cpp
 
-    kwargs = {"swa_full": False} if "swa_full" in inspect.signature(
-        llama_cpp.Llama.__init__).parameters else {}
-    llm = llama_cpp.Llama(model_path=str(gemma3_path), n_ctx=2048, n_threads=2,
-                          verbose=False, **kwargs)
+    kwargs = (
+        {"swa_full": False}
+        if "swa_full" in inspect.signature(llama_cpp.Llama.__init__).parameters
+        else {}
+    )
+    llm = llama_cpp.Llama(
+        model_path=str(gemma3_path), n_ctx=2048, n_threads=2, verbose=False, **kwargs
+    )
     yield llm
     llm.close()
 
@@ -60,8 +64,9 @@ def test_the_model_has_a_512_token_window_and_the_prompts_cross_it(gemma3):
 
 
 def test_batched_replies_equal_replies_alone_past_the_window(gemma3):
-    with BatchGenerator(gemma3, slots=4, n_ctx_seq=1024, max_tokens=COMPARED_TOKENS,
-                        sampling=GREEDY) as gen:
+    with BatchGenerator(
+        gemma3, slots=4, n_ctx_seq=1024, max_tokens=COMPARED_TOKENS, sampling=GREEDY
+    ) as gen:
         batched = gen.complete_many(PROMPTS)
         stats = gen.stats
         kv_after = [gen.backend.batch_context.seq_pos_max(s) for s in range(4)]

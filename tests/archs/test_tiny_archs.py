@@ -58,10 +58,10 @@ LENGTHS = (5, 700, 37, 513, 260, 12, 650, 129)
 @dataclass
 class Arch:
     name: str
-    llm: object          # the Llama the generators run on
-    reference: object    # a Llama(logits_all=True) on the same file, for near ties
+    llm: object  # the Llama the generators run on
+    reference: object  # a Llama(logits_all=True) on the same file, for near ties
     n_vocab: int
-    eog_ids: frozenset   # end-of-generation ids (llama_vocab_is_eog)
+    eog_ids: frozenset  # end-of-generation ids (llama_vocab_is_eog)
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -72,8 +72,9 @@ def arch(request, tiny_models_dir):
     if not path.is_file():
         pytest.fail(f"{path} is missing: scripts/make-tiny-models writes it")
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=2, verbose=False)
-    reference = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=2,
-                                logits_all=True, verbose=False)
+    reference = llama_cpp.Llama(
+        model_path=str(path), n_ctx=2048, n_threads=2, logits_all=True, verbose=False
+    )
     assert llm.metadata["general.architecture"] == request.param
     with BatchGenerator(llm) as gen:
         eog_ids = frozenset(gen.backend.eog_ids)
@@ -118,7 +119,8 @@ def compare(arch: Arch, prompts, got: list[Completion], want: list[Completion]) 
         assert gap <= TIE_TOLERANCE, (
             f"{arch.name}: item {g.index} differs at reply token {k} ({pick_a} vs "
             f"{pick_b}) where their logits differ by {gap:.4g} > {TIE_TOLERANCE}: "
-            "not a near tie")
+            "not a near tie"
+        )
     assert len(divergences) <= len(prompts) // 2, divergences
     return divergences
 
@@ -133,8 +135,9 @@ def assert_no_leak(gen: BatchGenerator, results: list[Completion]) -> None:
 
 def test_batched_equals_alone_and_a_second_pass_equals_the_first(arch):
     prompts = random_prompts(arch.n_vocab, LENGTHS, seed=11)
-    with BatchGenerator(arch.llm, slots=SLOTS, n_ctx_seq=N_CTX_SEQ, max_tokens=MAX_TOKENS,
-                        sampling=GREEDY) as gen:
+    with BatchGenerator(
+        arch.llm, slots=SLOTS, n_ctx_seq=N_CTX_SEQ, max_tokens=MAX_TOKENS, sampling=GREEDY
+    ) as gen:
         first = gen.complete_many(prompts)
         assert_no_leak(gen, first)
         second = gen.complete_many(prompts)
@@ -158,11 +161,12 @@ def test_batched_equals_alone_and_a_second_pass_equals_the_first(arch):
 def test_shared_prefixes_change_nothing(arch):
     prefix = random_prompts(arch.n_vocab, [300], seed=5)[0]
     shared = random_prompts(arch.n_vocab, (5, 250, 40, 120, 1, 64), seed=6, prefix=prefix)
-    shared.insert(3, list(shared[0]))     # the same prompt twice
-    shared.append(list(prefix))           # the prefix itself, a prefix of all the others
+    shared.insert(3, list(shared[0]))  # the same prompt twice
+    shared.append(list(prefix))  # the prefix itself, a prefix of all the others
     others = random_prompts(arch.n_vocab, (90, 310, 7, 520), seed=7)
-    with BatchGenerator(arch.llm, slots=SLOTS, n_ctx_seq=N_CTX_SEQ, max_tokens=MAX_TOKENS,
-                        sampling=GREEDY) as gen:
+    with BatchGenerator(
+        arch.llm, slots=SLOTS, n_ctx_seq=N_CTX_SEQ, max_tokens=MAX_TOKENS, sampling=GREEDY
+    ) as gen:
         before = gen.complete_many(shared)
         gen.complete_many(others)
         after = gen.complete_many(shared)

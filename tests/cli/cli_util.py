@@ -54,5 +54,10 @@ def example_prompts(n: int) -> list[str]:
 def popen_cli(*argv: object, **kwargs) -> subprocess.Popen:
     """Start ``python -m llamabatch`` in a subprocess (stderr piped, text)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, "-m", "llamabatch", *map(str, argv)],
-                            stderr=subprocess.PIPE, text=True, env=env, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "llamabatch", *map(str, argv)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,
+    )

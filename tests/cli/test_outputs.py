@@ -20,10 +20,16 @@ LABELS = ["billing", "bug", "account", "feature_request"]
 
 # -- reading (no model) -----------------------------------------------------------------
 
+
 def test_an_unknown_field_is_warned_once_per_file_naming_it(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"id": 1, "prompt": "a", "colour": "red"}, {"id": 2, "prompt": "b", "colour": "x"},
-        {"id": 3, "prompt": "c", "max_tokens": 3, "sizee": 1}])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": 1, "prompt": "a", "colour": "red"},
+            {"id": 2, "prompt": "b", "colour": "x"},
+            {"id": 3, "prompt": "c", "max_tokens": 3, "sizee": 1},
+        ],
+    )
     warnings: list[str] = []
     entries = read_prompts(path, warn=warnings.append)
     assert len(warnings) == 2
@@ -33,9 +39,14 @@ def test_an_unknown_field_is_warned_once_per_file_naming_it(tmp_path: Path) -> N
 
 
 def test_a_bad_field_value_is_a_bad_line_named_by_number(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"id": 1, "prompt": "a", "max_tokens": 0}, {"id": 2, "prompt": "b", "choices": []},
-        {"id": 3, "prompt": "c", "choices": ["x"], "grammar": "root ::= \"x\""}])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": 1, "prompt": "a", "max_tokens": 0},
+            {"id": 2, "prompt": "b", "choices": []},
+            {"id": 3, "prompt": "c", "choices": ["x"], "grammar": 'root ::= "x"'},
+        ],
+    )
     bad = read_prompts(path, skip_bad=True)
     assert [b.error.split(":")[0] for b in bad] == ["line 1", "line 2", "line 3"]
     assert "max_tokens" in bad[0].error and "choices" in bad[1].error
@@ -43,11 +54,20 @@ def test_a_bad_field_value_is_a_bad_line_named_by_number(tmp_path: Path) -> None
 
 def test_response_format_becomes_a_json_schema(tmp_path: Path) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"prompt": "x", "response_format": {"type": "json_object"}},
-        {"prompt": "y", "response_format": {"type": "json_schema",
-                                            "json_schema": {"name": "s", "schema": schema}}},
-        {"prompt": "z", "response_format": {"type": "text"}}])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"prompt": "x", "response_format": {"type": "json_object"}},
+            {
+                "prompt": "y",
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "s", "schema": schema},
+                },
+            },
+            {"prompt": "z", "response_format": {"type": "text"}},
+        ],
+    )
     fields = [e.fields for e in read_prompts(path)]
     assert fields == [{"json_schema": {"type": "object"}}, {"json_schema": schema}, {}]
 
@@ -55,15 +75,35 @@ def test_response_format_becomes_a_json_schema(tmp_path: Path) -> None:
 def openai_lines() -> list[dict]:
     chat = [{"role": "user", "content": "Name a colour. One word."}]
     return [
-        {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "any", "messages": chat, "max_tokens": 3}},
-        {"custom_id": "r2", "method": "POST", "url": "/v1/embeddings",
-         "body": {"model": "any", "input": "x"}},
-        {"custom_id": "r3", "method": "POST", "url": "/v1/completions",
-         "body": {"model": "any", "prompt": "The sky is", "max_tokens": 2, "stop": ["."]}},
-        {"custom_id": "r4", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "any", "messages": chat, "max_completion_tokens": 40,
-                  "response_format": {"type": "json_object"}}},
+        {
+            "custom_id": "r1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "any", "messages": chat, "max_tokens": 3},
+        },
+        {
+            "custom_id": "r2",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "any", "input": "x"},
+        },
+        {
+            "custom_id": "r3",
+            "method": "POST",
+            "url": "/v1/completions",
+            "body": {"model": "any", "prompt": "The sky is", "max_tokens": 2, "stop": ["."]},
+        },
+        {
+            "custom_id": "r4",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "any",
+                "messages": chat,
+                "max_completion_tokens": 40,
+                "response_format": {"type": "json_object"},
+            },
+        },
     ]
 
 
@@ -72,8 +112,10 @@ def test_openai_requests_are_read_as_items(tmp_path: Path) -> None:
     assert [e.id for e in entries] == ["r1", 2, "r3", "r4"]
     assert "/v1/embeddings" in entries[1].error
     assert entries[0].url == "/v1/chat/completions" and entries[0].messages
-    assert entries[2].prompt == "The sky is" and entries[2].fields == {"max_tokens": 2,
-                                                                     "stop": ["."]}
+    assert entries[2].prompt == "The sky is" and entries[2].fields == {
+        "max_tokens": 2,
+        "stop": ["."],
+    }
     assert entries[3].fields == {"max_tokens": 40, "json_schema": {"type": "object"}}
 
 
@@ -91,34 +133,77 @@ def test_template_without_text_placeholder_is_a_usage_error(capsys, tmp_path: Pa
 
 # -- real jobs --------------------------------------------------------------------------
 
+
 @pytest.mark.real_model
 def test_every_example_ticket_gets_one_of_its_own_labels(capsys, tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", EXAMPLES, "-o", out, *FAST, "--max-tokens",
-                           "8", "--slots", "4", "--quiet")
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        EXAMPLES,
+        "-o",
+        out,
+        *FAST,
+        "--max-tokens",
+        "8",
+        "--slots",
+        "4",
+        "--quiet",
+    )
     assert code == 0, err
-    allowed = {json.loads(line)["id"]: json.loads(line)["choices"]
-               for line in EXAMPLES.read_text(encoding="utf-8").splitlines()}
+    allowed = {
+        json.loads(line)["id"]: json.loads(line)["choices"]
+        for line in EXAMPLES.read_text(encoding="utf-8").splitlines()
+    }
     records = read_jsonl(out)
     assert len(records) == 20
-    assert all(r["text"] in allowed[r["id"]] and r["finish_reason"] == "stop"
-               for r in records), records
+    assert all(r["text"] in allowed[r["id"]] and r["finish_reason"] == "stop" for r in records), (
+        records
+    )
 
 
 @pytest.mark.real_model
 def test_per_line_fields_and_flags(capsys, tmp_path: Path) -> None:
     prompts = example_prompts(4)
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"id": "short", "prompt": prompts[0], "max_tokens": 3, "choices": None},
-        {"id": "labels", "prompt": prompts[1]},
-        {"id": "json", "prompt": prompts[2], "max_tokens": 40,
-         "json_schema": {"type": "object", "properties": {"label": {"enum": LABELS}},
-                         "required": ["label"]}},
-        {"id": "stop", "prompt": prompts[3], "choices": ["bug report", "billing"],
-         "stop": [" "]}])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"id": "short", "prompt": prompts[0], "max_tokens": 3, "choices": None},
+            {"id": "labels", "prompt": prompts[1]},
+            {
+                "id": "json",
+                "prompt": prompts[2],
+                "max_tokens": 40,
+                "json_schema": {
+                    "type": "object",
+                    "properties": {"label": {"enum": LABELS}},
+                    "required": ["label"],
+                },
+            },
+            {
+                "id": "stop",
+                "prompt": prompts[3],
+                "choices": ["bug report", "billing"],
+                "stop": [" "],
+            },
+        ],
+    )
     out = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", path, "-o", out, *FAST, "--max-tokens", "20",
-                           "--choices", ",".join(LABELS), "--quiet", "--slots", "2")
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        path,
+        "-o",
+        out,
+        *FAST,
+        "--max-tokens",
+        "20",
+        "--choices",
+        ",".join(LABELS),
+        "--quiet",
+        "--slots",
+        "2",
+    )
     assert code == 0, err
     r = {rec["id"]: rec for rec in read_jsonl(out)}
     assert r["short"]["n_tokens"] <= 3
@@ -129,39 +214,70 @@ def test_per_line_fields_and_flags(capsys, tmp_path: Path) -> None:
 
 @pytest.mark.real_model
 def test_grammar_and_json_schema_files(capsys, tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "in.jsonl",
-                       [{"id": k, "prompt": p} for k, p in enumerate(example_prompts(3))])
+    path = write_jsonl(
+        tmp_path / "in.jsonl", [{"id": k, "prompt": p} for k, p in enumerate(example_prompts(3))]
+    )
     grammar = tmp_path / "g.gbnf"
     grammar.write_text('root ::= "yes" | "no"\n', encoding="utf-8")
     schema = tmp_path / "s.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {
-        "ok": {"type": "boolean"}}, "required": ["ok"]}), encoding="utf-8")
-    for flag, file, check in (("--grammar", grammar, lambda t: t in ("yes", "no")),
-                              ("--json-schema", schema,
-                               lambda t: isinstance(json.loads(t)["ok"], bool))):
+    schema.write_text(
+        json.dumps(
+            {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        ),
+        encoding="utf-8",
+    )
+    for flag, file, check in (
+        ("--grammar", grammar, lambda t: t in ("yes", "no")),
+        ("--json-schema", schema, lambda t: isinstance(json.loads(t)["ok"], bool)),
+    ):
         out = tmp_path / f"out{flag}.jsonl"
-        code, _, err = run_cli(capsys, "complete", path, "-o", out, *FAST, "--max-tokens",
-                               "20", flag, file, "--quiet")
+        code, _, err = run_cli(
+            capsys, "complete", path, "-o", out, *FAST, "--max-tokens", "20", flag, file, "--quiet"
+        )
         assert code == 0, err
         assert all(check(r["text"]) for r in read_jsonl(out)), read_jsonl(out)
 
 
 @pytest.mark.real_model
 def test_text_lines_from_standard_input_go_through_the_chat_template(
-        capsys, monkeypatch, tmp_path: Path) -> None:
+    capsys, monkeypatch, tmp_path: Path
+) -> None:
     lines = "I was charged twice.\nThe app crashes on start.\n"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
     out = tmp_path / "out.jsonl"
-    code, _, err = run_cli(capsys, "complete", "-", "-o", out, *FAST, "--max-tokens", "12",
-                           "--quiet", "--system", "You tag tickets.", "--template",
-                           "Ticket: {text}\nCategory?", "--choices", "billing,bug")
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        "-",
+        "-o",
+        out,
+        *FAST,
+        "--max-tokens",
+        "12",
+        "--quiet",
+        "--system",
+        "You tag tickets.",
+        "--template",
+        "Ticket: {text}\nCategory?",
+        "--choices",
+        "billing,bug",
+    )
     assert code == 0, err
     records = read_jsonl(out)
     assert [r["id"] for r in records] == [1, 2]
     assert all(r["text"] in ("billing", "bug") for r in records), records
     chat_tokens = records[0]["n_prompt_tokens"]
-    code, _, err = run_cli(capsys, "complete", _text_file(tmp_path, lines), "-o", out,
-                           "--overwrite", *FAST, "--quiet", "--raw")
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        _text_file(tmp_path, lines),
+        "-o",
+        out,
+        "--overwrite",
+        *FAST,
+        "--quiet",
+        "--raw",
+    )
     assert code == 0, err
     assert read_jsonl(out)[0]["n_prompt_tokens"] < chat_tokens
 
@@ -176,8 +292,21 @@ def _text_file(tmp_path: Path, text: str) -> Path:
 def test_an_openai_batch_file_round_trips_and_resumes(capsys, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "batch.jsonl", openai_lines())
     out = tmp_path / "out.jsonl"
-    argv = ("complete", path, "-o", out, *FAST, "--max-tokens", "30", "--skip-bad",
-            "--output-format", "openai", "--quiet", "--slots", "2")
+    argv = (
+        "complete",
+        path,
+        "-o",
+        out,
+        *FAST,
+        "--max-tokens",
+        "30",
+        "--skip-bad",
+        "--output-format",
+        "openai",
+        "--quiet",
+        "--slots",
+        "2",
+    )
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
     records = read_jsonl(out)

@@ -22,11 +22,24 @@ NO_MODEL = "no-model.gguf"  # a path that does not exist: these jobs must not lo
 
 
 def _record(item_id: object) -> str:
-    return json.dumps({"id": item_id, "text": " x", "finish_reason": "stop", "error": None,
-                       "n_prompt_tokens": 3, "n_tokens": 1, "path": "batch"}) + "\n"
+    return (
+        json.dumps(
+            {
+                "id": item_id,
+                "text": " x",
+                "finish_reason": "stop",
+                "error": None,
+                "n_prompt_tokens": 3,
+                "n_tokens": 1,
+                "path": "batch",
+            }
+        )
+        + "\n"
+    )
 
 
 # -- scan_output --------------------------------------------------------------------------
+
 
 def test_scan_reads_the_ids_of_whole_lines_and_measures_a_cut_off_end():
     whole = _record("a") + "\n" + _record(7) + _record("7")
@@ -42,8 +55,9 @@ def test_a_cut_off_line_that_happens_to_parse_is_still_cut_off():
     assert scan.done == {id_key(1)} and scan.cut_bytes == len(_record(2)) - 1
 
 
-@pytest.mark.parametrize("bad", ["not json\n", '["a list"]\n', '{"text": "no id"}\n',
-                                 '{"id": 1, "te\n', "\xff\n"])
+@pytest.mark.parametrize(
+    "bad", ["not json\n", '["a list"]\n', '{"text": "no id"}\n', '{"id": 1, "te\n', "\xff\n"]
+)
 def test_a_bad_whole_line_is_corruption_named_by_line(bad):
     data = (_record(1) + bad + _record(3)).encode("utf-8", "surrogateescape")
     with pytest.raises(OutputCorrupt, match="out.jsonl:2: line 2 of the existing output"):
@@ -56,6 +70,7 @@ def test_id_keys_compare_json_values():
 
 # -- the command, without a model ---------------------------------------------------------
 
+
 @pytest.fixture
 def bad_input(tmp_path):
     """Three malformed lines: with --skip-bad their error lines need no model (ids 1, 2, 3)."""
@@ -64,12 +79,12 @@ def bad_input(tmp_path):
     return path
 
 
-def test_a_non_empty_output_is_refused_without_resume_or_overwrite(capsys, tmp_path,
-                                                                   bad_input):
+def test_a_non_empty_output_is_refused_without_resume_or_overwrite(capsys, tmp_path, bad_input):
     out_path = tmp_path / "out.jsonl"
     out_path.write_text(_record("old"))
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                           "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys, "complete", bad_input, "-o", out_path, "--skip-bad", "--model", tmp_path / NO_MODEL
+    )
     assert code == 2
     line = single_error_line(err)
     assert "already exists and is not empty" in line
@@ -80,34 +95,75 @@ def test_a_non_empty_output_is_refused_without_resume_or_overwrite(capsys, tmp_p
 def test_overwrite_replaces_and_an_empty_output_needs_no_flag(capsys, tmp_path, bad_input):
     out_path = tmp_path / "out.jsonl"
     out_path.write_text(_record("old"))
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                           "--overwrite", "--quiet", "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--overwrite",
+        "--quiet",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert code == 0 and err == ""
     assert [r["id"] for r in read_jsonl(out_path)] == [1, 2, 3]
     out_path.write_text("")
-    assert run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad", "--quiet",
-                   "--model", tmp_path / NO_MODEL)[0] == 0
+    assert (
+        run_cli(
+            capsys,
+            "complete",
+            bad_input,
+            "-o",
+            out_path,
+            "--skip-bad",
+            "--quiet",
+            "--model",
+            tmp_path / NO_MODEL,
+        )[0]
+        == 0
+    )
     assert len(read_jsonl(out_path)) == 3
 
 
-def test_resume_skips_ids_already_there_compared_as_json_values(capsys, tmp_path,
-                                                                bad_input):
+def test_resume_skips_ids_already_there_compared_as_json_values(capsys, tmp_path, bad_input):
     out_path = tmp_path / "out.jsonl"
     out_path.write_text(_record(2) + _record("3") + _record("elsewhere"))
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                           "--resume", "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--resume",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert code == 0, err
     assert [r["id"] for r in read_jsonl(out_path)] == [2, "3", "elsewhere", 1, 3]
     assert f"{out_path} holds 2 ids that are not in {bad_input}" in err
-    assert ("2 items, 2 errors (2 bad input lines), 0 completed alone, 1 skipped as already "
-            f"done in {out_path}") in err.strip().splitlines()[-1]
+    assert (
+        "2 items, 2 errors (2 bad input lines), 0 completed alone, 1 skipped as already "
+        f"done in {out_path}"
+    ) in err.strip().splitlines()[-1]
 
 
 def test_resume_of_a_finished_job_does_nothing(capsys, tmp_path, bad_input):
     out_path = tmp_path / "out.jsonl"
     out_path.write_text(_record(1) + _record(2) + _record(3))
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                           "--resume", "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--resume",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert code == 0
     assert "nothing to do: all 3 items are already in" in err
     assert out_path.read_text() == _record(1) + _record(2) + _record(3)
@@ -115,21 +171,42 @@ def test_resume_of_a_finished_job_does_nothing(capsys, tmp_path, bad_input):
 
 def test_resume_of_a_missing_output_starts_it(capsys, tmp_path, bad_input):
     out_path = tmp_path / "new.jsonl"
-    code, _, _ = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                         "--resume", "--quiet", "--model", tmp_path / NO_MODEL)
+    code, _, _ = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--resume",
+        "--quiet",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert code == 0 and len(read_jsonl(out_path)) == 3
 
 
 def test_resume_refuses_an_output_with_a_corrupt_line_and_leaves_it_alone(
-        capsys, tmp_path, bad_input):
+    capsys, tmp_path, bad_input
+):
     out_path = tmp_path / "out.jsonl"
     content = _record(1) + "garbage\n" + _record(2) + '{"id": 3, "te'
     out_path.write_text(content)
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                           "--resume", "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        out_path,
+        "--skip-bad",
+        "--resume",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert code == 2
     assert "out.jsonl:2: line 2 of the existing output is not valid JSON" in (
-        single_error_line(err))
+        single_error_line(err)
+    )
     assert out_path.read_text() == content
 
 
@@ -137,24 +214,48 @@ def test_an_output_locked_by_another_job_is_refused(capsys, tmp_path, bad_input)
     out_path = tmp_path / "out.jsonl"
     with open(out_path, "a") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX)
-        code, _, err = run_cli(capsys, "complete", bad_input, "-o", out_path, "--skip-bad",
-                               "--resume", "--model", tmp_path / NO_MODEL)
+        code, _, err = run_cli(
+            capsys,
+            "complete",
+            bad_input,
+            "-o",
+            out_path,
+            "--skip-bad",
+            "--resume",
+            "--model",
+            tmp_path / NO_MODEL,
+        )
     assert code == 2
     assert "is locked: another job is writing it" in single_error_line(err)
 
 
 def test_an_output_that_cannot_be_fsynced_is_fine(capsys, tmp_path, bad_input):
-    code, _, err = run_cli(capsys, "complete", bad_input, "-o", "/dev/null", "--skip-bad",
-                           "--quiet", "--model", tmp_path / NO_MODEL)
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        bad_input,
+        "-o",
+        "/dev/null",
+        "--skip-bad",
+        "--quiet",
+        "--model",
+        tmp_path / NO_MODEL,
+    )
     assert (code, err) == (0, "")
 
 
 # -- the command, with the model ----------------------------------------------------------
 
+
 def _letter_prompts(n: int) -> list[dict]:
-    return [{"id": f"q{k:02d}", "prompt": "<|im_start|>user\nName an animal whose name "
-             f"starts with {string.ascii_uppercase[k]}.<|im_end|>\n<|im_start|>assistant\n"}
-            for k in range(n)]
+    return [
+        {
+            "id": f"q{k:02d}",
+            "prompt": "<|im_start|>user\nName an animal whose name "
+            f"starts with {string.ascii_uppercase[k]}.<|im_end|>\n<|im_start|>assistant\n",
+        }
+        for k in range(n)
+    ]
 
 
 _RESULT_KEYS = ("id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens")
@@ -175,21 +276,32 @@ def test_resume_repairs_a_cut_off_last_line(capsys, tmp_path, model_path):
     out_path.write_bytes(b"".join(lines[:2]) + lines[2][:17])  # killed while writing line 3
     code, _, err = run_cli(capsys, *job, "--resume", "--quiet")
     assert code == 0, err
-    assert err.strip() == (f"llamabatch complete: warning: {out_path}: removed its cut-off "
-                           "last line (17 bytes without a newline, left by a job that was "
-                           "killed while writing); that item will be done again")
-    assert _results(read_jsonl(out_path)) == _results(
-        [json.loads(line) for line in lines])
+    assert err.strip() == (
+        f"llamabatch complete: warning: {out_path}: removed its cut-off "
+        "last line (17 bytes without a newline, left by a job that was "
+        "killed while writing); that item will be done again"
+    )
+    assert _results(read_jsonl(out_path)) == _results([json.loads(line) for line in lines])
 
 
 @pytest.mark.real_model
-def test_resume_after_sigkill_writes_every_item_once_in_input_order(capsys, tmp_path,
-                                                                    model_path):
+def test_resume_after_sigkill_writes_every_item_once_in_input_order(capsys, tmp_path, model_path):
     items = _letter_prompts(24)
     src = write_jsonl(tmp_path / "in.jsonl", items)
     out_path = tmp_path / "out.jsonl"
-    job = ("complete", src, "-o", out_path, "--model", model_path, "--slots", "2",
-           "--page-size", "2", *FAST)
+    job = (
+        "complete",
+        src,
+        "-o",
+        out_path,
+        "--model",
+        model_path,
+        "--slots",
+        "2",
+        "--page-size",
+        "2",
+        *FAST,
+    )
     proc = popen_cli(*job, "--quiet")
     deadline = time.monotonic() + 300
     while b"\n" not in (out_path.read_bytes() if out_path.exists() else b""):

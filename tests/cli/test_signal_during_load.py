@@ -19,13 +19,22 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cli_util import EXAMPLES, popen_cli, read_jsonl, write_jsonl
 
 pytestmark = pytest.mark.real_model
 
-JOB = ("--slots", "2", "--max-tokens", "2", "--n-ctx-seq", "512", "--threads", "1",
-       "--temperature", "0")
+JOB = (
+    "--slots",
+    "2",
+    "--max-tokens",
+    "2",
+    "--n-ctx-seq",
+    "512",
+    "--threads",
+    "1",
+    "--temperature",
+    "0",
+)
 
 
 def wait_until_mapped(proc: subprocess.Popen, model_path: Path) -> None:
@@ -44,11 +53,19 @@ def four_prompts(tmp_path) -> Path:
     return write_jsonl(tmp_path / "in.jsonl", [json.loads(line) for line in lines])
 
 
-@pytest.mark.parametrize("signum,delay_s", [
-    (signal.SIGINT, 0.0), (signal.SIGINT, 0.02), (signal.SIGINT, 0.1),
-    (signal.SIGINT, 0.3), (signal.SIGTERM, 0.05)])
+@pytest.mark.parametrize(
+    "signum,delay_s",
+    [
+        (signal.SIGINT, 0.0),
+        (signal.SIGINT, 0.02),
+        (signal.SIGINT, 0.1),
+        (signal.SIGINT, 0.3),
+        (signal.SIGTERM, 0.05),
+    ],
+)
 def test_a_signal_during_the_load_ends_the_job_with_130_and_resume_completes_it(
-        tmp_path, model_path, four_prompts, signum, delay_s):
+    tmp_path, model_path, four_prompts, signum, delay_s
+):
     out_path = tmp_path / "out.jsonl"
     model_path = Path(model_path).resolve()
     proc = popen_cli("complete", four_prompts, "-o", out_path, "--model", model_path, *JOB)
@@ -63,10 +80,11 @@ def test_a_signal_during_the_load_ends_the_job_with_130_and_resume_completes_it(
     assert text == "" or text.endswith("\n")  # whole lines only
     done = read_jsonl(out_path) if text else []
 
-    again = popen_cli("complete", four_prompts, "-o", out_path, "--model", model_path,
-                      "--resume", *JOB)
+    again = popen_cli(
+        "complete", four_prompts, "-o", out_path, "--model", model_path, "--resume", *JOB
+    )
     _, err = again.communicate(timeout=600)
     assert again.returncode == 0, err
     records = read_jsonl(out_path)
-    assert records[:len(done)] == done
+    assert records[: len(done)] == done
     assert sorted(r["id"] for r in records) == ["t01", "t02", "t03", "t04"]

@@ -35,13 +35,15 @@ def test_every_symbol_batching_needs_resolves_on_this_binding():
 @pytest.mark.parametrize("slots, n_ctx_seq", [(2, 300), (3, 512)])
 def test_each_sequence_holds_the_n_ctx_seq_reported(llm, slots, n_ctx_seq):
     tokens = llm.tokenize(b"one two three four five six seven eight nine ten " * 60)
-    with BatchContext(llm, slots=slots, n_ctx_seq=n_ctx_seq, n_batch=256) as ctx, \
-            LlamaBatch(ctx.limits.n_batch, ctx.limits.n_seq_max) as batch:
+    with (
+        BatchContext(llm, slots=slots, n_ctx_seq=n_ctx_seq, n_batch=256) as ctx,
+        LlamaBatch(ctx.limits.n_batch, ctx.limits.n_seq_max) as batch,
+    ):
         held = ctx.limits.n_ctx_seq
         assert held >= n_ctx_seq and len(tokens) >= held
-        for seq in range(slots):               # every sequence filled to the last cell
+        for seq in range(slots):  # every sequence filled to the last cell
             for start in range(0, held, ctx.limits.n_batch):
-                run = tokens[start:min(start + ctx.limits.n_batch, held)]
+                run = tokens[start : min(start + ctx.limits.n_batch, held)]
                 batch.clear()
                 batch.add_run(run, start, seq, True)
                 assert ctx.decode(batch) == 0, (seq, start)
@@ -51,10 +53,18 @@ def test_each_sequence_holds_the_n_ctx_seq_reported(llm, slots, n_ctx_seq):
 
 
 def test_penalties_give_the_same_greedy_replies_batched_and_alone(llm):
-    prompts = [chat(q) for q in ("List five fruits.", "Count from one to ten in words.",
-                                 "Name three colours.", "Write the word hello three times.")]
-    sampling = SamplingParams(temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.2,
-                              presence_penalty=0.1)
+    prompts = [
+        chat(q)
+        for q in (
+            "List five fruits.",
+            "Count from one to ten in words.",
+            "Name three colours.",
+            "Write the word hello three times.",
+        )
+    ]
+    sampling = SamplingParams(
+        temperature=0.0, repeat_penalty=1.3, frequency_penalty=0.2, presence_penalty=0.1
+    )
     plain = SamplingParams(temperature=0.0)
     with BatchGenerator(llm, slots=4, n_ctx_seq=256, max_tokens=16, sampling=sampling) as gen:
         batched = gen.complete_many(prompts)

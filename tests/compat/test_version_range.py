@@ -54,22 +54,33 @@ def run_with_installed_version(tmp_path: Path, version: str, code: str):
     info = tmp_path / f"llama_cpp_python-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: {version}\n")
+        f"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: {version}\n"
+    )
     env_code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); " + code
-    return subprocess.run([sys.executable, "-c", env_code], capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", env_code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_an_old_version_fails_at_import_of_the_real_backend_not_of_llamabatch(tmp_path):
     low = ".".join(map(str, SUPPORTED[0]))
     old = f"{SUPPORTED[0][0]}.{SUPPORTED[0][1]}.{SUPPORTED[0][2] - 1}"
-    done = run_with_installed_version(tmp_path, old, (
-        "import importlib.metadata as m; "
-        f"assert m.version('llama-cpp-python') == {old!r}; "
-        "import llamabatch; "
-        "assert 'llama_cpp' not in sys.modules; "
-        "print('llamabatch imported'); "
-        "import llamabatch.llamacpp"))
+    done = run_with_installed_version(
+        tmp_path,
+        old,
+        (
+            "import importlib.metadata as m; "
+            f"assert m.version('llama-cpp-python') == {old!r}; "
+            "import llamabatch; "
+            "assert 'llama_cpp' not in sys.modules; "
+            "print('llamabatch imported'); "
+            "import llamabatch.llamacpp"
+        ),
+    )
     assert done.returncode == 1
     assert "llamabatch imported" in done.stdout
     assert "llamabatch.errors.LibraryError" in done.stderr

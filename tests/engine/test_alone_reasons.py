@@ -23,10 +23,10 @@ def test_a_huge_max_tokens_is_capped_by_n_ctx_and_still_batched() -> None:
 
 
 def test_a_huge_max_tokens_over_a_small_slot_sends_every_item_alone_and_says_so_once(
-        caplog) -> None:
+    caplog,
+) -> None:
     caplog.set_level(logging.WARNING, logger="llamabatch")
-    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, n_ctx_seq=256,
-                         max_tokens=10**12)
+    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, n_ctx_seq=256, max_tokens=10**12)
     out = gen.complete_many(["apple", "kale", "salmon", "rye"])
     assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
     assert {c.path for c in out} == {"alone"}
@@ -39,8 +39,9 @@ def test_a_huge_max_tokens_over_a_small_slot_sends_every_item_alone_and_says_so_
 def test_only_the_items_that_do_not_fit_are_counted() -> None:
     # one token per byte: apple 5 + 6, kale 4 + 6 and rye 3 + 6 fit 11 tokens, salmon
     # 6 + 6 does not (counted, completed alone in its place)
-    gen = BatchGenerator(backend=FakeBackend(REPLIES, ctx_pad=1), slots=2, n_ctx_seq=11,
-                         max_tokens=6)
+    gen = BatchGenerator(
+        backend=FakeBackend(REPLIES, ctx_pad=1), slots=2, n_ctx_seq=11, max_tokens=6
+    )
     out = gen.complete_many(["apple", "kale", "salmon", "rye"])
     assert [c.path for c in out] == ["batch", "batch", "alone", "batch"]
     assert gen.stats.alone_reasons == {KEY: 1}
@@ -55,5 +56,7 @@ def test_items_that_fit_leave_no_reason() -> None:
 def test_default_n_ctx_seq_is_at_most_4096_and_at_most_n_ctx() -> None:
     assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512)).config.n_ctx_seq == 512
     assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=9000)).config.n_ctx_seq == 4096
-    assert BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512),
-                          n_ctx_seq=1024).config.n_ctx_seq == 1024
+    assert (
+        BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512), n_ctx_seq=1024).config.n_ctx_seq
+        == 1024
+    )

@@ -9,7 +9,7 @@ from llamabatch import BatchGenerator
 from llamabatch.engine.host_cache import HostCache
 from llamabatch.testing import DecodeCall, FakeBackend, HashReply, LoadSeqCall
 
-A = list(range(1, 61))            # two 60-token "system prompts"
+A = list(range(1, 61))  # two 60-token "system prompts"
 B = list(range(61, 121))
 REPLY = HashReply(seed=3, max_len=5, n_vocab=260)
 
@@ -26,8 +26,7 @@ def backlog() -> list[list[int]]:
 def run(cache_ram_mib: int, prompts=None, reply=REPLY, **kw):
     fake = FakeBackend(reply, **kw)
     prompts = backlog() if prompts is None else prompts
-    with BatchGenerator(backend=fake, slots=2, max_tokens=8,
-                        cache_ram_mib=cache_ram_mib) as gen:
+    with BatchGenerator(backend=fake, slots=2, max_tokens=8, cache_ram_mib=cache_ram_mib) as gen:
         out = gen.complete_many(prompts)
         stats = gen.stats
     return fake, out, stats
@@ -37,7 +36,7 @@ def test_a_template_whose_slots_were_taken_is_loaded_back_not_prefilled():
     fake, out, stats = run(64)
     assert [c.token_ids for c in out] == [fake.expected(p, 8).token_ids for p in backlog()]
     assert all(c.path == "batch" for c in out)
-    assert stats.cache_ram_saves >= 2           # the A slots, when B took them
+    assert stats.cache_ram_saves >= 2  # the A slots, when B took them
     assert stats.cache_ram_loads >= 1
     loads = fake.calls(LoadSeqCall)
     assert loads and all(call.tokens[:60] == tuple(A) for call in loads)
@@ -65,8 +64,9 @@ def test_a_recurrent_memory_loads_only_a_state_that_ends_inside_the_prompt():
     # a prompt that extends a saved state whole does load it
     first = A + [1, 2]
     prompts = [first, B + [3], B + [4], B + [5], first + [77, 5, 6]]
-    fake, out, stats = run(64, prompts, recurrent=True,
-                           reply=HashReply(seed=1, max_len=0, n_vocab=260))
+    fake, out, stats = run(
+        64, prompts, recurrent=True, reply=HashReply(seed=1, max_len=0, n_vocab=260)
+    )
     assert [c.token_ids for c in out] == [fake.expected(p, 8).token_ids for p in prompts]
     assert stats.cache_ram_loads == 1
     assert [len(call.tokens) for call in fake.calls(LoadSeqCall)] == [len(first)]
@@ -90,18 +90,18 @@ def test_cache_ram_mib_must_be_a_non_negative_integer(bad):
 def test_the_host_cache_keeps_the_longest_state_and_drops_the_least_recently_used():
     cache = HostCache(limit_bytes=100)
     assert cache.add([1, 2, 3], "s123", 40)
-    assert not cache.add([1, 2], "s12", 10)               # covered by [1, 2, 3]
-    assert cache.add([1, 2, 3, 4], "s1234", 40)           # replaces its own prefix
+    assert not cache.add([1, 2], "s12", 10)  # covered by [1, 2, 3]
+    assert cache.add([1, 2, 3, 4], "s1234", 40)  # replaces its own prefix
     assert len(cache) == 1 and cache.n_bytes == 40
     assert cache.add([9, 9], "s99", 40)
-    assert cache.best([9, 9, 5], exact=False)[1] == 2      # [9, 9] is now the newest
-    assert cache.add([7], "s7", 40)                        # over 100: oldest out
+    assert cache.best([9, 9, 5], exact=False)[1] == 2  # [9, 9] is now the newest
+    assert cache.add([7], "s7", 40)  # over 100: oldest out
     assert cache.best([1, 2, 3, 4, 5], exact=False) is None
     assert cache.best([9, 9, 5], exact=False)[0].state == "s99"
-    assert not cache.add([5] * 10, "big", 101)             # larger than the limit
+    assert not cache.add([5] * 10, "big", 101)  # larger than the limit
     assert cache.best([7, 8], exact=True)[1] == 1
-    assert cache.best([9, 8], exact=True) is None          # shares 1 of [9, 9]: no cut back
-    assert cache.best([9, 9], exact=False)[1] == 1         # never the prompt's last token
+    assert cache.best([9, 8], exact=True) is None  # shares 1 of [9, 9]: no cut back
+    assert cache.best([9, 9], exact=False)[1] == 1  # never the prompt's last token
     cache.clear()
     assert len(cache) == 0 and cache.n_bytes == 0
     with pytest.raises(ValueError, match="limit_bytes"):

@@ -12,8 +12,16 @@ import pytest
 from llamabatch import SamplingParams
 from llamabatch.engine.backend import Backend, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
-from llamabatch.testing import (AloneCall, Call, CopyCall, DecodeCall, FakeBackend,
-                                FakeBackendViolation, HashReply, TrimCall)
+from llamabatch.testing import (
+    AloneCall,
+    Call,
+    CopyCall,
+    DecodeCall,
+    FakeBackend,
+    FakeBackendViolation,
+    HashReply,
+    TrimCall,
+)
 
 SAMPLING = SamplingParams()
 
@@ -55,27 +63,30 @@ def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
 def test_the_log_keeps_each_call_as_a_frozen_record_of_its_kind() -> None:
     fake = opened()
     fake.trim(0, 0)
-    fake.decode([Span(0, 0, [1, 2], True)])                 # a list: logged as a tuple
+    fake.decode([Span(0, 0, [1, 2], True)])  # a list: logged as a tuple
     assert all(isinstance(c, Call) for c in fake.log)
-    decode, = fake.calls(DecodeCall)
+    (decode,) = fake.calls(DecodeCall)
     assert decode.spans == (Span(0, 0, (1, 2), True),) and decode.n_tokens == 2
     assert fake.calls(TrimCall) == [TrimCall(0, 0, True)]
     with pytest.raises(dataclasses.FrozenInstanceError):
         decode.call = 2
-    assert TrimCall(0, 0, 1) != CopyCall(0, 0, 1)          # equal only to its own kind
+    assert TrimCall(0, 0, 1) != CopyCall(0, 0, 1)  # equal only to its own kind
 
 
-@pytest.mark.parametrize("spans, message", [
-    ([], "zero tokens"),
-    ([Span(0, 0, tuple(range(1, 10)), True)], "n_batch"),
-    ([Span(2, 0, (1,), True)], "seq 2 decoded without start_seq"),
-    ([Span(4, 0, (1,), True)], "seq id 4"),
-    ([Span(-1, 0, (1,), True)], "seq id -1"),
-    ([Span(0, 1, (1,), True)], "position 1, expected 0"),
-    ([Span(0, 0, (), True), Span(1, 0, (1,), True)], "empty span"),
-    ([Span(0, 0, (400,), True)], "outside"),
-    ([Span(0, 0, (1,), True), Span(0, 1, (2,), True)], "same call"),
-])
+@pytest.mark.parametrize(
+    "spans, message",
+    [
+        ([], "zero tokens"),
+        ([Span(0, 0, tuple(range(1, 10)), True)], "n_batch"),
+        ([Span(2, 0, (1,), True)], "seq 2 decoded without start_seq"),
+        ([Span(4, 0, (1,), True)], "seq id 4"),
+        ([Span(-1, 0, (1,), True)], "seq id -1"),
+        ([Span(0, 1, (1,), True)], "position 1, expected 0"),
+        ([Span(0, 0, (), True), Span(1, 0, (1,), True)], "empty span"),
+        ([Span(0, 0, (400,), True)], "outside"),
+        ([Span(0, 0, (1,), True), Span(0, 1, (2,), True)], "same call"),
+    ],
+)
 def test_a_broken_plan_is_a_violation(spans, message) -> None:
     fake = opened()
     with pytest.raises(FakeBackendViolation, match=message):
@@ -85,7 +96,7 @@ def test_a_broken_plan_is_a_violation(spans, message) -> None:
 
 def test_feeding_anything_but_the_sampled_token_is_a_violation() -> None:
     fake = opened()
-    fake.decode([Span(0, 0, (1, 2), True)])                      # samples 5
+    fake.decode([Span(0, 0, (1, 2), True)])  # samples 5
     with pytest.raises(FakeBackendViolation, match="sampled 5"):
         fake.decode([Span(0, 2, (6,), True)])
     with pytest.raises(FakeBackendViolation, match="one token with logits"):
@@ -95,7 +106,7 @@ def test_feeding_anything_but_the_sampled_token_is_a_violation() -> None:
 def test_decoding_a_finished_sequence_is_a_violation() -> None:
     fake = opened()
     fake.decode([Span(1, 0, (3,), True)])
-    fake.decode([Span(1, 1, (9,), True)])                        # samples the EOG
+    fake.decode([Span(1, 1, (9,), True)])  # samples the EOG
     with pytest.raises(FakeBackendViolation, match="finished"):
         fake.decode([Span(1, 2, (256,), True)])
     capped = opened(max_tokens=1)
@@ -135,7 +146,7 @@ def test_a_cache_is_reused_trimmed_and_copied_and_positions_must_continue_it() -
         fake.decode([Span(1, 0, (1,), True)])
     fake.violations.clear()
     assert fake.trim(1, 1)
-    assert fake.decode([Span(1, 1, (2,), True)]) == [5]   # the reply of the whole cache
+    assert fake.decode([Span(1, 1, (2,), True)]) == [5]  # the reply of the whole cache
     fake.start_seq(0, SAMPLING)
     assert fake.trim(0, 0) and fake.kv_lengths[0] == 0
     assert fake.decode([Span(0, 0, (3,), True)]) == [9]
@@ -146,12 +157,12 @@ def test_a_recurrent_fake_refuses_partial_trims_and_then_needs_a_clear() -> None
     fake = opened(n_seqs=1, recurrent=True)
     assert not fake.partial_trim
     fake.decode([Span(0, 0, (1, 2), True)])
-    assert fake.trim(0, 2)                                 # nothing to cut: fine
+    assert fake.trim(0, 2)  # nothing to cut: fine
     assert not fake.trim(0, 1)
     fake.start_seq(0, SAMPLING)
     with pytest.raises(FakeBackendViolation, match="unknown"):
         fake.decode([Span(0, 2, (3,), True)])
-    assert fake.trim(0, 0)                                 # a whole sequence: always
+    assert fake.trim(0, 0)  # a whole sequence: always
     assert fake.decode([Span(0, 0, (3,), True)]) == [9]
     assert FakeBackend(recurrent=True, declares_recurrent=False).partial_trim
 
@@ -159,8 +170,7 @@ def test_a_recurrent_fake_refuses_partial_trims_and_then_needs_a_clear() -> None
 def test_open_batch_pads_caps_and_refuses_a_second_call() -> None:
     fake = FakeBackend(ctx_pad=256, n_batch_cap=32)
     limits = fake.open_batch(3, 300, 512)
-    assert (limits.n_seq_max, limits.n_ctx_seq, limits.n_batch, limits.n_ctx) == (
-        3, 512, 32, 1536)
+    assert (limits.n_seq_max, limits.n_ctx_seq, limits.n_batch, limits.n_ctx) == (3, 512, 32, 1536)
     with pytest.raises(FakeBackendViolation, match="twice"):
         fake.open_batch(3, 300, 512)
     with pytest.raises(BatchUnavailable):
@@ -188,8 +198,9 @@ def test_generate_alone_streams_the_reply_and_polices_the_caller() -> None:
     call = fake.calls(AloneCall)[0]
     assert (call.n_pulled, call.closed) == (3, True)
     filler = FakeBackend({(1, 2): []}, eog_ids=(), n_ctx=4, filler=7).generate_alone(
-        [1, 2], SAMPLING)
-    assert [next(filler) for _ in range(3)] == [7, 7, 7]     # n_ctx - n_prompt + 1
+        [1, 2], SAMPLING
+    )
+    assert [next(filler) for _ in range(3)] == [7, 7, 7]  # n_ctx - n_prompt + 1
     with pytest.raises(FakeBackendViolation, match="past n_ctx"):
         next(filler)
 
@@ -197,7 +208,7 @@ def test_generate_alone_streams_the_reply_and_polices_the_caller() -> None:
 @pytest.mark.parametrize("tokens", [[], [1] * 5, [7]])
 def test_generate_alone_fails_when_iterated(tokens) -> None:
     fake = FakeBackend(n_ctx=5, fail_alone=lambda t: t == (7,))
-    stream = fake.generate_alone(tokens, SAMPLING)           # lazy: no error yet
+    stream = fake.generate_alone(tokens, SAMPLING)  # lazy: no error yet
     with pytest.raises(BackendError):
         next(stream)
 

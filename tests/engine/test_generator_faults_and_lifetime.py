@@ -38,7 +38,7 @@ def test_an_interrupt_in_the_middle_of_a_decode_leaves_no_slot_filled(at):
     gen = BatchGenerator(backend=fake, slots=4, max_tokens=20)
     with pytest.raises(KeyboardInterrupt):
         gen.complete_many(["apple", "kale", "salmon", "rye"])
-    assert fake.kv_lengths == (0, 0, 0, 0)          # cleared on the way out
+    assert fake.kv_lengths == (0, 0, 0, 0)  # cleared on the way out
     # the generator is still usable, and batching was not turned off by an interrupt
     out = gen.complete_many(["rye", "salmon", "kale", "apple"])
     assert [c.text for c in out] == ["grain", "fish", "vegetable", "fruit"]
@@ -60,7 +60,8 @@ def test_an_exception_of_the_backend_turns_batching_off_and_loses_nothing(at):
 def test_odd_prompt_types_are_text_or_an_error_in_place():
     fake = FakeBackend(REPLIES)
     out = BatchGenerator(backend=fake, slots=2, max_tokens=20).complete_many(
-        [bytearray(b"apple"), np.array(3), "sal\ud800mon", np.array(list(b"kale")), "rye"])
+        [bytearray(b"apple"), np.array(3), "sal\ud800mon", np.array(list(b"kale")), "rye"]
+    )
     assert [c.text for c in out] == ["fruit", "", "", "vegetable", "grain"]
     assert [c.finish_reason == "error" for c in out] == [False, True, True, False, False]
     assert "0-d" in out[1].error and "encode" in out[2].error
@@ -70,7 +71,7 @@ def test_a_generator_on_a_backend_without_a_lock_has_its_own():
     a = BatchGenerator(backend=FakeBackend(REPLIES), slots=2)
     b = BatchGenerator(backend=FakeBackend(REPLIES), slots=2)
     assert a.lock is not b.lock
-    with a.lock:   # reentrant: the generator takes it again inside
+    with a.lock:  # reentrant: the generator takes it again inside
         assert [c.text for c in a.complete_many(["apple", "kale"])] == ["fruit", "vegetable"]
 
 

@@ -39,7 +39,8 @@ print("ok")
 
 
 def test_import_and_a_fake_job_without_llama_cpp() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

@@ -2,7 +2,8 @@
 tagger's tests on FakeBackend. ``test_the_readme_example_is_this_file`` keeps them equal.
 """
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llamabatch import BatchGenerator
 from llamabatch.testing import FakeBackend, fake_backends
@@ -22,9 +23,12 @@ def test_tag_all_labels_each_text_in_order():
 
 
 def test_tag_all_survives_a_failed_batch_and_a_failing_item():
-    fake = FakeBackend({"Tag: apple\nLabel:": " fruit", "Tag: kale\nLabel:": " vegetable"},
-                       fail_decode_at=1, fail_code=-3,
-                       fail_alone={tuple(b"Tag: \nLabel:")})
+    fake = FakeBackend(
+        {"Tag: apple\nLabel:": " fruit", "Tag: kale\nLabel:": " vegetable"},
+        fail_decode_at=1,
+        fail_code=-3,
+        fail_alone={tuple(b"Tag: \nLabel:")},
+    )
     with BatchGenerator(backend=fake, slots=4, max_tokens=16) as gen:
         assert tag_all(gen, ["apple", "", "kale"]) == ["fruit", "unknown", "vegetable"]
     assert "-3" in gen.stats.batch_disabled_reason
@@ -42,12 +46,15 @@ def test_the_readme_example_is_this_file():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    docs = [p for p in (root / "README.md",)
-            if p.exists() and "def tag_all(" in p.read_text(encoding="utf-8")]
+    docs = [
+        p
+        for p in (root / "README.md",)
+        if p.exists() and "def tag_all(" in p.read_text(encoding="utf-8")
+    ]
     assert docs, "the example is not in README.md"
     mine = Path(__file__).read_text(encoding="utf-8")
     for doc in docs:
         text = doc.read_text(encoding="utf-8")
         start = text.index("from hypothesis import given", text.index("def tag_all(") - 400)
-        example = text[start:text.index("```", start)]
+        example = text[start : text.index("```", start)]
         assert example in mine, f"{doc.name}'s example differs from this file"

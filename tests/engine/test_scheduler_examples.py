@@ -12,11 +12,16 @@ import logging
 import pytest
 
 from llamabatch import BatchGenerator, Completion
-from llamabatch.testing import (ClearCall, DecodeCall, FakeBackend, OpenBatchCall,
-                                SpanRecord, StartSeqCall)
+from llamabatch.testing import (
+    ClearCall,
+    DecodeCall,
+    FakeBackend,
+    OpenBatchCall,
+    SpanRecord,
+    StartSeqCall,
+)
 
-REPLIES = {"apple": "fruit", "kale": "vegetable", "salmon": "fish", "rye": "grain",
-           "fig": "fruit"}
+REPLIES = {"apple": "fruit", "kale": "vegetable", "salmon": "fish", "rye": "grain", "fig": "fruit"}
 
 
 def gen_for(fake: FakeBackend, **kw) -> BatchGenerator:
@@ -31,11 +36,20 @@ def summary(results: list[Completion]) -> list[tuple]:
 def test_results_keep_input_order_with_errors_in_place() -> None:
     fake = FakeBackend(REPLIES)
     out = gen_for(fake, slots=4).complete_many(
-        ["apple", "", None, [999], "kale", b"\xff", "salmon", b"rye"])
+        ["apple", "", None, [999], "kale", b"\xff", "salmon", b"rye"]
+    )
     assert [c.index for c in out] == list(range(8))
     assert [c.text for c in out] == ["fruit", "", "", "", "vegetable", "", "fish", "grain"]
-    assert [c.finish_reason for c in out] == ["stop", "error", "error", "error",
-                                              "stop", "error", "stop", "stop"]
+    assert [c.finish_reason for c in out] == [
+        "stop",
+        "error",
+        "error",
+        "error",
+        "stop",
+        "error",
+        "stop",
+        "stop",
+    ]
     assert all(c.error for c in out if c.finish_reason == "error")
     assert fake.violations == []
 
@@ -46,20 +60,25 @@ def test_a_fifth_item_takes_the_first_slot_that_frees_up() -> None:
     assert summary(out)[-1] == (4, "fruit", "stop", "batch")
     assert [c.path for c in out[:4]] == ["batch"] * 4
     seqs = fake.seqs()
-    assert [s.prompt for s in seqs] == [tuple(w.encode()) for w in
-                                        ["apple", "kale", "salmon", "rye", "fig"]]
-    first_free = min(seqs[:4], key=lambda s: s.decode_calls[-1])   # "rye": "grain"
+    assert [s.prompt for s in seqs] == [
+        tuple(w.encode()) for w in ["apple", "kale", "salmon", "rye", "fig"]
+    ]
+    first_free = min(seqs[:4], key=lambda s: s.decode_calls[-1])  # "rye": "grain"
     assert seqs[4].seq_id == first_free.seq_id
     assert seqs[4].decode_calls[0] == first_free.decode_calls[-1] + 1
 
 
 def test_a_prompt_too_long_for_its_sequence_is_completed_alone_in_place() -> None:
-    long_prompt = "x" * 11                    # 11 + max_tokens 6 > n_ctx_seq 16
+    long_prompt = "x" * 11  # 11 + max_tokens 6 > n_ctx_seq 16
     fake = FakeBackend({**REPLIES, long_prompt: "long"})
     out = gen_for(fake, slots=4, n_ctx_seq=16, max_tokens=6).complete_many(
-        ["apple", long_prompt, "fig"])
-    assert summary(out) == [(0, "fruit", "stop", "batch"), (1, "long", "stop", "alone"),
-                            (2, "fruit", "stop", "batch")]
+        ["apple", long_prompt, "fig"]
+    )
+    assert summary(out) == [
+        (0, "fruit", "stop", "batch"),
+        (1, "long", "stop", "alone"),
+        (2, "fruit", "stop", "batch"),
+    ]
     assert [s.prompt for s in fake.seqs()] == [tuple(b"apple"), tuple(b"fig")]
 
 
@@ -77,10 +96,13 @@ def test_prefill_splits_prompts_across_decodes_with_logits_on_last_tokens() -> N
     decodes = fake.calls(DecodeCall)
     assert [d.spans for d in decodes[:2]] == [
         (SpanRecord(0, 0, tuple(a[:3]), False),),
-        (SpanRecord(0, 3, tuple(a[3:]), True), SpanRecord(1, 0, tuple(w[:1]), False))]
+        (SpanRecord(0, 3, tuple(a[3:]), True), SpanRecord(1, 0, tuple(w[:1]), False)),
+    ]
     # decode tokens first, then the rest of the budget to the prompt still prefilling
-    assert decodes[2].spans == (SpanRecord(0, 5, (ord("1"),), True),
-                                SpanRecord(1, 1, tuple(w[1:3]), False))
+    assert decodes[2].spans == (
+        SpanRecord(0, 5, (ord("1"),), True),
+        SpanRecord(1, 1, tuple(w[1:3]), False),
+    )
     assert decodes[3].spans == (SpanRecord(1, 3, tuple(w[3:]), True),)
     assert [s.prompt_end for s in fake.seqs()] == [2, 4]
 
@@ -103,7 +125,9 @@ def test_an_eog_inside_the_reply_stops_it_and_is_not_in_the_text() -> None:
     fake = FakeBackend({"q": [65, 256, 66], "r": [67, 257, 68]}, eog_ids={256, 257})
     out = gen_for(fake, slots=2).complete_many(["q", "r"])
     assert [(c.text, c.token_ids, c.finish_reason) for c in out] == [
-        ("A", (65,), "stop"), ("C", (67,), "stop")]
+        ("A", (65,), "stop"),
+        ("C", (67,), "stop"),
+    ]
 
 
 def test_an_empty_reply_stops_at_once_and_the_sequence_is_not_decoded_again() -> None:
@@ -116,8 +140,11 @@ def test_an_empty_reply_stops_at_once_and_the_sequence_is_not_decoded_again() ->
 def test_max_tokens_one() -> None:
     fake = FakeBackend(REPLIES, max_tokens=1)
     out = gen_for(fake, slots=4, max_tokens=1).complete_many(["apple", "kale", "fig"])
-    assert [(c.text, c.finish_reason) for c in out] == [("f", "length"), ("v", "length"),
-                                                         ("f", "length")]
+    assert [(c.text, c.finish_reason) for c in out] == [
+        ("f", "length"),
+        ("v", "length"),
+        ("f", "length"),
+    ]
     assert len(fake.calls(DecodeCall)) == 1
 
 
@@ -129,15 +156,15 @@ def test_no_eog_ids_means_every_reply_ends_at_the_cap() -> None:
 
 @pytest.mark.parametrize("code", [1, 2, -1, -3])
 def test_a_failed_decode_completes_the_items_alone_and_turns_batching_off(
-        code: int, caplog: pytest.LogCaptureFixture) -> None:
+    code: int, caplog: pytest.LogCaptureFixture
+) -> None:
     prompts = ["apple", "kale", "salmon", "rye", "fig", "apple"]
     clean = gen_for(FakeBackend(REPLIES), slots=2).complete_many(prompts)
     fake = FakeBackend(REPLIES, fail_decode_at=2, fail_code=code)
     gen = gen_for(fake, slots=2)
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         out = gen.complete_many(prompts)
-    assert [(c.text, c.finish_reason) for c in out] == [(c.text, c.finish_reason)
-                                                         for c in clean]
+    assert [(c.text, c.finish_reason) for c in out] == [(c.text, c.finish_reason) for c in clean]
     assert [c.path for c in out] == ["alone"] * 6
     assert len(fake.calls(DecodeCall)) == 2 and len(fake.calls(StartSeqCall)) == 2
     assert isinstance(fake.log[fake.log.index(fake.calls(DecodeCall)[-1]) + 1], ClearCall)
@@ -146,8 +173,9 @@ def test_a_failed_decode_completes_the_items_alone_and_turns_batching_off(
     assert len([r for r in caplog.records if r.name == "llamabatch"]) == 1
 
 
-@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError("a library error"),
-                                 OSError("libggml")])
+@pytest.mark.parametrize(
+    "exc", [MemoryError(), RuntimeError("a library error"), OSError("libggml")]
+)
 def test_any_exception_of_a_decode_takes_the_same_fallback(exc: BaseException) -> None:
     prompts = ["apple", "kale", "salmon", "rye", "fig"]
     fake = FakeBackend(REPLIES, fail_decode_at=3, fail_exc=exc)
@@ -159,7 +187,8 @@ def test_any_exception_of_a_decode_takes_the_same_fallback(exc: BaseException) -
 
 
 def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     fake = FakeBackend(REPLIES, fail_open=True)
     gen = gen_for(fake, slots=4)
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
@@ -171,11 +200,14 @@ def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
 
 
 def test_an_item_failing_alone_is_an_error_in_its_place_only() -> None:
-    long_prompt = "f" * 30                    # 30 + max_tokens 20 > n_ctx_seq 32: alone
+    long_prompt = "f" * 30  # 30 + max_tokens 20 > n_ctx_seq 32: alone
     fake = FakeBackend({**REPLIES, long_prompt: "x"}, fail_alone={tuple(long_prompt.encode())})
     out = gen_for(fake, slots=2, n_ctx_seq=32).complete_many(["fig", long_prompt, "kale"])
     assert [(c.finish_reason, c.path) for c in out] == [
-        ("stop", "batch"), ("error", "alone"), ("stop", "batch")]
+        ("stop", "batch"),
+        ("error", "alone"),
+        ("stop", "batch"),
+    ]
     assert "fail_alone" in out[1].error
 
 
@@ -187,7 +219,7 @@ def test_closing_iter_groups_between_pages_keeps_finished_pages() -> None:
     first = next(groups)
     groups.close()
     assert [c.index for c in first] == [0, 1]
-    assert gen.stats.items_batched + gen.stats.items_alone <= 4   # 2 yielded + in flight
+    assert gen.stats.items_batched + gen.stats.items_alone <= 4  # 2 yielded + in flight
     rest = gen.complete_many(prompts[2:])
     assert [c.text for c in first + rest] == ["fruit", "vegetable", "fish", "grain", "fruit"]
     assert fake.violations == []
@@ -216,9 +248,7 @@ def test_counterexample_batched_reply_is_capped_like_alone_by_the_model_context(
     """
     fake = FakeBackend({"aaaa": "bbbbbbbbbb", "cc": "dd"}, n_ctx=6)
     batched = gen_for(fake, slots=2, n_ctx_seq=64, max_tokens=5).complete_many(["aaaa", "cc"])
-    alone = gen_for(fake.copy(), slots=1, n_ctx_seq=64, max_tokens=5).complete_many(
-        ["aaaa", "cc"])
+    alone = gen_for(fake.copy(), slots=1, n_ctx_seq=64, max_tokens=5).complete_many(["aaaa", "cc"])
     assert [c.path for c in batched] == ["batch", "batch"]
     assert [(c.text, c.finish_reason) for c in alone] == [("bb", "length"), ("dd", "stop")]
-    assert [(c.text, c.finish_reason) for c in batched] == [("bb", "length"),
-                                                            ("dd", "stop")]
+    assert [(c.text, c.finish_reason) for c in batched] == [("bb", "length"), ("dd", "stop")]

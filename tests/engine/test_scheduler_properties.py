@@ -13,18 +13,32 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llamabatch import SamplingParams
-from llamabatch.testing import (BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, ClearCall, DecodeCall,
-                                FailWhen, FakeBackend, FaultPlan, HashReply, OpenBatchCall,
-                                StartSeqCall, fake_backends, fault_plans, prefixed_prompts,
-                                prompts)
-from llamabatch.testing.checks import (Case, check_batched, check_log, check_pages, run)
+from llamabatch.testing import (
+    BACKEND_EXCEPTIONS,
+    DECODE_FAULT_CODES,
+    ClearCall,
+    DecodeCall,
+    FailWhen,
+    FakeBackend,
+    FaultPlan,
+    HashReply,
+    OpenBatchCall,
+    StartSeqCall,
+    fake_backends,
+    fault_plans,
+    prefixed_prompts,
+    prompts,
+)
+from llamabatch.testing.checks import Case, check_batched, check_log, check_pages, run
 from llamabatch.testing.machine import SlotEngineMachine
 
-ALONE_FAULTS = st.builds(FaultPlan, fail_alone=st.none() | st.builds(
-    FailWhen, st.integers(2, 7), st.integers(0, 1)))
+ALONE_FAULTS = st.builds(
+    FaultPlan, fail_alone=st.none() | st.builds(FailWhen, st.integers(2, 7), st.integers(0, 1))
+)
 NO_FAULTS = st.just(FaultPlan())
 
 
@@ -46,18 +60,35 @@ def cases(draw, faults=fault_plans(), min_slots=1, max_items=60, per_item=False)
     else:
         max_len = draw(st.sampled_from([4, 16, 60]))
         min_items = min(max_items, draw(st.sampled_from([0, 0, 10, 40])))
-        items = draw(prompts(min_items=min_items, max_items=max_items, max_len=max_len,
-                             n_vocab=fake.n_vocab))
+        items = draw(
+            prompts(min_items=min_items, max_items=max_items, max_len=max_len, n_vocab=fake.n_vocab)
+        )
     sampling = None
     if per_item:
-        sampling = tuple(draw(st.lists(
-            st.builds(SamplingParams, temperature=st.just(0.0),
-                      max_tokens=st.none() | st.integers(1, 40)),
-            min_size=len(items), max_size=len(items))))
-    return Case(fake, items, slots, draw(st.integers(1, 32) | st.integers(32, 256)),
-                draw(st.integers(1, 64)), max_tokens,
-                draw(st.none() | st.integers(1, 4).map(lambda k: k * slots)),
-                draw(st.sampled_from([1, 2, 8, 32])), sampling)
+        sampling = tuple(
+            draw(
+                st.lists(
+                    st.builds(
+                        SamplingParams,
+                        temperature=st.just(0.0),
+                        max_tokens=st.none() | st.integers(1, 40),
+                    ),
+                    min_size=len(items),
+                    max_size=len(items),
+                )
+            )
+        )
+    return Case(
+        fake,
+        items,
+        slots,
+        draw(st.integers(1, 32) | st.integers(32, 256)),
+        draw(st.integers(1, 64)),
+        max_tokens,
+        draw(st.none() | st.integers(1, 4).map(lambda k: k * slots)),
+        draw(st.sampled_from([1, 2, 8, 32])),
+        sampling,
+    )
 
 
 @share(2)
@@ -101,19 +132,19 @@ def test_a_failure_in_the_batch_path_completes_the_items_alone(case: Case, data)
     at = data.draw(st.integers(1, max(n_decodes, 1)), label="fail_decode_at")
     code = data.draw(st.sampled_from(DECODE_FAULT_CODES), label="fail_code")
     exc = data.draw(st.sampled_from((None,) + BACKEND_EXCEPTIONS), label="fail_exc")
-    faulty = replace(case, fake=case.fake.copy(fail_decode_at=at, fail_code=code,
-                                                fail_exc=exc))
+    faulty = replace(case, fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc))
     result = run(faulty)
     check_pages(faulty, result)
     check_log(faulty)
     assert [(c.token_ids, c.finish_reason, c.text, c.error) for c in result.completions] == [
-        (c.token_ids, c.finish_reason, c.text, c.error) for c in clean.completions]
+        (c.token_ids, c.finish_reason, c.text, c.error) for c in clean.completions
+    ]
     if n_decodes == 0:
         return
     fake = faulty.fake
     decodes = fake.calls(DecodeCall)
     assert decodes[-1].call == at and decodes[-1].error_code is not None, "decoded again"
-    after = fake.log[fake.log.index(decodes[-1]) + 1:]
+    after = fake.log[fake.log.index(decodes[-1]) + 1 :]
     assert not [c for c in after if isinstance(c, StartSeqCall)]
     assert isinstance(after[0], ClearCall) and after[0].n_seqs is None
     assert fake.kv_lengths == (0,) * len(fake.kv_lengths)
@@ -152,7 +183,8 @@ def test_a_recurrent_memory_gives_the_same_replies(case: Case) -> None:
         check_pages(other, result)
         check_log(other)
         assert [(c.token_ids, c.finish_reason) for c in result.completions] == [
-            (c.token_ids, c.finish_reason) for c in plain.completions]
+            (c.token_ids, c.finish_reason) for c in plain.completions
+        ]
 
 
 @share(3)
@@ -165,10 +197,10 @@ def test_long_prompts_go_alone_in_place(data) -> None:
     short = st.lists(st.integers(0, 255), min_size=1, max_size=n_ctx_seq - max_tokens)
     long = st.lists(st.integers(0, 255), min_size=n_ctx_seq - max_tokens + 1, max_size=120)
     n_items = data.draw(st.integers(1, 3 * slots + 1), label="n_items")
-    items = data.draw(st.lists(short | long, min_size=n_items, max_size=n_items),
-                      label="prompts")
-    fake = FakeBackend(HashReply(data.draw(st.integers(0, 99)), 30, 260, (256,)),
-                       max_tokens=max_tokens)
+    items = data.draw(st.lists(short | long, min_size=n_items, max_size=n_items), label="prompts")
+    fake = FakeBackend(
+        HashReply(data.draw(st.integers(0, 99)), 30, 260, (256,)), max_tokens=max_tokens
+    )
     case = Case(fake, items, slots, n_ctx_seq, 64, max_tokens)
     result = run(case)
     check_pages(case, result)
@@ -190,12 +222,11 @@ def test_closing_iter_groups_loses_and_repeats_nothing(case: Case, n_pages: int)
     assert stats.items_alone + stats.items_batched == len(done), "counted beyond the stop"
     check_pages(case, first, complete=False)
     check_log(case)
-    rest = case.prompts[len(done):]
+    rest = case.prompts[len(done) :]
     second = run(case, rest, gen=first.generator)
     check_pages(case, second, rest)
     check_log(case)
 
 
 TestSlotEngineMachine = SlotEngineMachine.TestCase
-TestSlotEngineMachine.settings = settings(
-    max_examples=max(10, settings.default.max_examples // 3))
+TestSlotEngineMachine.settings = settings(max_examples=max(10, settings.default.max_examples // 3))

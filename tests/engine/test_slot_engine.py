@@ -8,10 +8,9 @@ import pytest
 
 from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
 from llamabatch.engine.backend import Span
-from llamabatch.testing import (CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall,
-                                TrimCall)
+from llamabatch.testing import CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall, TrimCall
 
-SYSTEM = list(range(1, 41))                       # a 40-token shared "system prompt"
+SYSTEM = list(range(1, 41))  # a 40-token shared "system prompt"
 REPLY = HashReply(seed=5, max_len=6, n_vocab=260)
 
 
@@ -31,25 +30,26 @@ def test_a_slot_reuses_the_prefix_it_holds_and_prefills_only_the_rest():
         stats = gen.stats
     assert [c.token_ids for c in out] == expected(fake, items)
     seqs = fake.seqs()
-    assert [len(s.cached) for s in seqs[:2]] == [0, 0]             # first fill: cold
-    assert all(len(s.cached) == 40 for s in seqs[2:])             # then the system prompt
+    assert [len(s.cached) for s in seqs[:2]] == [0, 0]  # first fill: cold
+    assert all(len(s.cached) == 40 for s in seqs[2:])  # then the system prompt
     assert stats.prompt_tokens_cached == 4 * 40
     assert stats.prompt_tokens_prefilled == 2 * 42 + 4 * 2
-    assert [c.n_keep for c in fake.calls(TrimCall)] == [40] * 4   # cut after the prefix
+    assert [c.n_keep for c in fake.calls(TrimCall)] == [40] * 4  # cut after the prefix
 
 
 def test_a_prefix_shared_by_waiting_items_is_prefilled_once_and_copied():
     fake = FakeBackend(REPLY)
     items = prompts(4)
-    with BatchGenerator(backend=fake, slots=4, max_tokens=8, n_batch=512,
-                        min_copy_tokens=16) as gen:
+    with BatchGenerator(
+        backend=fake, slots=4, max_tokens=8, n_batch=512, min_copy_tokens=16
+    ) as gen:
         out = gen.complete_many(items)
         stats = gen.stats
     assert [c.token_ids for c in out] == expected(fake, items)
     copies = fake.calls(CopyCall)
     assert [(c.src, c.dst) for c in copies] == [(0, 1), (0, 2), (0, 3)]
     assert stats.prefix_copies == 3
-    assert stats.prompt_tokens_prefilled == 42 + 3 * 2            # the prefix once
+    assert stats.prompt_tokens_prefilled == 42 + 3 * 2  # the prefix once
     first = fake.calls(DecodeCall)[0]
     assert [(s.seq_id, len(s.tokens)) for s in first.spans] == [(0, 42)]
 
@@ -90,12 +90,14 @@ def test_every_decode_lays_its_spans_out_by_seq_id_so_llama_cpp_makes_one_ubatch
 
 def test_the_ubatch_model_follows_llama_cpps_sequential_split():
     def call(*spans):
-        return DecodeCall(1, tuple(Span(sid, 0, tuple(range(n)), True) for sid, n in spans),
-                          (), None)
+        return DecodeCall(
+            1, tuple(Span(sid, 0, tuple(range(n)), True) for sid, n in spans), (), None
+        )
+
     assert call((0, 1), (1, 1), (2, 1), (3, 1)).ubatches == 1
-    assert call((2, 1), (3, 1), (0, 1), (1, 1)).ubatches == 2      # 2, 3 | 0, 1
-    assert call((0, 1), (2, 1)).ubatches == 2                       # not consecutive
-    assert call((0, 1), (1, 30)).ubatches == 2                      # 0, 1 x1 | 1 x29
+    assert call((2, 1), (3, 1), (0, 1), (1, 1)).ubatches == 2  # 2, 3 | 0, 1
+    assert call((0, 1), (2, 1)).ubatches == 2  # not consecutive
+    assert call((0, 1), (1, 30)).ubatches == 2  # 0, 1 x1 | 1 x29
     assert call((0, 5), (1, 5), (2, 5)).ubatches == 1
 
 
@@ -108,10 +110,10 @@ def test_a_recurrent_memory_reuses_only_exact_states(declares):
         stats = gen.stats
     assert [c.token_ids for c in out] == expected(fake, items)
     assert fake.violations == []
-    if declares:                           # the 40-token prefix: a state taken exactly there
+    if declares:  # the 40-token prefix: a state taken exactly there
         assert stats.prefix_copies >= 3
-    for seq in fake.seqs():                # every reuse was of a whole cache, never cut
-        assert seq.prompt[:len(seq.cached)] == seq.cached
+    for seq in fake.seqs():  # every reuse was of a whole cache, never cut
+        assert seq.prompt[: len(seq.cached)] == seq.cached
     refused = [t for t in fake.calls(TrimCall) if not t.ok]
     assert (len(refused) == 0) == declares  # found out at the first refusal otherwise
 
@@ -119,8 +121,11 @@ def test_a_recurrent_memory_reuses_only_exact_states(declares):
 def test_per_item_sampling_and_max_tokens_reach_each_sequence():
     fake = FakeBackend(REPLY)
     items = prompts(3)
-    sampling = [SamplingParams(temperature=0.0, max_tokens=1),
-                SamplingParams(temperature=0.5, seed=3), SamplingParams(max_tokens=2)]
+    sampling = [
+        SamplingParams(temperature=0.0, max_tokens=1),
+        SamplingParams(temperature=0.5, seed=3),
+        SamplingParams(max_tokens=2),
+    ]
     with BatchGenerator(backend=fake, slots=3, max_tokens=8) as gen:
         out = gen.complete_many(items, sampling=sampling)
         with pytest.raises(ValueError, match="2 SamplingParams for 3 prompts"):
@@ -128,8 +133,9 @@ def test_per_item_sampling_and_max_tokens_reach_each_sequence():
         with pytest.raises(ValueError, match="sampling\\[1\\] is dict"):
             gen.complete_many(items, sampling=[sampling[0], {}, sampling[2]])
     assert [len(c.token_ids) <= cap for c, cap in zip(out, (1, 8, 2))] == [True] * 3
-    assert [c.token_ids for c in out] == [e[:cap] for e, cap in
-                                          zip(expected(fake, items), (1, 8, 2))]
+    assert [c.token_ids for c in out] == [
+        e[:cap] for e, cap in zip(expected(fake, items), (1, 8, 2))
+    ]
     started = {s.seq_id: s.sampling for s in fake.calls(StartSeqCall)}
     assert sorted(started.values(), key=repr) == sorted(sampling, key=repr)
 
@@ -183,8 +189,9 @@ def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
     assert fake.violations == []
 
 
-@pytest.mark.parametrize("slots, page_size", [(1, 16), (2, 16), (3, 15), (4, 16), (8, 32),
-                                               (16, 64)])
+@pytest.mark.parametrize(
+    "slots, page_size", [(1, 16), (2, 16), (3, 15), (4, 16), (8, 32), (16, 64)]
+)
 def test_the_default_page_lets_four_slots_worth_of_items_run_ahead(slots, page_size):
     with BatchGenerator(backend=FakeBackend({}), slots=slots) as gen:
         assert gen.config.page_size == page_size
@@ -203,6 +210,6 @@ def test_a_long_reply_does_not_leave_the_other_slots_idle():
     for call in fake.log:
         if isinstance(call, StartSeqCall):
             started_while_0_ran.append(call)
-        elif isinstance(call, DecodeCall) and call.call == 60:   # item 0's last token
+        elif isinstance(call, DecodeCall) and call.call == 60:  # item 0's last token
             break
     assert len(started_while_0_ran) == 32

@@ -99,23 +99,27 @@ def test_stop_strings_and_ids_are_the_same_batched_and_alone(slots: int) -> None
     gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=slots, sampling=sampling)
     done = gen.complete_many(list(REPLIES))
     assert [(c.text, c.finish_reason) for c in done] == [
-        ("yes", "stop"), ("maybe", "stop"), ("nothing here", "stop"), ("a", "stop")]
+        ("yes", "stop"),
+        ("maybe", "stop"),
+        ("nothing here", "stop"),
+        ("a", "stop"),
+    ]
     assert done[0].token_ids == tuple(byte_tokens("yes."))
     if slots > 1:
         assert {c.path for c in done} == {"batch"}
 
 
 def test_sampling_max_tokens_caps_each_reply() -> None:
-    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=2, max_tokens=50,
-                         sampling=SamplingParams(max_tokens=3))
+    gen = BatchGenerator(
+        backend=FakeBackend(REPLIES), slots=2, max_tokens=50, sampling=SamplingParams(max_tokens=3)
+    )
     assert [c.text for c in gen.complete_many(list(REPLIES))] == ["yes", "may", "not", "a.b"]
 
 
 def test_the_backend_gets_the_constraint_in_both_paths() -> None:
     fake = FakeBackend(REPLIES)
     sampling = SamplingParams(choices=["yes", "no"])
-    BatchGenerator(backend=fake, slots=2, sampling=sampling).complete_many(
-        ["p1", "p2", "p3"])
+    BatchGenerator(backend=fake, slots=2, sampling=sampling).complete_many(["p1", "p2", "p3"])
     starts = fake.calls(StartSeqCall)
     assert starts and all(c.sampling.choices == ("yes", "no") for c in starts)
     BatchGenerator(backend=fake, slots=1, sampling=sampling).complete_many(["p4"])
@@ -133,8 +137,9 @@ def test_one_string_instead_of_a_list_is_a_type_error(method: str) -> None:
 
 @pytest.mark.parametrize("slots", [1, 3])
 def test_logprobs_have_one_entry_per_reply_token_in_both_paths(slots: int) -> None:
-    gen = BatchGenerator(backend=FakeBackend(REPLIES), slots=slots,
-                         sampling=SamplingParams(logprobs=1, stop=["."]))
+    gen = BatchGenerator(
+        backend=FakeBackend(REPLIES), slots=slots, sampling=SamplingParams(logprobs=1, stop=["."])
+    )
     for c in gen.complete_many(list(REPLIES)):
         assert c.logprobs is not None and len(c.logprobs) == c.n_tokens
         assert [entry[0][0] for entry in c.logprobs] == list(c.token_ids)
@@ -148,12 +153,19 @@ def test_no_logprobs_unless_asked() -> None:
 def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> None:
     from llamabatch.llamacpp.chat import ChatTemplate
 
-    template = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}"
-                            "{% endfor %}[assistant]")
+    template = ChatTemplate(
+        "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]"
+    )
     replies = {"[user]hi[assistant]": "hello", "[user]yo[assistant]": "hey"}
     gen = BatchGenerator(backend=FakeBackend(replies), slots=2)
-    done = gen.chat([[{"role": "user", "content": "hi"}], [{"role": "user"}],
-                     [{"role": "user", "content": "yo"}]], template=template)
+    done = gen.chat(
+        [
+            [{"role": "user", "content": "hi"}],
+            [{"role": "user"}],
+            [{"role": "user", "content": "yo"}],
+        ],
+        template=template,
+    )
     assert [c.text for c in done] == ["hello", "", "hey"]
     assert done[1].finish_reason == "error" and done[1].error.startswith("conversation 1")
     with pytest.raises(TypeError, match="list of conversations"):

@@ -15,13 +15,13 @@ from llamabatch import BatchGenerator, SamplingParams
 
 pytestmark = pytest.mark.real_model
 
-SYSTEM = ("<|im_start|>system\nYou label support tickets. Answer with one word: billing, "
-          "login, bug, shipping or other. Read the whole ticket before you answer, and "
-          "answer with the label only, in lower case, with no punctuation.<|im_end|>\n")
-TICKETS = ("I was charged twice.", "I cannot log in.", "The app crashes.",
-           "My parcel is late.")
-PROMPTS = [f"{SYSTEM}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n"
-           for t in TICKETS]
+SYSTEM = (
+    "<|im_start|>system\nYou label support tickets. Answer with one word: billing, "
+    "login, bug, shipping or other. Read the whole ticket before you answer, and "
+    "answer with the label only, in lower case, with no punctuation.<|im_end|>\n"
+)
+TICKETS = ("I was charged twice.", "I cannot log in.", "The app crashes.", "My parcel is late.")
+PROMPTS = [f"{SYSTEM}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n" for t in TICKETS]
 GREEDY = SamplingParams(temperature=0.0)
 
 
@@ -46,9 +46,9 @@ def test_items_alone_in_one_run_prefill_their_shared_system_prompt_once(llm, cou
     with BatchGenerator(llm, slots=1, max_tokens=3, sampling=GREEDY) as gen:
         out = gen.complete_many(PROMPTS)
     assert all(c.ok and c.path == "alone" for c in out)
-    prefilled = sum(n for n in counted if n > 1)       # prompt evals; replies go 1 by 1
+    prefilled = sum(n for n in counted if n > 1)  # prompt evals; replies go 1 by 1
     assert prefilled <= sum(n_prompts) - (len(PROMPTS) - 1) * (n_system - 2)
-    assert llm.n_tokens == 0                             # given back as it was: empty
+    assert llm.n_tokens == 0  # given back as it was: empty
 
 
 def test_iter_groups_gives_the_llama_back_before_each_page(llm, counted):
@@ -56,7 +56,7 @@ def test_iter_groups_gives_the_llama_back_before_each_page(llm, counted):
         pages = gen.iter_groups(PROMPTS)
         for page in pages:
             assert page[0].ok and page[0].path == "alone"
-            assert llm.n_tokens == 0                     # the caller may use it now
+            assert llm.n_tokens == 0  # the caller may use it now
     assert llm.n_tokens == 0
 
 

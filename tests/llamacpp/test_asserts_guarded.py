@@ -30,16 +30,25 @@ real_model = pytest.mark.real_model
 
 def run_py(code: str, model_path) -> subprocess.CompletedProcess:
     env = dict(os.environ, MODEL=str(model_path))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 # -- the pure rule -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("slots,n_batch", [(2, 1), (3, 2), (4, 3), (8, 7), (64, 63)])
 def test_slots_over_n_batch_is_refused_naming_both(slots, n_batch):
-    with pytest.raises(ValueError, match=rf"slots={slots} with n_batch={n_batch} .* valid "
-                                         rf"is n_batch >= {slots}, or slots <= {n_batch}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"slots={slots} with n_batch={n_batch} .* valid "
+        rf"is n_batch >= {slots}, or slots <= {n_batch}",
+    ):
         check_context(slots, 256, n_batch, max_slots=256)
 
 
@@ -48,23 +57,24 @@ def test_slots_up_to_n_batch_pass(slots, n_batch):
     check_context(slots, 256, n_batch, max_slots=256)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(slots=0), r"slots=0 is out of range: valid is an integer in \[1, 256\]"),
-    (dict(slots=257), r"slots=257 .*\[1, 256\]"),
-    (dict(n_batch=0), r"n_batch=0 is out of range"),
-    (dict(n_ubatch=600), r"n_ubatch=600 .*\[1, n_batch=512\]"),
-    (dict(n_ctx_seq=0), r"n_ctx_seq=0 is out of range"),
-    (dict(n_ctx_seq=MAX_N_CTX // 4 + 1), rf"n_ctx_seq={MAX_N_CTX // 4 + 1} .*slots=4"),
-    (dict(n_threads=0), r"n_threads=0 .*\[1, 512\]"),
-    (dict(n_threads_batch=513), r"n_threads_batch=513"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(slots=0), r"slots=0 is out of range: valid is an integer in \[1, 256\]"),
+        (dict(slots=257), r"slots=257 .*\[1, 256\]"),
+        (dict(n_batch=0), r"n_batch=0 is out of range"),
+        (dict(n_ubatch=600), r"n_ubatch=600 .*\[1, n_batch=512\]"),
+        (dict(n_ctx_seq=0), r"n_ctx_seq=0 is out of range"),
+        (dict(n_ctx_seq=MAX_N_CTX // 4 + 1), rf"n_ctx_seq={MAX_N_CTX // 4 + 1} .*slots=4"),
+        (dict(n_threads=0), r"n_threads=0 .*\[1, 512\]"),
+        (dict(n_threads_batch=513), r"n_threads_batch=513"),
+    ],
+)
 def test_each_context_value_is_checked(kwargs, match):
     args = dict(slots=4, n_ctx_seq=256, n_batch=512) | kwargs
-    extra = {k: args.pop(k) for k in ("n_ubatch", "n_threads", "n_threads_batch")
-             if k in args}
+    extra = {k: args.pop(k) for k in ("n_ubatch", "n_threads", "n_threads_batch") if k in args}
     with pytest.raises(ValueError, match=match):
-        check_context(args["slots"], args["n_ctx_seq"], args["n_batch"], max_slots=256,
-                      **extra)
+        check_context(args["slots"], args["n_ctx_seq"], args["n_batch"], max_slots=256, **extra)
 
 
 # -- llama.cpp itself: the rule is real ----------------------------------------------------
@@ -154,9 +164,22 @@ def test_generator_batches_at_slots_equal_n_batch(model_path, slots, n_batch):
 
 @real_model
 def test_cli_slots_over_n_batch_exits_2(model_path, tmp_path):
-    argv = [sys.executable, "-m", "llamabatch", "complete", str(EXAMPLES), "-o",
-            str(tmp_path / "o.jsonl"), "--model", str(model_path), "--slots", "2",
-            "--n-batch", "1", *FAST]
+    argv = [
+        sys.executable,
+        "-m",
+        "llamabatch",
+        "complete",
+        str(EXAMPLES),
+        "-o",
+        str(tmp_path / "o.jsonl"),
+        "--model",
+        str(model_path),
+        "--slots",
+        "2",
+        "--n-batch",
+        "1",
+        *FAST,
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "slots=2 with n_batch=1 is out of range" in result.stderr

@@ -47,8 +47,10 @@ def test_tokenize_parses_special_tokens(backend, llm):
 
 
 def test_batched_greedy_equals_alone(backend):
-    prompts = [backend.tokenize(chat("Name a fruit.")),
-               backend.tokenize(chat("Write one word about the sea, then a short poem."))]
+    prompts = [
+        backend.tokenize(chat("Name a fruit.")),
+        backend.tokenize(chat("Write one word about the sea, then a short poem.")),
+    ]
     limits = backend.open_batch(slots=2, n_ctx_seq=256, n_batch=16)  # prefill in chunks
     # llama.cpp before llama-cpp-python 0.3.2x raised an n_batch below 64 to 64
     # (GGML_KQ_MASK_PAD); the limits say what it allocated
@@ -67,7 +69,7 @@ def test_batched_greedy_equals_alone(backend):
             take = min(len(tokens) - pos[seq], room // (2 - seq))
             if take > 0:
                 end = pos[seq] + take
-                spans.append(Span(seq, pos[seq], tokens[pos[seq]:end], end == len(tokens)))
+                spans.append(Span(seq, pos[seq], tokens[pos[seq] : end], end == len(tokens)))
                 pos[seq], room = end, room - take
         sampled = iter(backend.decode(spans))
         for span in spans:
@@ -75,8 +77,9 @@ def test_batched_greedy_equals_alone(backend):
                 replies[span.seq_id].append(next(sampled))
     assert n_decodes > 2
     for _ in range(7):
-        spans = [Span(s, len(prompts[s]) + len(replies[s]) - 1, [replies[s][-1]], True)
-                 for s in range(2)]
+        spans = [
+            Span(s, len(prompts[s]) + len(replies[s]) - 1, [replies[s][-1]], True) for s in range(2)
+        ]
         for seq, token in zip(range(2), backend.decode(spans)):
             replies[seq].append(token)
     backend.clear(2)
@@ -101,16 +104,16 @@ def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend):
     shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     assert shared >= 5
     backend.open_batch(slots=3, n_ctx_seq=256, n_batch=64)
-    assert backend.partial_trim and backend.can_copy       # SmolLM2: a plain KV cache
+    assert backend.partial_trim and backend.can_copy  # SmolLM2: a plain KV cache
     backend.start_seq(0, GREEDY)
     reply_a = greedy_after(backend, 0, 0, a)
-    backend.copy_seq(0, 1)                                 # seq 1: a copy of seq 0's cells
+    backend.copy_seq(0, 1)  # seq 1: a copy of seq 0's cells
     assert backend.batch_context.seq_pos_max(1) == backend.batch_context.seq_pos_max(0)
     assert backend.trim(1, shared)
     assert backend.batch_context.seq_pos_max(1) == shared - 1
     backend.start_seq(1, GREEDY)
     reply_b_copied = greedy_after(backend, 1, shared, b[shared:])
-    assert backend.trim(0, shared)                         # seq 0 reused for b itself
+    assert backend.trim(0, shared)  # seq 0 reused for b itself
     backend.start_seq(0, GREEDY)
     reply_b_reused = greedy_after(backend, 0, shared, b[shared:])
     backend.clear()

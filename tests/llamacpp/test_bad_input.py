@@ -32,8 +32,10 @@ def complete(llm, prompts, **kwargs):
 
 def long_tokens(llm, n: int) -> list[int]:
     """A prompt of exactly ``n`` token ids (prose, so the model has something to continue)."""
-    text = ("The orchard had apples, pears and plums in neat rows, and every autumn the "
-            "village came to pick them. ") * (n // 15 + 1)
+    text = (
+        "The orchard had apples, pears and plums in neat rows, and every autumn the "
+        "village came to pick them. "
+    ) * (n // 15 + 1)
     tokens = llm.tokenize(text.encode(), add_bos=True, special=True)[:n]
     assert len(tokens) == n
     return tokens
@@ -43,11 +45,11 @@ def long_tokens(llm, n: int) -> list[int]:
 # (prompt, a word of the expected error or None when the prompt must complete)
 CASES = [
     (chat("Name a fruit."), None),
-    ("", "empty"),                       # 0 tokens (SmolLM2 adds no BOS)
-    ("   ", None),                       # one whitespace token: a prompt like any other
-    ("<|im_end|>", None),                # one special (end-of-generation) token
-    ("<|im_start|><|im_end|>", None),    # only special tokens
-    ([5, "vocab"], "token 1"),           # replaced below by an id == n_vocab
+    ("", "empty"),  # 0 tokens (SmolLM2 adds no BOS)
+    ("   ", None),  # one whitespace token: a prompt like any other
+    ("<|im_end|>", None),  # one special (end-of-generation) token
+    ("<|im_start|><|im_end|>", None),  # only special tokens
+    ([5, "vocab"], "token 1"),  # replaced below by an id == n_vocab
     ([-1, 5], "token 0 is -1"),
     ([], "empty"),
     (["a", "b"], "integers"),
@@ -61,9 +63,9 @@ CASES = [
     (b"\xff\xfe\xfd", "not valid UTF-8"),
     ("caf\ud800", "cannot be tokenized"),  # a lone surrogate cannot be UTF-8 encoded
     (np.array(7), "cannot be tokenized"),  # a 0-d array is not a sequence
-    (bytearray(b"Apples are"), None),      # UTF-8 bytes, like bytes
-    ("\x00 Apples are", None),             # NUL is just a byte to the tokenizer
-    (np.array([6477, 735, 359]), None),    # token ids as an array
+    (bytearray(b"Apples are"), None),  # UTF-8 bytes, like bytes
+    ("\x00 Apples are", None),  # NUL is just a byte to the tokenizer
+    (np.array([6477, 735, 359]), None),  # token ids as an array
     (chat("Name a color."), None),
 ]
 
@@ -90,8 +92,13 @@ def test_every_bad_prompt_is_an_error_in_its_place_and_the_rest_complete(llm):
 
 
 def test_odd_but_valid_prompts_give_the_same_reply_batched_and_alone(llm):
-    prompts = ["   ", "<|im_end|>", "<|im_start|><|im_end|>", bytearray(b"Apples are"),
-               "\x00 Apples are"]
+    prompts = [
+        "   ",
+        "<|im_end|>",
+        "<|im_start|><|im_end|>",
+        bytearray(b"Apples are"),
+        "\x00 Apples are",
+    ]
     batched, stats = complete(llm, prompts + prompts, slots=2, n_ctx_seq=256, max_tokens=5)
     alone, _ = complete(llm, prompts, slots=1, max_tokens=5)
     assert stats.items_batched == 10
@@ -112,11 +119,15 @@ def test_prompts_longer_than_the_model_context_are_errors_in_place(llm):
 # -- size boundaries --------------------------------------------------------------------
 def test_a_prompt_of_n_ctx_seq_minus_max_tokens_is_batched_one_more_goes_alone(llm):
     max_tokens, n_ctx_seq = 6, 256
-    fits, over = long_tokens(llm, n_ctx_seq - max_tokens), long_tokens(llm, n_ctx_seq - max_tokens + 1)
+    fits, over = (
+        long_tokens(llm, n_ctx_seq - max_tokens),
+        long_tokens(llm, n_ctx_seq - max_tokens + 1),
+    )
     short = llm.tokenize(chat("Name a fruit.").encode(), special=True)
     prompts = [fits, short, over, short]
-    with BatchGenerator(llm, slots=2, n_ctx_seq=n_ctx_seq, max_tokens=max_tokens,
-                        sampling=GREEDY) as gen:
+    with BatchGenerator(
+        llm, slots=2, n_ctx_seq=n_ctx_seq, max_tokens=max_tokens, sampling=GREEDY
+    ) as gen:
         results = gen.complete_many(prompts)
         assert gen.limits.n_ctx_seq == n_ctx_seq
     # the last item takes the first slot that frees up (no more groups of one alone)
@@ -136,8 +147,9 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
     # no shared prefix (else the second copies the first's cache and prefills 2 tokens)
     prompts = [long_tokens(llm, 512), long_tokens(llm, 513)[::-1]]
     backend = LlamaBackend(llm, decode_hook=record)
-    with BatchGenerator(backend=backend, slots=2, n_ctx_seq=768, n_batch=512,
-                        max_tokens=4, sampling=GREEDY) as gen:
+    with BatchGenerator(
+        backend=backend, slots=2, n_ctx_seq=768, n_batch=512, max_tokens=4, sampling=GREEDY
+    ) as gen:
         results = gen.complete_many(prompts)
         assert gen.limits.n_batch == 512
     assert [c.path for c in results] == ["batch", "batch"]
@@ -151,20 +163,30 @@ def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):
 
 # -- parameters ---------------------------------------------------------------------------
 BAD_PARAMS = [
-    ({"slots": 0}, "slots=0"), ({"slots": -2}, "slots=-2"), ({"slots": 2.0}, "slots=2.0"),
-    ({"slots": True}, "slots=True"), ({"max_tokens": 0}, "max_tokens=0"),
-    ({"max_tokens": -1}, "max_tokens=-1"), ({"n_ctx_seq": 0}, "n_ctx_seq=0"),
-    ({"n_batch": 0}, "n_batch=0"), ({"slots": 2, "page_size": 3}, "page_size=3"),
+    ({"slots": 0}, "slots=0"),
+    ({"slots": -2}, "slots=-2"),
+    ({"slots": 2.0}, "slots=2.0"),
+    ({"slots": True}, "slots=True"),
+    ({"max_tokens": 0}, "max_tokens=0"),
+    ({"max_tokens": -1}, "max_tokens=-1"),
+    ({"n_ctx_seq": 0}, "n_ctx_seq=0"),
+    ({"n_batch": 0}, "n_batch=0"),
+    ({"slots": 2, "page_size": 3}, "page_size=3"),
 ]
 BAD_SAMPLING = [
-    ({"temperature": -0.1}, "temperature=-0.1"), ({"temperature": math.nan}, "temperature"),
+    ({"temperature": -0.1}, "temperature=-0.1"),
+    ({"temperature": math.nan}, "temperature"),
     ({"top_p": 0.0}, r"top_p=0.0 is out of range: valid is \(0, 1\]"),
-    ({"top_p": 1.5}, "top_p=1.5"), ({"min_p": -0.01}, r"min_p=-0.01 .* \[0, 1\]"),
-    ({"min_p": 1.01}, "min_p=1.01"), ({"typical_p": 0}, "typical_p=0"),
-    ({"top_k": -1}, "top_k=-1"), ({"repeat_penalty": 0}, "repeat_penalty=0"),
+    ({"top_p": 1.5}, "top_p=1.5"),
+    ({"min_p": -0.01}, r"min_p=-0.01 .* \[0, 1\]"),
+    ({"min_p": 1.01}, "min_p=1.01"),
+    ({"typical_p": 0}, "typical_p=0"),
+    ({"top_k": -1}, "top_k=-1"),
+    ({"repeat_penalty": 0}, "repeat_penalty=0"),
     ({"frequency_penalty": math.inf}, "frequency_penalty=inf"),
     ({"presence_penalty": math.nan}, "presence_penalty=nan"),
-    ({"seed": -1}, "seed=-1"), ({"seed": 2**32}, "seed=4294967296"),
+    ({"seed": -1}, "seed=-1"),
+    ({"seed": 2**32}, "seed=4294967296"),
     ({"penalty_last_n": -1}, "penalty_last_n=-1"),
 ]
 
@@ -187,17 +209,21 @@ def test_slots_above_llama_max_parallel_sequences_is_a_value_error(llm):
     import llama_cpp
 
     ceiling = llama_cpp.llama_max_parallel_sequences()
-    with pytest.raises(ValueError, match=rf"slots={ceiling + 1} is out of range: valid is "
-                                         rf"1 to {ceiling} \(llama_max_parallel_sequences"):
+    with pytest.raises(
+        ValueError,
+        match=rf"slots={ceiling + 1} is out of range: valid is "
+        rf"1 to {ceiling} \(llama_max_parallel_sequences",
+    ):
         BatchGenerator(llm, slots=ceiling + 1)
     with pytest.raises(ValueError, match="sampling is dict"):
         BatchGenerator(llm, sampling={"temperature": 0})
 
 
 def test_n_ctx_seq_not_a_multiple_of_256_is_padded_and_reported(llm, caplog):
-    with caplog.at_level(logging.INFO, logger="llamabatch"), \
-            BatchGenerator(llm, slots=2, n_ctx_seq=300, max_tokens=4,
-                           sampling=GREEDY) as gen:
+    with (
+        caplog.at_level(logging.INFO, logger="llamabatch"),
+        BatchGenerator(llm, slots=2, n_ctx_seq=300, max_tokens=4, sampling=GREEDY) as gen,
+    ):
         assert gen.limits is None  # nothing allocated before the first group
         results = gen.complete_many(["Apples are", "Pears are"])
         limits = gen.limits
@@ -206,6 +232,8 @@ def test_n_ctx_seq_not_a_multiple_of_256_is_padded_and_reported(llm, caplog):
     assert (limits.n_ctx_seq, limits.n_ctx) in ((512, 1024), (320, 640))
     assert limits.n_seq_max == 2
     assert [c.path for c in results] == ["batch", "batch"]
-    assert any(f"2 sequences x {limits.n_ctx_seq} tokens (n_ctx_seq=300 requested)"
-               in r.getMessage()
-               for r in caplog.records if r.levelno == logging.INFO)
+    assert any(
+        f"2 sequences x {limits.n_ctx_seq} tokens (n_ctx_seq=300 requested)" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO
+    )

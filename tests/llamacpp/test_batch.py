@@ -15,8 +15,10 @@ from llamabatch.llamacpp.batch import LlamaBatch
 def rows(batch: LlamaBatch) -> list[tuple[int, int, int, int, int]]:
     """(token, pos, n_seq_id, seq_id[0], logits) of each filled row, read from the C struct."""
     s = batch.native.struct
-    return [(s.token[i], s.pos[i], s.n_seq_id[i], s.seq_id[i][0], s.logits[i])
-            for i in range(s.n_tokens)]
+    return [
+        (s.token[i], s.pos[i], s.n_seq_id[i], s.seq_id[i][0], s.logits[i])
+        for i in range(s.n_tokens)
+    ]
 
 
 @pytest.fixture
@@ -30,8 +32,13 @@ def test_add_run_fills_the_struct_and_returns_last_index(batch):
     assert batch.add(99, pos=0, seq_id=0, logits=False) == 3
     assert batch.add_run([7], pos0=40, seq_id=1, logits_last=False) == 4
     assert batch.n_tokens == 5 and batch.native.struct.n_tokens == 5
-    assert rows(batch) == [(11, 5, 1, 2, 0), (12, 6, 1, 2, 0), (13, 7, 1, 2, 1),
-                           (99, 0, 1, 0, 0), (7, 40, 1, 1, 0)]
+    assert rows(batch) == [
+        (11, 5, 1, 2, 0),
+        (12, 6, 1, 2, 0),
+        (13, 7, 1, 2, 1),
+        (99, 0, 1, 0, 0),
+        (7, 40, 1, 1, 0),
+    ]
 
 
 def test_capacity_is_enforced(batch):
@@ -88,9 +95,15 @@ def test_close_is_idempotent_and_final():
         b.add(1, 0, 0, True)
 
 
-runs = st.lists(st.tuples(st.lists(st.integers(0, 49151), min_size=1, max_size=5),
-                          st.integers(0, 4000), st.integers(0, 3), st.booleans()),
-                max_size=6)
+runs = st.lists(
+    st.tuples(
+        st.lists(st.integers(0, 49151), min_size=1, max_size=5),
+        st.integers(0, 4000),
+        st.integers(0, 3),
+        st.booleans(),
+    ),
+    max_size=6,
+)
 
 
 @settings(max_examples=50, deadline=None)
@@ -105,6 +118,8 @@ def test_any_sequence_of_runs_lands_row_by_row(spec):
                 continue
             last = b.add_run(tokens, pos0, seq, logits)
             assert last == len(expected) + len(tokens) - 1
-            expected += [(t, pos0 + k, 1, seq, int(logits and k == len(tokens) - 1))
-                         for k, t in enumerate(tokens)]
+            expected += [
+                (t, pos0 + k, 1, seq, int(logits and k == len(tokens) - 1))
+                for k, t in enumerate(tokens)
+            ]
         assert rows(b) == expected

@@ -13,9 +13,28 @@ from llamabatch import BatchGenerator, SamplingParams
 
 pytestmark = pytest.mark.real_model
 
-FRUITS = ("apple", "banana", "grape", "mango", "pear", "orange", "cherry", "berry",
-          "peach", "lemon", "lime", "citrus", "pineapple", "kiwi", "plum", "melon",
-          "coconut", "avocado", "papaya", "fig")
+FRUITS = (
+    "apple",
+    "banana",
+    "grape",
+    "mango",
+    "pear",
+    "orange",
+    "cherry",
+    "berry",
+    "peach",
+    "lemon",
+    "lime",
+    "citrus",
+    "pineapple",
+    "kiwi",
+    "plum",
+    "melon",
+    "coconut",
+    "avocado",
+    "papaya",
+    "fig",
+)
 
 QUESTIONS = (
     "Which fruit is used to make wine?",
@@ -27,8 +46,10 @@ QUESTIONS = (
 
 
 def chat(question: str) -> str:
-    return ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-            f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n")
+    return (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 FRUIT_PROMPTS = [chat(q) for q in QUESTIONS]
@@ -47,21 +68,23 @@ def complete(llm, prompts, **kwargs):
 @pytest.mark.parametrize("slots", [4, 1])
 def test_fruit_prompts_name_a_fruit_in_a_batch_and_alone(llm, slots):
     sampling = SamplingParams(temperature=0.1, seed=7)
-    results, stats = complete(llm, FRUIT_PROMPTS, slots=slots, n_ctx_seq=512,
-                              max_tokens=32, sampling=sampling)
+    results, stats = complete(
+        llm, FRUIT_PROMPTS, slots=slots, n_ctx_seq=512, max_tokens=32, sampling=sampling
+    )
     assert [c.index for c in results] == list(range(5))
     for c in results:
         assert c.error is None and names_a_fruit(c.text), (c.index, c.text)
     if slots == 4:
-        assert stats.items_batched == 5                 # the fifth refills a slot
+        assert stats.items_batched == 5  # the fifth refills a slot
         assert [c.path for c in results] == ["batch"] * 5
     else:
         assert stats.items_batched == 0 and {c.path for c in results} == {"alone"}
 
 
 def test_greedy_batch_equals_alone_on_the_first_8_tokens(llm):
-    batched, stats = complete(llm, FRUIT_PROMPTS, slots=4, n_ctx_seq=512, max_tokens=8,
-                              sampling=GREEDY)
+    batched, stats = complete(
+        llm, FRUIT_PROMPTS, slots=4, n_ctx_seq=512, max_tokens=8, sampling=GREEDY
+    )
     alone, _ = complete(llm, FRUIT_PROMPTS, slots=1, max_tokens=8, sampling=GREEDY)
     assert stats.items_batched == 5
     for b, a in zip(batched, alone):
@@ -73,8 +96,9 @@ def test_mixed_lengths_keep_input_order(llm):
     padding = "Here is some context that makes the prompt longer. " * 30
     questions = [q if k % 2 else padding + q for k, q in enumerate(QUESTIONS * 2)]
     prompts = [chat(q) for q in questions]
-    results, stats = complete(llm, prompts, slots=3, n_ctx_seq=1024, n_batch=256,
-                              max_tokens=8, sampling=GREEDY)
+    results, stats = complete(
+        llm, prompts, slots=3, n_ctx_seq=1024, n_batch=256, max_tokens=8, sampling=GREEDY
+    )
     alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
     assert [c.index for c in results] == list(range(len(prompts)))
     assert stats.items_batched == len(prompts)
@@ -85,12 +109,17 @@ def test_mixed_lengths_keep_input_order(llm):
 
 
 def test_too_long_and_empty_prompts_keep_their_places(llm):
-    too_long_for_seq = chat("Tell me about fruit. " * 120)     # ~700 tokens > 512 - 16
-    too_long_for_model = "fruit " * 3000                         # > the Llama's n_ctx
-    prompts = [FRUIT_PROMPTS[0], "", too_long_for_seq, FRUIT_PROMPTS[1],
-               too_long_for_model, FRUIT_PROMPTS[2]]
-    results, stats = complete(llm, prompts, slots=3, n_ctx_seq=512, max_tokens=16,
-                              sampling=GREEDY)
+    too_long_for_seq = chat("Tell me about fruit. " * 120)  # ~700 tokens > 512 - 16
+    too_long_for_model = "fruit " * 3000  # > the Llama's n_ctx
+    prompts = [
+        FRUIT_PROMPTS[0],
+        "",
+        too_long_for_seq,
+        FRUIT_PROMPTS[1],
+        too_long_for_model,
+        FRUIT_PROMPTS[2],
+    ]
+    results, stats = complete(llm, prompts, slots=3, n_ctx_seq=512, max_tokens=16, sampling=GREEDY)
     assert [c.index for c in results] == list(range(6))
     assert results[1].finish_reason == "error" and "empty" in results[1].error
     assert results[2].error is None and results[2].path == "alone"
@@ -101,10 +130,11 @@ def test_too_long_and_empty_prompts_keep_their_places(llm):
 
 
 def test_a_batch_that_cannot_be_created_falls_back_once(llm, caplog):
-    huge = 1 << 22   # tokens per sequence: a KV cache of hundreds of GB, refused
+    huge = 1 << 22  # tokens per sequence: a KV cache of hundreds of GB, refused
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        results, stats = complete(llm, FRUIT_PROMPTS * 2, slots=4, n_ctx_seq=huge,
-                                  max_tokens=4, sampling=GREEDY)
+        results, stats = complete(
+            llm, FRUIT_PROMPTS * 2, slots=4, n_ctx_seq=huge, max_tokens=4, sampling=GREEDY
+        )
     assert stats.items_batched == 0 and stats.items_alone == 10
     assert "could not be created" in stats.batch_disabled_reason
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -114,23 +144,40 @@ def test_a_batch_that_cannot_be_created_falls_back_once(llm, caplog):
 
 def test_nothing_leaks_between_items_of_a_slot(llm):
     probe = FRUIT_PROMPTS[4]
-    fresh, _ = complete(llm, [probe, FRUIT_PROMPTS[0]], slots=2, n_ctx_seq=512,
-                        max_tokens=12, sampling=GREEDY)
-    after, stats = complete(llm, FRUIT_PROMPTS[:4] + [probe, FRUIT_PROMPTS[0]], slots=2,
-                            n_ctx_seq=512, max_tokens=12, sampling=GREEDY)
-    assert stats.items_batched == 6 and stats.prompt_tokens_cached > 0   # slots reused
+    fresh, _ = complete(
+        llm, [probe, FRUIT_PROMPTS[0]], slots=2, n_ctx_seq=512, max_tokens=12, sampling=GREEDY
+    )
+    after, stats = complete(
+        llm,
+        FRUIT_PROMPTS[:4] + [probe, FRUIT_PROMPTS[0]],
+        slots=2,
+        n_ctx_seq=512,
+        max_tokens=12,
+        sampling=GREEDY,
+    )
+    assert stats.items_batched == 6 and stats.prompt_tokens_cached > 0  # slots reused
     assert after[4].path == "batch"
     assert after[4].token_ids == fresh[0].token_ids
 
 
-SYSTEM = ("<|im_start|>system\nYou label support tickets. Answer with one word: the "
-          "category of the ticket, one of billing, login, shipping, refund, bug, other. "
-          + "Read the whole ticket before answering. " * 12 + "<|im_end|>\n")
-TICKETS = ("I was charged twice this month.", "I cannot log in since yesterday.",
-           "My parcel has not arrived.", "Please give me my money back.",
-           "The app crashes when I press save.", "What are your opening hours?",
-           "My password reset email never came.", "The invoice shows the wrong amount.",
-           "The tracking number does not work.", "The button does nothing on Android.")
+SYSTEM = (
+    "<|im_start|>system\nYou label support tickets. Answer with one word: the "
+    "category of the ticket, one of billing, login, shipping, refund, bug, other. "
+    + "Read the whole ticket before answering. " * 12
+    + "<|im_end|>\n"
+)
+TICKETS = (
+    "I was charged twice this month.",
+    "I cannot log in since yesterday.",
+    "My parcel has not arrived.",
+    "Please give me my money back.",
+    "The app crashes when I press save.",
+    "What are your opening hours?",
+    "My password reset email never came.",
+    "The invoice shows the wrong amount.",
+    "The tracking number does not work.",
+    "The button does nothing on Android.",
+)
 
 
 def ticket(text: str) -> str:
@@ -142,14 +189,15 @@ def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reus
     items end and reuse their caches; every reply's first 8 tokens equal the reply
     completed alone."""
     prompts = [ticket(t) for t in TICKETS]
-    with BatchGenerator(llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8,
-                        sampling=GREEDY, min_copy_tokens=16) as gen:
+    with BatchGenerator(
+        llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8, sampling=GREEDY, min_copy_tokens=16
+    ) as gen:
         batched = gen.complete_many(prompts)
-        again = gen.complete_many(prompts[::-1])           # every slot reuses its cache
+        again = gen.complete_many(prompts[::-1])  # every slot reuses its cache
         stats = gen.stats
     alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
     assert {c.path for c in batched + again} == {"batch"}
-    assert stats.prefix_copies >= 2                         # the first fill shared it
+    assert stats.prefix_copies >= 2  # the first fill shared it
     n_prompt = sum(c.n_prompt_tokens for c in batched + again)
     assert stats.prompt_tokens_cached > n_prompt / 2
     assert stats.prompt_tokens_cached + stats.prompt_tokens_prefilled == n_prompt
@@ -159,8 +207,10 @@ def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reus
         assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
 
 
-OTHER = ("<|im_start|>system\nYou translate short messages into French. Keep names as "
-         "they are. " + "Never add a comment of your own. " * 12 + "<|im_end|>\n")
+OTHER = (
+    "<|im_start|>system\nYou translate short messages into French. Keep names as "
+    "they are. " + "Never add a comment of your own. " * 12 + "<|im_end|>\n"
+)
 
 
 def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm):
@@ -168,12 +218,21 @@ def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm):
     were saved in host memory (``cache_ram_mib``) and are loaded, not prefilled again;
     every reply's first 8 tokens equal the reply completed alone."""
     first = [ticket(t) for t in TICKETS[:3]]
-    other = [f"{OTHER}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n"
-             for t in TICKETS[3:6]]
+    other = [
+        f"{OTHER}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n" for t in TICKETS[3:6]
+    ]
     back = [ticket(t) for t in TICKETS[6:9]]
     prompts = first + other + back
-    with BatchGenerator(llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8,
-                        sampling=GREEDY, min_copy_tokens=16, cache_ram_mib=64) as gen:
+    with BatchGenerator(
+        llm,
+        slots=3,
+        n_ctx_seq=512,
+        n_batch=128,
+        max_tokens=8,
+        sampling=GREEDY,
+        min_copy_tokens=16,
+        cache_ram_mib=64,
+    ) as gen:
         batched = gen.complete_many(prompts)
         stats = gen.stats
     alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)

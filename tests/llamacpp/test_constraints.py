@@ -33,8 +33,13 @@ def example_tickets() -> list[tuple[str, tuple[str, ...]]]:
 
 
 def complete(llm, prompts, slots: int, **sampling) -> list:
-    with BatchGenerator(llm, slots=slots, n_ctx_seq=512, max_tokens=60,
-                        sampling=SamplingParams(temperature=0.0, **sampling)) as gen:
+    with BatchGenerator(
+        llm,
+        slots=slots,
+        n_ctx_seq=512,
+        max_tokens=60,
+        sampling=SamplingParams(temperature=0.0, **sampling),
+    ) as gen:
         return gen.complete_many(prompts)
 
 
@@ -46,14 +51,20 @@ def test_every_example_ticket_gets_exactly_one_of_its_own_labels(llm, slots: int
         done = complete(llm, [prompt for prompt, _ in run], slots, choices=labels)
         replies += [(c.text, c.finish_reason, c.error, labels) for c in done]
     assert len(replies) == 20
-    assert all(text in labels and reason == "stop" and error is None
-               for text, reason, error, labels in replies), replies
+    assert all(
+        text in labels and reason == "stop" and error is None
+        for text, reason, error, labels in replies
+    ), replies
 
 
-SCHEMA = {"type": "object",
-          "properties": {"label": {"enum": ["billing", "bug", "account", "feature_request"]},
-                         "confidence": {"type": "number"}},
-          "required": ["label", "confidence"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "label": {"enum": ["billing", "bug", "account", "feature_request"]},
+        "confidence": {"type": "number"},
+    },
+    "required": ["label", "confidence"],
+}
 
 
 @pytest.mark.parametrize("slots", [1, 4])
@@ -80,8 +91,7 @@ def test_the_batched_grammar_picks_what_the_full_grammar_chain_picks_alone(llm) 
 def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
     params = SamplingParams(temperature=0.0, choices=["a", "b"])
     with SeqSampler(llm, params, lazy_grammar=False) as sampler:
-        assert [n.lstrip("?") for n in sampler.stage_names()] == ["penalties", "grammar",
-                                                                  "greedy"]
+        assert [n.lstrip("?") for n in sampler.stage_names()] == ["penalties", "grammar", "greedy"]
 
 
 def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
@@ -91,9 +101,11 @@ def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
         prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
         outputs = []
         for lazy in (True, False):
-            with BatchContext(llm, slots=1, n_ctx_seq=512) as ctx, \
-                    LlamaBatch(512, 1) as batch, \
-                    SeqSampler(llm, params, lazy_grammar=lazy) as sampler:
+            with (
+                BatchContext(llm, slots=1, n_ctx_seq=512) as ctx,
+                LlamaBatch(512, 1) as batch,
+                SeqSampler(llm, params, lazy_grammar=lazy) as sampler,
+            ):
                 tokens, pos, out = prompt_ids, 0, []
                 while len(out) < 30:
                     batch.clear()
@@ -112,8 +124,13 @@ def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
 
 def test_a_refused_grammar_is_each_items_error_and_nothing_else_breaks(llm) -> None:
     prompts = [prompt for prompt, _ in example_tickets()[:3]]
-    with BatchGenerator(llm, slots=2, n_ctx_seq=512, max_tokens=8,
-                        sampling=SamplingParams(grammar="root ::= undefined-rule")) as gen:
+    with BatchGenerator(
+        llm,
+        slots=2,
+        n_ctx_seq=512,
+        max_tokens=8,
+        sampling=SamplingParams(grammar="root ::= undefined-rule"),
+    ) as gen:
         done = gen.complete_many(prompts)
         assert [c.finish_reason for c in done] == ["error"] * 3
         assert all("grammar" in c.error for c in done)
@@ -126,7 +143,9 @@ def test_a_grammar_string_is_honoured_batched_and_alone(llm) -> None:
     grammar = 'root ::= "label: " ("yes" | "no")'
     for slots in (1, 4):
         assert {c.text for c in complete(llm, prompts, slots, grammar=grammar)} <= {
-            "label: yes", "label: no"}
+            "label: yes",
+            "label: no",
+        }
 
 
 STOP_PROMPTS = [
@@ -150,8 +169,10 @@ def spanning_stop(llm, prompt: str) -> str:
         a, b = pieces[k], pieces[k + 1]
         if len(a.strip()) >= 2 and len(b.strip()) >= 2 and not b[0].isspace():
             return a[-2:] + b[:2]
-    pytest.fail(f"no two neighbouring word pieces in the greedy reply {pieces!r}: pick a "
-                "prompt whose reply has some, so the spanning stop string is tested")
+    pytest.fail(
+        f"no two neighbouring word pieces in the greedy reply {pieces!r}: pick a "
+        "prompt whose reply has some, so the spanning stop string is tested"
+    )
 
 
 @pytest.mark.parametrize("stop", [["\n"], [".", ","], "spanning"])

@@ -14,9 +14,9 @@ from llamabatch._ffi.memory import bind_memory
 from llamabatch._ffi.resolve import resolve
 from llamabatch._ffi.sampling import SamplerChains
 from llamabatch.engine.backend import BatchLimits
+from llamabatch.errors import LibraryError
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
-from llamabatch.errors import LibraryError
 
 real_model = pytest.mark.real_model
 
@@ -49,8 +49,10 @@ def test_n_ctx_seq_padding_is_reported(llm):
 @real_model
 def test_weights_are_shared_not_loaded_again(llm, model_path):
     before = rss_bytes()
-    with BatchContext(llm, slots=2, n_ctx_seq=256, n_batch=64) as ctx, \
-            LlamaBatch(ctx.limits.n_batch, ctx.limits.n_seq_max) as batch:
+    with (
+        BatchContext(llm, slots=2, n_ctx_seq=256, n_batch=64) as ctx,
+        LlamaBatch(ctx.limits.n_batch, ctx.limits.n_seq_max) as batch,
+    ):
         assert ctx.model == _ffi.model_of(llm)
         batch.add_run(prompt(llm, "Say hi."), 0, 0, True)
         assert ctx.decode(batch) == 0
@@ -95,8 +97,10 @@ def test_injected_decode_failure_returns_its_code(llm):
         seen.append(n_tokens)
         return 1
 
-    with BatchContext(llm, slots=1, n_ctx_seq=256, decode_hook=hook) as ctx, \
-            LlamaBatch(512, 1) as batch:
+    with (
+        BatchContext(llm, slots=1, n_ctx_seq=256, decode_hook=hook) as ctx,
+        LlamaBatch(512, 1) as batch,
+    ):
         batch.add_run(prompt(llm, "Hi"), 0, 0, True)
         assert ctx.decode(batch) == 1
         assert seen == [batch.n_tokens]
@@ -130,12 +134,16 @@ def test_decode_refuses_more_than_n_batch(llm):
 @real_model
 def test_too_many_slots_is_a_value_error(llm):
     ceiling = _ffi.load().max_parallel_sequences()
-    with pytest.raises(ValueError, match=rf"slots={ceiling + 1} is out of range: valid is "
-                                         rf"an integer in \[1, {ceiling}\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"slots={ceiling + 1} is out of range: valid is "
+        rf"an integer in \[1, {ceiling}\]",
+    ):
         BatchContext(llm, slots=ceiling + 1, n_ctx_seq=256)
 
 
 # -- symbol resolution across llama-cpp-python versions (fake bindings, no library) --------
+
 
 def fake_binding(**functions) -> types.SimpleNamespace:
     return types.SimpleNamespace(**functions)
@@ -143,8 +151,11 @@ def fake_binding(**functions) -> types.SimpleNamespace:
 
 def test_missing_essential_symbol_names_it_and_the_version():
     symbols = resolve(fake_binding(llama_decode=lambda *a: 0), "0.3.99-test")
-    with pytest.raises(LibraryError, match=r"0\.3\.99-test has no llama_init_from_model "
-                                           r"/ llama_new_context_with_model"):
+    with pytest.raises(
+        LibraryError,
+        match=r"0\.3\.99-test has no llama_init_from_model "
+        r"/ llama_new_context_with_model",
+    ):
         Library(fake_binding(), symbols).require_batching()
     with pytest.raises(LibraryError, match="llama_memory_seq_rm / llama_kv_self_seq_rm"):
         symbols.require("memory")
@@ -155,10 +166,12 @@ def test_missing_essential_symbol_names_it_and_the_version():
 def test_older_names_are_found():
     calls = []
     binding = fake_binding(
-        llama_new_context_with_model=lambda m, p: 7, llama_token_is_eog=lambda v, t: t == 2,
+        llama_new_context_with_model=lambda m, p: 7,
+        llama_token_is_eog=lambda v, t: t == 2,
         llama_kv_self_clear=lambda ctx: calls.append(("clear", ctx)),
         llama_kv_self_seq_rm=lambda ctx, s, p0, p1: calls.append(("rm", ctx, s, p0, p1)) or 1,
-        llama_kv_self_seq_pos_max=lambda ctx, s: 41)
+        llama_kv_self_seq_pos_max=lambda ctx, s: 41,
+    )
     symbols = resolve(binding, "0.3.8-test")
     assert symbols.names["init_context"] == "llama_new_context_with_model"
     assert symbols.names["vocab_is_eog"] == "llama_token_is_eog"
@@ -170,8 +183,9 @@ def test_older_names_are_found():
 
 
 def test_fallbacks_for_optional_symbols():
-    binding = fake_binding(llama_n_ctx=lambda c: 4096, llama_n_seq_max=lambda c: 4,
-                           llama_n_batch=lambda c: 512)
+    binding = fake_binding(
+        llama_n_ctx=lambda c: 4096, llama_n_seq_max=lambda c: 4, llama_n_batch=lambda c: 512
+    )
     lib = Library(binding, resolve(binding, "0.3.16-test"))
     assert lib.max_parallel_sequences() == _ffi.FALLBACK_MAX_PARALLEL_SEQUENCES
     sizes = lib.context_sizes(_ffi.ContextHandle(99))
@@ -183,10 +197,10 @@ def test_fallbacks_for_optional_symbols():
 def test_handles_are_distinct_frozen_types_with_their_own_field():
     model, ctx = _ffi.ModelHandle(99), _ffi.ContextHandle(99)
     assert model == _ffi.ModelHandle(99) and hash(model) == hash(_ffi.ModelHandle(99))
-    assert model != ctx                       # same address, another kind of pointer
+    assert model != ctx  # same address, another kind of pointer
     assert (model.model, ctx.ctx) == (99, 99)
-    with pytest.raises(AttributeError):       # what a hot path does with a wrong handle
-        ctx.model
+    with pytest.raises(AttributeError):  # what a hot path does with a wrong handle
+        _ = ctx.model
     with pytest.raises(dataclasses.FrozenInstanceError):
         model.model = 1
 
@@ -201,9 +215,10 @@ def test_penalties_arity_follows_the_binding(arity):
     def penalties_4(last_n, repeat, freq, present):
         return ("penalties", last_n, repeat, freq, present)
 
-    binding = fake_binding(llama_sampler_init_penalties=penalties_5 if arity == 5
-                           else penalties_4,
-                           llama_sampler_chain_add=lambda chain, stage: added.append(stage))
+    binding = fake_binding(
+        llama_sampler_init_penalties=penalties_5 if arity == 5 else penalties_4,
+        llama_sampler_chain_add=lambda chain, stage: added.append(stage),
+    )
     chains = SamplerChains(resolve(binding, "test"))
     chains.add_penalties(_ffi.SamplerHandle("chain"), 49152, 64, 1.1, 0.0, 0.0)
     expected = (49152, 64, 1.1, 0.0, 0.0) if arity == 5 else (64, 1.1, 0.0, 0.0)

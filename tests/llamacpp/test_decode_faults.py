@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
+import llama_cpp.llama_cpp as binding
 import pytest
 
-import llama_cpp.llama_cpp as binding
 from llamabatch import BatchGenerator, LibraryError, SamplingParams, _ffi
 from llamabatch.llamacpp.backend import LlamaBackend
 
@@ -21,8 +21,14 @@ pytestmark = pytest.mark.real_model
 
 GREEDY = SamplingParams(temperature=0)
 MAX_TOKENS = 6
-QUESTIONS = ("Name a fruit.", "Name a color.", "What is two plus two?",
-             "Name an animal.", "Name a country.", "Say hello.")
+QUESTIONS = (
+    "Name a fruit.",
+    "Name a color.",
+    "What is two plus two?",
+    "Name an animal.",
+    "Name a country.",
+    "Say hello.",
+)
 
 
 def chat(question: str) -> str:
@@ -34,8 +40,9 @@ PROMPTS = [chat(q) for q in QUESTIONS]
 
 def run(llm, prompts, slots):
     """Token ids of each prompt, and the stats, on a fresh generator."""
-    with BatchGenerator(llm, slots=slots, n_ctx_seq=256, max_tokens=MAX_TOKENS,
-                        sampling=GREEDY) as gen:
+    with BatchGenerator(
+        llm, slots=slots, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+    ) as gen:
         return [c.token_ids for c in gen.complete_many(prompts)], gen.stats
 
 
@@ -73,39 +80,52 @@ class FailingDecode:
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == logging.WARNING and r.name == "llamabatch"]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name == "llamabatch"
+    ]
 
 
-@pytest.mark.parametrize(("code", "at"), [
-    (1, 3), (2, 3), (-1, 3), (-3, 3),   # sequences running: the KV cache holds data
-    (-1, 1),                            # the first prefill decode
-    (-3, 2 + MAX_TOKENS + 1),           # after the first items ended in the batch
-])
+@pytest.mark.parametrize(
+    ("code", "at"),
+    [
+        (1, 3),
+        (2, 3),
+        (-1, 3),
+        (-3, 3),  # sequences running: the KV cache holds data
+        (-1, 1),  # the first prefill decode
+        (-3, 2 + MAX_TOKENS + 1),  # after the first items ended in the batch
+    ],
+)
 def test_a_failed_batched_decode_clears_every_sequence_and_completes_the_rest_alone(
-        llm, clean, caplog, code, at):
+    llm, clean, caplog, code, at
+):
     hook = FailingDecode(code, at)
     backend = hook.backend = LlamaBackend(llm, decode_hook=hook)
     prompts = PROMPTS if at > 3 else PROMPTS[:4]
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        with BatchGenerator(backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS,
-                            sampling=GREEDY) as gen:
+        with BatchGenerator(
+            backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+        ) as gen:
             results = gen.complete_many(prompts)
             ctx = backend.batch_context
             kv_after = [ctx.seq_pos_max(s) for s in range(ctx.limits.n_seq_max)]
             stats = gen.stats
-    assert hook.failed and hook.n_after == 0          # batching stayed off after it
+    assert hook.failed and hook.n_after == 0  # batching stayed off after it
     if at > 1:
-        assert max(hook.kv_at_failure) >= 0           # sequences were in the KV cache ...
-    assert kv_after == [-1, -1]                       # ... and every sequence is removed
+        assert max(hook.kv_at_failure) >= 0  # sequences were in the KV cache ...
+    assert kv_after == [-1, -1]  # ... and every sequence is removed
     n_good = stats.items_batched
     assert (n_good > 0) == (at > 3)
-    assert sorted(c.path for c in results) == ["alone"] * (len(prompts) - n_good) + [
-        "batch"] * n_good
-    for c in results:                                 # greedy: the same tokens either way
+    assert (
+        sorted(c.path for c in results) == ["alone"] * (len(prompts) - n_good) + ["batch"] * n_good
+    )
+    for c in results:  # greedy: the same tokens either way
         want = clean["batched"][c.index] if c.index < 2 else clean["alone"][c.index]
-        assert c.token_ids == (want if c.path == "batch" or c.index >= 2
-                               else clean["alone"][c.index])
+        assert c.token_ids == (
+            want if c.path == "batch" or c.index >= 2 else clean["alone"][c.index]
+        )
     assert all(c.error is None for c in results)
     assert stats.items_alone == len(prompts) - n_good
     assert f"llama_decode returned {code}" in stats.batch_disabled_reason
@@ -115,32 +135,41 @@ def test_a_failed_batched_decode_clears_every_sequence_and_completes_the_rest_al
 def test_a_batch_context_too_large_for_llama_cpp_is_refused_at_construction(llm):
     """n_ctx = n_ctx_seq * slots is a 32-bit count in llama.cpp: a larger one is the
     caller's parameter error (issue 10), named before anything is allocated."""
-    with pytest.raises(ValueError, match=r"n_ctx_seq=2147483648 is out of range: valid is "
-                                         r"an integer in \[1, \d+\] with slots=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"n_ctx_seq=2147483648 is out of range: valid is "
+        r"an integer in \[1, \d+\] with slots=2",
+    ):
         BatchGenerator(llm, slots=2, n_ctx_seq=2**31, max_tokens=MAX_TOKENS, sampling=GREEDY)
 
 
 @pytest.fixture
 def hide(monkeypatch):
     """Make llama-cpp-python's binding look as if it lacked some symbols."""
+
     def hide_(*names: str) -> None:
         for name in names:
             monkeypatch.delattr(binding, name)
         _ffi.load.cache_clear()  # resolve the symbols again, without these
+
     yield hide_
     _ffi.load.cache_clear()  # the next load() resolves the restored binding
 
 
-@pytest.mark.parametrize("names", [
-    ("llama_batch_init",), ("llama_n_seq_max",),
-    ("llama_init_from_model", "llama_new_context_with_model"),
-])
-def test_without_a_symbol_batching_needs_it_is_off_and_alone_works(
-        llm, clean, hide, caplog, names):
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("llama_batch_init",),
+        ("llama_n_seq_max",),
+        ("llama_init_from_model", "llama_new_context_with_model"),
+    ],
+)
+def test_without_a_symbol_batching_needs_it_is_off_and_alone_works(llm, clean, hide, caplog, names):
     hide(*names)
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        with BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS,
-                            sampling=GREEDY) as gen:
+        with BatchGenerator(
+            llm, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+        ) as gen:
             results = gen.complete_many(PROMPTS[:3])
             stats = gen.stats
     assert [c.token_ids for c in results] == clean["alone"][:3]
@@ -152,8 +181,11 @@ def test_without_a_symbol_batching_needs_it_is_off_and_alone_works(
 
 def test_without_a_symbol_even_alone_needs_the_generator_says_which(llm, hide):
     hide("llama_vocab_is_eog", "llama_token_is_eog")
-    with pytest.raises(LibraryError, match=f"llama-cpp-python {binding_version()} has no "
-                                           "llama_vocab_is_eog / llama_token_is_eog"):
+    with pytest.raises(
+        LibraryError,
+        match=f"llama-cpp-python {binding_version()} has no "
+        "llama_vocab_is_eog / llama_token_is_eog",
+    ):
         BatchGenerator(llm, slots=2)
 
 
@@ -175,8 +207,9 @@ def test_a_real_abort_of_llama_decode_mid_group_is_handled_like_code_2(llm, clea
 
     backend = LlamaBackend(llm, decode_hook=arm_abort_on_third_decode)
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        with BatchGenerator(backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS,
-                            sampling=GREEDY) as gen:
+        with BatchGenerator(
+            backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+        ) as gen:
             results = gen.complete_many(PROMPTS[:4])
             ctx = backend.batch_context
             kv_after = [ctx.seq_pos_max(s) for s in range(2)]

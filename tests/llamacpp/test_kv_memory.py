@@ -35,14 +35,21 @@ LOGGED = """
 @pytest.mark.parametrize("slots,n_ctx_seq", [(4, 512), (2, 300), (3, 1024)])
 def test_the_estimate_is_what_llama_cpp_allocates(model_path, slots, n_ctx_seq):
     env = dict(os.environ, MODEL=str(model_path))
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(LOGGED.format(
-        slots=slots, n_ctx_seq=n_ctx_seq))], env=env, capture_output=True, text=True,
-        timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(LOGGED.format(slots=slots, n_ctx_seq=n_ctx_seq))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     total, per_slot, exact = re.search(r"ESTIMATE (\d+) (\d+) (\w+)", result.stdout).groups()
     # the Llama's own cache is logged first (1/1 seqs), the batch context's after it
-    logged = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +\d+ "
-                        r"layers, +(\d+)/\d+ seqs\)", result.stderr)
+    logged = re.findall(
+        r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +\d+ "
+        r"layers, +(\d+)/\d+ seqs\)",
+        result.stderr,
+    )
     mib, cells, seqs = logged[-1]
     padded = -(-n_ctx_seq // 256) * 256
     assert (int(cells), int(seqs)) == (padded, slots)
@@ -72,11 +79,11 @@ def test_estimate_refuses_bad_sizes_and_paths(llm, tmp_path):
 def test_default_n_ctx_seq_follows_a_short_llama(model_path):
     import llama_cpp
 
-    small = llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1,
-                            verbose=False)
+    small = llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, verbose=False)
     try:
-        with BatchGenerator(small, slots=4, max_tokens=2,
-                            sampling=SamplingParams(temperature=0)) as gen:
+        with BatchGenerator(
+            small, slots=4, max_tokens=2, sampling=SamplingParams(temperature=0)
+        ) as gen:
             assert gen.config.n_ctx_seq == 512
             gen.complete_many(["Hi", "Hello", "Hey", "Yo"])
             assert gen.limits.n_ctx_seq == 512  # not 4096: no item could use more

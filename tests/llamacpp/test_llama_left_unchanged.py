@@ -22,25 +22,33 @@ def chat(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-CALLER_PROMPTS = [chat("Write a short line about the sea."), chat("Name three fruits."),
-                  chat("Write a short line about the sea.")]
+CALLER_PROMPTS = [
+    chat("Write a short line about the sea."),
+    chat("Name three fruits."),
+    chat("Write a short line about the sea."),
+]
 
 
 @pytest.fixture()
 def pair(model_path):
     import llama_cpp
 
-    made = [llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42,
-                            verbose=False) for _ in range(2)]
+    made = [
+        llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42, verbose=False)
+        for _ in range(2)
+    ]
     yield made
     for llm in made:
         llm.close()
 
 
 def caller_replies(llm) -> list[str]:
-    return [llm.create_completion(p, max_tokens=12, temperature=0.9,
-                                  repeat_penalty=1.3)["choices"][0]["text"]
-            for p in CALLER_PROMPTS]
+    return [
+        llm.create_completion(p, max_tokens=12, temperature=0.9, repeat_penalty=1.3)["choices"][0][
+            "text"
+        ]
+        for p in CALLER_PROMPTS
+    ]
 
 
 #: A prompt longer than a slot of 256 tokens (but within the Llama's 512): completed
@@ -50,9 +58,14 @@ LONG = chat("Label this: " + "the printer jams again and again, " * 40)
 
 def use(llm, slots: int) -> None:
     with BatchGenerator(llm, slots=slots, n_ctx_seq=256, max_tokens=6, sampling=OURS) as gen:
-        out = gen.complete_many([chat("Label this: my card was charged twice."),
-                                 chat("Label this: the app crashes."), LONG,
-                                 chat("Label this: password reset.")])
+        out = gen.complete_many(
+            [
+                chat("Label this: my card was charged twice."),
+                chat("Label this: the app crashes."),
+                LONG,
+                chat("Label this: password reset."),
+            ]
+        )
     assert all(c.ok for c in out)
     assert "alone" in {c.path for c in out}  # slots=1: all; slots=2: the long one
 
@@ -83,6 +96,8 @@ def test_a_cached_prompt_is_still_reused_correctly(pair):
         llm.create_completion(prompt, max_tokens=4, temperature=0)
     with BatchGenerator(used, slots=1, max_tokens=4, sampling=OURS) as gen:
         assert gen.complete_many([prompt + "The"])[0].ok
-    again = [llm.create_completion(prompt, max_tokens=12, temperature=0.9, seed=3)
-             ["choices"][0]["text"] for llm in pair]
+    again = [
+        llm.create_completion(prompt, max_tokens=12, temperature=0.9, seed=3)["choices"][0]["text"]
+        for llm in pair
+    ]
     assert again[0] == again[1]

@@ -7,8 +7,8 @@ import pytest
 
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
-from llamabatch.params import SamplingParams
 from llamabatch.llamacpp.sampler import SeqSampler
+from llamabatch.params import SamplingParams
 
 pytestmark = pytest.mark.real_model
 
@@ -32,8 +32,9 @@ def names(sampler: SeqSampler) -> list[str]:
 
 
 def test_chain_order_is_llama_generate_s(llm):
-    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, typical_p=0.8,
-                            repeat_penalty=1.1, seed=1)
+    params = SamplingParams(
+        temperature=0.7, top_k=20, top_p=0.9, min_p=0.1, typical_p=0.8, repeat_penalty=1.1, seed=1
+    )
     with SeqSampler(llm, params) as sampler:
         assert sampler.stage_names() == FULL_CHAIN
     with SeqSampler(llm, SamplingParams()) as sampler:  # defaults: no-op stages kept

@@ -52,6 +52,7 @@ def test_llm_lock_is_one_reentrant_lock_per_llama_shared_by_its_generators(llm, 
 def test_a_generator_waits_while_another_thread_holds_the_llm_lock(llm):
     done = threading.Event()
     with BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=2, sampling=GREEDY) as gen:
+
         def work() -> None:
             gen.complete_many(["Apples are", "Pears are", "Plums are"])
             done.set()
@@ -59,7 +60,7 @@ def test_a_generator_waits_while_another_thread_holds_the_llm_lock(llm):
         with llamabatch.llm_lock(llm):
             worker = threading.Thread(target=work)
             worker.start()
-            assert not done.wait(0.5)   # blocked on the lock, not racing the Llama
+            assert not done.wait(0.5)  # blocked on the lock, not racing the Llama
         worker.join(60)
     assert done.is_set()
 
@@ -72,15 +73,18 @@ def test_two_threads_alternating_llm_calls_and_complete_many_match_a_serial_run(
     then the same whatever the interleaving."""
     own = {0: "Apples are", 1: "Cherries are"}
     # the third prompt of each is too long for a slot (n_ctx_seq 256): completed alone
-    groups = {0: ["Bananas are", "Grapes are", "Lemons are sour. " * 60 + "Lemons are"],
-              1: ["Dates are", "Kiwis are", "Mangoes are sweet. " * 60 + "Mangoes are"]}
+    groups = {
+        0: ["Bananas are", "Grapes are", "Lemons are sour. " * 60 + "Lemons are"],
+        1: ["Dates are", "Kiwis are", "Mangoes are sweet. " * 60 + "Mangoes are"],
+    }
     with BatchGenerator(llm, slots=2, n_ctx_seq=256, max_tokens=4, sampling=GREEDY) as gen:
         lock = llamabatch.llm_lock(llm)
 
         def call_llm(k: int) -> str:
             with lock:
-                return llm.create_completion(own[k], max_tokens=4,
-                                             temperature=0)["choices"][0]["text"]
+                return llm.create_completion(own[k], max_tokens=4, temperature=0)["choices"][0][
+                    "text"
+                ]
 
         def call_gen(k: int) -> list[tuple[str, str]]:
             return [(c.text, c.path) for c in gen.complete_many(groups[k])]
@@ -118,12 +122,12 @@ def test_dropping_the_llama_keeps_it_alive_until_the_generator_is_closed(model_p
     ref = weakref.ref(llm)
     del llm
     gc.collect()
-    assert ref() is not None                     # the generator holds the Llama
+    assert ref() is not None  # the generator holds the Llama
     assert [c.token_ids for c in gen.complete_many(prompts)] == first
     gen.close()
     del gen
     gc.collect()
-    assert ref() is None                         # and nothing else keeps it
+    assert ref() is None  # and nothing else keeps it
 
 
 def test_a_dropped_open_generator_frees_everything(model_path):
@@ -142,7 +146,7 @@ def test_closing_the_llama_first_makes_the_generator_report_closed(small_llm):
     gen = BatchGenerator(small_llm, slots=2, n_ctx_seq=256, max_tokens=2, sampling=GREEDY)
     gen.complete_many(["Apples are", "Pears are"])
     ctx = gen.backend.batch_context
-    small_llm.close()                            # frees the batch context first
+    small_llm.close()  # frees the batch context first
     assert ctx.closed
     with pytest.raises(GeneratorClosed, match="Llama of this BatchGenerator was closed"):
         gen.complete_many(["Apples are", "Pears are"])
@@ -158,11 +162,11 @@ def test_close_twice_and_use_after_close_raise_generator_closed(llm):
     gen.close()
     gen.close()
     assert gen.closed
-    with pytest.raises(GeneratorClosed, match="closed"):   # between two groups
+    with pytest.raises(GeneratorClosed, match="closed"):  # between two groups
         next(groups)
     with pytest.raises(GeneratorClosed):
         gen.complete_many(prompts)
-    with pytest.raises(ValueError):                        # GeneratorClosed is one
+    with pytest.raises(ValueError):  # GeneratorClosed is one
         list(gen.iter_groups(prompts))
     with BatchGenerator(llm, slots=2) as other:
         pass
@@ -200,8 +204,13 @@ BARE_SCRIPT = textwrap.dedent("""
 
 def run_script(script: str, model_path, mode: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONWARNINGS="default")  # every warning shown, once
-    return subprocess.run([sys.executable, "-c", script, str(model_path), mode],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", script, str(model_path), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def line_kind(line: str) -> str:
@@ -218,7 +227,8 @@ def test_interpreter_exit_with_an_open_generator_is_quiet(model_path, mode):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["['batch', 'batch']", "exiting"]
     theirs = {line_kind(line) for line in bare.stderr.splitlines()}
-    assert not any("Exception ignored" in line or "Traceback" in line for line in theirs), \
-        bare.stderr  # then this test could not see ours
+    assert not any("Exception ignored" in line or "Traceback" in line for line in theirs), (
+        bare.stderr
+    )  # then this test could not see ours
     ours = [line for line in proc.stderr.splitlines() if line_kind(line) not in theirs]
     assert ours == [], proc.stderr  # no "Exception ignored", no "NoneType ..."

@@ -28,10 +28,10 @@ def test_steady_decode_steps_reuse_llama_cpps_graph_whatever_the_refill_order(ll
     sampling = [SamplingParams(temperature=0.0, max_tokens=c) for c in caps]
     backend = LlamaBackend(llm)
     with BatchGenerator(backend=backend, slots=4, n_ctx_seq=256) as gen:
-        gen.complete_many(items[:4], sampling=sampling[:4])      # opens the context
+        gen.complete_many(items[:4], sampling=sampling[:4])  # opens the context
         ctx = backend.batch_context
         before, calls_before = ctx.graphs_reused, gen.stats.decode_calls
-        assert before is not None       # every supported binding counts graph reuse
+        assert before is not None  # every supported binding counts graph reuse
         out = gen.complete_many(items, sampling=sampling)
         reused = ctx.graphs_reused - before
         steps = gen.stats.decode_calls - calls_before

@@ -16,8 +16,9 @@ def start_servers(model_path, tmp_path, request):
     def start(n: int) -> list[LocalServer]:
         servers = []
         for k in range(n):
-            server = LocalServer(model_path, n_ctx=2048, n_threads=1,
-                                 log=tmp_path / f"server-{len(servers)}-{k}.log")
+            server = LocalServer(
+                model_path, n_ctx=2048, n_threads=1, log=tmp_path / f"server-{len(servers)}-{k}.log"
+            )
             request.addfinalizer(server.stop)
             servers.append(server.start(timeout_s=120))
         return servers
@@ -29,8 +30,10 @@ def start_servers(model_path, tmp_path, request):
 def two_servers(model_path, tmp_path_factory):
     """Two servers shared by a module's tests (none of which kills them)."""
     logs = tmp_path_factory.mktemp("servers")
-    servers = [LocalServer(model_path, n_ctx=2048, n_threads=1, log=logs / f"server-{k}.log")
-               for k in range(2)]
+    servers = [
+        LocalServer(model_path, n_ctx=2048, n_threads=1, log=logs / f"server-{k}.log")
+        for k in range(2)
+    ]
     try:
         for server in servers:
             server.start(timeout_s=120)

@@ -44,8 +44,9 @@ class FakeServer:
             raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list",
-                                             "data": [{"id": "fake-model", "object": "model"}]})
+            return httpx.Response(
+                200, json={"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+            )
         if path == "/props":
             if self.total_slots is None:
                 return httpx.Response(404, json={"detail": "Not Found"})
@@ -65,16 +66,22 @@ class FakeServer:
             if not self.up:
                 raise httpx.RemoteProtocolError("server disconnected", request=request)
             text = "re:" + prompt
-            choice = ({"message": {"role": "assistant", "content": text}} if chat
-                      else {"text": text})
+            choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             choice.update(index=0, finish_reason="length" if "long" in prompt else "stop")
             with self.lock:
                 self.served.append(prompt)
-            return httpx.Response(200, json={
-                "object": "chat.completion" if chat else "text_completion",
-                "choices": [choice],
-                "usage": {"prompt_tokens": len(prompt), "completion_tokens": 2,
-                          "total_tokens": len(prompt) + 2}})
+            return httpx.Response(
+                200,
+                json={
+                    "object": "chat.completion" if chat else "text_completion",
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": len(prompt),
+                        "completion_tokens": 2,
+                        "total_tokens": len(prompt) + 2,
+                    },
+                },
+            )
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -84,8 +91,7 @@ class FakeServers:
     """Several fakes on one transport: ``client`` goes to :class:`RemoteGenerator`."""
 
     def __init__(self, n: int, total_slots: int | None = None) -> None:
-        self.servers = [FakeServer(f"http://10.0.0.{i + 1}:8080", total_slots)
-                        for i in range(n)]
+        self.servers = [FakeServer(f"http://10.0.0.{i + 1}:8080", total_slots) for i in range(n)]
         self.client = httpx.Client(transport=httpx.MockTransport(self._handle))
 
     @property

@@ -23,8 +23,12 @@ def _items(path, n: int):
     lines = []
     for i in range(n):
         if i % 5 == 3:
-            lines.append({"id": f"m{i}", "messages": [
-                {"role": "user", "content": f"Name fruit number {i}."}]})
+            lines.append(
+                {
+                    "id": f"m{i}",
+                    "messages": [{"role": "user", "content": f"Name fruit number {i}."}],
+                }
+            )
         else:
             lines.append({"id": f"p{i}", "prompt": f"Fruit number {i} is the"})
     path.write_text("".join(json.dumps(o) + "\n" for o in lines), encoding="utf-8")
@@ -41,11 +45,22 @@ def _server_args(servers):
 
 @pytest.mark.real_model
 def test_complete_on_two_servers_writes_every_item_once_in_input_order(
-        two_servers, tmp_path, capsys):
+    two_servers, tmp_path, capsys
+):
     ids = _items(tmp_path / "items.jsonl", 12)
     out = tmp_path / "out.jsonl"
-    code = main(["complete", str(tmp_path / "items.jsonl"), "-o", str(out), *OPTIONS,
-                 "--model", str(tmp_path / NO_MODEL), *_server_args(two_servers)])
+    code = main(
+        [
+            "complete",
+            str(tmp_path / "items.jsonl"),
+            "-o",
+            str(out),
+            *OPTIONS,
+            "--model",
+            str(tmp_path / NO_MODEL),
+            *_server_args(two_servers),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     records = _records(out)
     assert [r["id"] for r in records] == ids
@@ -61,21 +76,32 @@ def test_servers_file_and_a_bad_url_are_usage_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "'ftp://nowhere' is not a URL" in err and "Traceback" not in err
     listing.write_text("# nothing\n", encoding="utf-8")
-    assert main(["complete", str(tmp_path / "items.jsonl"), "--servers-file",
-                 str(listing)]) == 2
+    assert main(["complete", str(tmp_path / "items.jsonl"), "--servers-file", str(listing)]) == 2
     assert "holds no server URL" in capsys.readouterr().err
 
 
 @pytest.mark.real_model
-def test_resume_after_sigkill_completes_the_rest_once_in_order(two_servers, tmp_path,
-                                                               capsys):
+def test_resume_after_sigkill_completes_the_rest_once_in_order(two_servers, tmp_path, capsys):
     ids = _items(tmp_path / "items.jsonl", 40)
     out = tmp_path / "out.jsonl"
-    argv = ["complete", str(tmp_path / "items.jsonl"), "-o", str(out), *OPTIONS,
-            "--max-tokens", "24", "--model", str(tmp_path / NO_MODEL),
-            *_server_args(two_servers)]
-    job = subprocess.Popen([sys.executable, "-m", "llamabatch", *argv],
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = [
+        "complete",
+        str(tmp_path / "items.jsonl"),
+        "-o",
+        str(out),
+        *OPTIONS,
+        "--max-tokens",
+        "24",
+        "--model",
+        str(tmp_path / NO_MODEL),
+        *_server_args(two_servers),
+    ]
+    job = subprocess.Popen(
+        [sys.executable, "-m", "llamabatch", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and job.poll() is None:
@@ -92,7 +118,7 @@ def test_resume_after_sigkill_completes_the_rest_once_in_order(two_servers, tmp_
         job.stderr.close()
     whole_lines = out.read_text(encoding="utf-8").split("\n")[:-1]  # not a cut-off end
     first = [json.loads(line)["id"] for line in whole_lines]
-    assert 3 <= len(first) < len(ids) and first == ids[:len(first)]
+    assert 3 <= len(first) < len(ids) and first == ids[: len(first)]
     code = main([*argv, "--resume"])
     assert code == 0, capsys.readouterr().err
     records = _records(out)
@@ -109,7 +135,17 @@ def test_concurrency_without_a_server_is_a_usage_error(tmp_path, capsys):
 
 def test_a_bad_concurrency_is_named(tmp_path, capsys):
     _items(tmp_path / "items.jsonl", 2)
-    code = main(["complete", str(tmp_path / "items.jsonl"), "--server", "http://127.0.0.1:9",
-                 "--concurrency", "0", "-o", str(tmp_path / "out.jsonl")])
+    code = main(
+        [
+            "complete",
+            str(tmp_path / "items.jsonl"),
+            "--server",
+            "http://127.0.0.1:9",
+            "--concurrency",
+            "0",
+            "-o",
+            str(tmp_path / "out.jsonl"),
+        ]
+    )
     assert code == 2 and "concurrency=0 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()

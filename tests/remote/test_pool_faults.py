@@ -16,8 +16,9 @@ from fake_servers import FakeServers
 
 from llamabatch.remote import PoolUnavailable, RemoteGenerator
 
-FAST = dict(backoff_s=0.001, max_backoff_s=0.002, cooldown_s=0.01, max_cooldown_s=0.05,
-            give_up_s=10.0)
+FAST = dict(
+    backoff_s=0.001, max_backoff_s=0.002, cooldown_s=0.01, max_cooldown_s=0.05, give_up_s=10.0
+)
 
 
 def _generator(fakes: FakeServers, **kwargs) -> RemoteGenerator:
@@ -32,8 +33,9 @@ def _answering(fakes: FakeServers, prompt: str, status: int, message: str) -> Fa
     """``fakes`` whose every server answers ``prompt`` with HTTP ``status`` and an
     OpenAI-style error ``message``."""
     for server in fakes.servers:
-        server.hook = lambda p: (httpx.Response(status, json={"error": {"message": message}})
-                                 if p == prompt else None)
+        server.hook = lambda p: (
+            httpx.Response(status, json={"error": {"message": message}}) if p == prompt else None
+        )
     return fakes
 
 
@@ -203,8 +205,7 @@ def test_chat_messages_go_to_chat_completions_and_prompts_to_completions():
     assert [c.text for c in done] == ["re:plain", "re:hello", "re:long one"]
     assert [c.finish_reason for c in done] == ["stop", "stop", "length"]
     assert "messages" in fakes.servers[0].bodies[1] and "prompt" in fakes.servers[0].bodies[0]
-    assert all(b["model"] == "fake-model" and b["max_tokens"] == 4
-               for b in fakes.servers[0].bodies)
+    assert all(b["model"] == "fake-model" and b["max_tokens"] == 4 for b in fakes.servers[0].bodies)
     assert all(c.token_ids == () and c.n_tokens == 2 for c in done)
 
 
@@ -220,7 +221,7 @@ def test_a_bad_item_is_an_error_in_place_without_any_request():
 def test_an_abandoned_iteration_leaves_nothing_behind_for_the_next_one():
     fakes = FakeServers(2)
     with _generator(fakes, concurrency=2, page_size=1) as gen:
-        for group in gen.iter_groups(_prompts(10)):
+        for _group in gen.iter_groups(_prompts(10)):
             break
         again = [f"again {i}" for i in range(6)]
         done = gen.complete_many(again)
@@ -237,15 +238,18 @@ def test_closed_generator_refuses_work_and_close_is_idempotent():
         gen.complete_many(["a"])
 
 
-@pytest.mark.parametrize("servers, kwargs, message", [
-    (["ftp://x"], {}, "is not a URL"),
-    (["http://a:1", "http://a:1/v1/"], {}, "given twice"),
-    ([], {}, "no server given"),
-    ("http://a:1", {}, "one string"),
-    (["http://a:1"], {"concurrency": 0}, "concurrency=0"),
-    (["http://a:1"], {"max_attempts": 0}, "max_attempts=0"),
-    (["http://a:1"], {"timeout_s": -1}, "timeout_s=-1"),
-])
+@pytest.mark.parametrize(
+    "servers, kwargs, message",
+    [
+        (["ftp://x"], {}, "is not a URL"),
+        (["http://a:1", "http://a:1/v1/"], {}, "given twice"),
+        ([], {}, "no server given"),
+        ("http://a:1", {}, "one string"),
+        (["http://a:1"], {"concurrency": 0}, "concurrency=0"),
+        (["http://a:1"], {"max_attempts": 0}, "max_attempts=0"),
+        (["http://a:1"], {"timeout_s": -1}, "timeout_s=-1"),
+    ],
+)
 def test_bad_arguments_are_named(servers, kwargs, message):
     with pytest.raises(ValueError, match=message):
         RemoteGenerator(servers, client=httpx.Client(), **kwargs)

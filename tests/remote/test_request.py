@@ -18,8 +18,13 @@ def test_a_prompt_goes_to_completions_with_the_generators_sampling():
     assert req.endpoint == "/v1/completions"
     body = req.body
     assert body["prompt"] == "hi" and body["stream"] is False and body["max_tokens"] == 12
-    assert (body["temperature"], body["top_k"], body["top_p"], body["min_p"],
-            body["seed"]) == (0.2, 7, 0.9, 0.1, 5)
+    assert (body["temperature"], body["top_k"], body["top_p"], body["min_p"], body["seed"]) == (
+        0.2,
+        7,
+        0.9,
+        0.1,
+        5,
+    )
     assert body["repeat_last_n"] == 64 and "grammar" not in body and "stop" not in body
 
 
@@ -42,7 +47,11 @@ def test_an_item_mapping_overrides_the_generator_fields():
     item = {"prompt": "x", "max_tokens": 3, "temperature": 0, "stop": "\n", "seed": 9}
     body = build_request(item, SamplingParams(temperature=0.7), 50).body
     assert (body["max_tokens"], body["temperature"], body["stop"], body["seed"]) == (
-        3, 0, ["\n"], 9)
+        3,
+        0,
+        ["\n"],
+        9,
+    )
 
 
 def test_choices_become_a_grammar_of_exactly_those_labels():
@@ -53,19 +62,29 @@ def test_choices_become_a_grammar_of_exactly_those_labels():
 
 
 def test_a_json_schema_is_compiled_to_a_grammar_by_llama_cpp_python():
-    schema = {"type": "object", "properties": {"label": {"enum": ["x", "y"]}},
-              "required": ["label"]}
+    schema = {
+        "type": "object",
+        "properties": {"label": {"enum": ["x", "y"]}},
+        "required": ["label"],
+    }
     for given in (schema, json.dumps(schema)):
-        grammar = build_request({"prompt": "p", "json_schema": given}, SamplingParams(), 4
-                                ).body["grammar"]
+        grammar = build_request({"prompt": "p", "json_schema": given}, SamplingParams(), 4).body[
+            "grammar"
+        ]
         assert re.search(r"^root ::=", grammar, re.M) and '\\"x\\"' in grammar
 
 
 def test_grammar_and_response_format_pass_through():
     fmt = {"type": "json_object"}
-    body = build_request({"messages": [{"role": "user", "content": "q"}],
-                          "grammar": 'root ::= "a"', "response_format": fmt},
-                         SamplingParams(), 4).body
+    body = build_request(
+        {
+            "messages": [{"role": "user", "content": "q"}],
+            "grammar": 'root ::= "a"',
+            "response_format": fmt,
+        },
+        SamplingParams(),
+        4,
+    ).body
     assert body["grammar"] == 'root ::= "a"' and body["response_format"] == fmt
 
 
@@ -80,18 +99,21 @@ def test_sampling_fields_of_issue_12_are_read_when_present():
     assert body["max_tokens"] == 7
 
 
-@pytest.mark.parametrize("item, message", [
-    ({"prompt": "x", "choices": []}, "non-empty list"),
-    ({"prompt": "x", "choices": "ab"}, "non-empty list"),
-    ({"prompt": "x", "choices": ["a", ""]}, "non-empty string"),
-    ({"prompt": "x", "json_schema": "{not json"}, "json_schema cannot be compiled"),
-    ({"prompt": "x", "grammar": "root ::= x", "choices": ["a"]}, "at most one of"),
-    ({"prompt": "x", "messages": []}, "exactly one of"),
-    ({"prompt": "x", "colour": 1}, "unknown item field.*'colour'"),
-    ({"messages": "hi"}, "messages must be a list"),
-    ([], "expected a str"),
-    (3.5, "prompt is float"),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ({"prompt": "x", "choices": []}, "non-empty list"),
+        ({"prompt": "x", "choices": "ab"}, "non-empty list"),
+        ({"prompt": "x", "choices": ["a", ""]}, "non-empty string"),
+        ({"prompt": "x", "json_schema": "{not json"}, "json_schema cannot be compiled"),
+        ({"prompt": "x", "grammar": "root ::= x", "choices": ["a"]}, "at most one of"),
+        ({"prompt": "x", "messages": []}, "exactly one of"),
+        ({"prompt": "x", "colour": 1}, "unknown item field.*'colour'"),
+        ({"messages": "hi"}, "messages must be a list"),
+        ([], "expected a str"),
+        (3.5, "prompt is float"),
+    ],
+)
 def test_bad_items_are_named(item, message):
     with pytest.raises(BadItem, match=message):
         build_request(item, SamplingParams(), 4)

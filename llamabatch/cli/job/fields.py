@@ -18,9 +18,22 @@ from ...llamacpp.constraints import response_format_fields
 from ...params import SamplingParams
 
 #: Fields a line may carry besides its prompt (``prompt`` / ``messages``) and ``id``.
-LINE_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-               "grammar", "json_schema", "choices", "response_format", "repeat_penalty",
-               "frequency_penalty", "presence_penalty")
+LINE_FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "grammar",
+    "json_schema",
+    "choices",
+    "response_format",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
 
 CONSTRAINTS = ("grammar", "json_schema", "choices")
 
@@ -36,12 +49,20 @@ def sampling_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     fields = {k: obj[k] for k in LINE_FIELDS if k in obj and obj[k] is not None}
     if "response_format" in fields:
         if any(k in fields for k in CONSTRAINTS):
-            raise ValueError("response_format and "
-                             f"{[k for k in CONSTRAINTS if k in fields][0]} are both set; "
-                             "give one")
+            raise ValueError(
+                "response_format and "
+                f"{[k for k in CONSTRAINTS if k in fields][0]} are both set; "
+                "give one"
+            )
         fields.update(response_format_fields(fields.pop("response_format")))
-    for name in ("temperature", "top_p", "min_p", "repeat_penalty", "frequency_penalty",
-                 "presence_penalty"):
+    for name in (
+        "temperature",
+        "top_p",
+        "min_p",
+        "repeat_penalty",
+        "frequency_penalty",
+        "presence_penalty",
+    ):
         if isinstance(fields.get(name), int) and not isinstance(fields[name], bool):
             fields[name] = float(fields[name])
     SamplingParams(**fields)  # checks each value, named in the message

@@ -111,8 +111,7 @@ def _decoded_lines(path: Path) -> list[tuple[int, str | None, str | None]]:
         try:
             text = raw.decode("utf-8").removesuffix("\r")
         except UnicodeDecodeError as exc:
-            lines.append((number, None, f"not valid UTF-8 ({exc.reason} at byte "
-                                        f"{exc.start})"))
+            lines.append((number, None, f"not valid UTF-8 ({exc.reason} at byte {exc.start})"))
             continue
         if text.strip():
             lines.append((number, text, None))
@@ -163,12 +162,15 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
         raise _Bad(str(exc)) from None
     item_id = obj.get("id", number)
     if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
-        raise _Bad(f"\"id\" must be a string or an integer, not {json.dumps(item_id)}")
+        raise _Bad(f'"id" must be a string or an integer, not {json.dumps(item_id)}')
     _check_text('"id"', item_id)
     has_prompt, has_messages = "prompt" in obj, "messages" in obj
     if has_prompt == has_messages:
-        raise _Bad("has both \"prompt\" and \"messages\"; give one" if has_prompt else
-                   "has neither a \"prompt\" string nor a \"messages\" list")
+        raise _Bad(
+            'has both "prompt" and "messages"; give one'
+            if has_prompt
+            else 'has neither a "prompt" string nor a "messages" list'
+        )
     if has_messages:
         try:
             messages = check_messages(obj["messages"])
@@ -177,17 +179,25 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
         for k, message in enumerate(messages):
             for key in ("role", "content"):
                 _check_text(f'"messages"[{k}]["{key}"]', message[key])
-        return PromptItem(id=item_id, prompt=None, line=number, messages=messages,
-                          fields=fields, url=url)
+        return PromptItem(
+            id=item_id, prompt=None, line=number, messages=messages, fields=fields, url=url
+        )
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
-        raise _Bad(f"\"prompt\" is {type(prompt).__name__}, not a string")
+        raise _Bad(f'"prompt" is {type(prompt).__name__}, not a string')
     _check_text('"prompt"', prompt)
     return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
-def _entry(path: Path, number: int, text: str | None, error: str | None, fmt: str,
-           skip_bad: bool, unknown: dict[str, int]) -> Entry:
+def _entry(
+    path: Path,
+    number: int,
+    text: str | None,
+    error: str | None,
+    fmt: str,
+    skip_bad: bool,
+    unknown: dict[str, int],
+) -> Entry:
     try:
         if error is not None:
             raise _Bad(error)
@@ -197,8 +207,10 @@ def _entry(path: Path, number: int, text: str | None, error: str | None, fmt: st
     except _Bad as exc:
         if skip_bad:
             return BadLine(id=number, line=number, error=f"line {number}: {exc}")
-        raise UsageError(f"{path}:{number}: line {number}: {exc} (--skip-bad writes an "
-                         "error line in its place and goes on)") from None
+        raise UsageError(
+            f"{path}:{number}: line {number}: {exc} (--skip-bad writes an "
+            "error line in its place and goes on)"
+        ) from None
 
 
 def _check_unique(path: Path, entries: list[Entry]) -> None:
@@ -208,15 +220,24 @@ def _check_unique(path: Path, entries: list[Entry]) -> None:
         other = first.setdefault(key, entry)
         if other is not entry:
             bad = [e.line for e in (other, entry) if isinstance(e, BadLine)]
-            why = (f" (line {bad[0]} is malformed: its error line takes its line number "
-                   "as id)") if bad else ""
-            raise UsageError(f"{path}:{entry.line}: duplicate id {key} on lines "
-                             f"{other.line} and {entry.line}{why}")
+            why = (
+                (f" (line {bad[0]} is malformed: its error line takes its line number as id)")
+                if bad
+                else ""
+            )
+            raise UsageError(
+                f"{path}:{entry.line}: duplicate id {key} on lines "
+                f"{other.line} and {entry.line}{why}"
+            )
 
 
-def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
-                 skip_bad: bool = False,
-                 warn: Callable[[str], None] | None = None) -> list[Entry]:
+def read_prompts(
+    path: str | os.PathLike[str],
+    fmt: str = "auto",
+    *,
+    skip_bad: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> list[Entry]:
     """Read the prompts of a JSONL or text file (see the module doc for the formats).
 
     Args:
@@ -243,22 +264,31 @@ def read_prompts(path: str | os.PathLike[str], fmt: str = "auto", *,
     lines = _decoded_lines(p)
     if fmt == "auto":
         is_jsonl = p.suffix.lower() == ".jsonl" or (
-            bool(lines) and all(_is_json_object(text) for _, text, _ in lines))
+            bool(lines) and all(_is_json_object(text) for _, text, _ in lines)
+        )
         fmt = "jsonl" if is_jsonl else "text"
     unknown: dict[str, int] = {}
-    entries = [_entry(p, number, text, error, fmt, skip_bad, unknown)
-               for number, text, error in lines]
+    entries = [
+        _entry(p, number, text, error, fmt, skip_bad, unknown) for number, text, error in lines
+    ]
     _check_unique(p, entries)
     if warn is not None:
         known = ", ".join(("id", "prompt", "messages") + LINE_FIELDS)
         for key, number in unknown.items():
-            warn(f"{p}:{number}: unknown field {json.dumps(key)} ignored, here and on any "
-                 f"later line (known fields: {known})")
+            warn(
+                f"{p}:{number}: unknown field {json.dumps(key)} ignored, here and on any "
+                f"later line (known fields: {known})"
+            )
     return entries
 
 
-def with_text_template(entries: list[Entry], *, system: str | None = None,
-                       template: str | None = None, raw: bool = False) -> list[Entry]:
+def with_text_template(
+    entries: list[Entry],
+    *,
+    system: str | None = None,
+    template: str | None = None,
+    raw: bool = False,
+) -> list[Entry]:
     """Turn each text-file line into what the model gets.
 
     ``template`` (with ``{text}`` where the line goes) is applied first; then, unless
@@ -270,27 +300,29 @@ def with_text_template(entries: list[Entry], *, system: str | None = None,
         ValueError: ``template`` has no ``{text}``; ``system`` together with ``raw``.
     """
     if template is not None and "{text}" not in template:
-        raise ValueError(f"--template {template!r} has no {{text}}: put {{text}} where "
-                         "each line goes")
+        raise ValueError(
+            f"--template {template!r} has no {{text}}: put {{text}} where each line goes"
+        )
     if raw and system is not None:
         raise ValueError("--system needs the chat template; it cannot be used with --raw")
     result: list[Entry] = []
     for entry in entries:
         if isinstance(entry, PromptItem) and entry.is_text:
-            text = entry.prompt if template is None else template.replace("{text}",
-                                                                          entry.prompt)
+            text = entry.prompt if template is None else template.replace("{text}", entry.prompt)
             if raw:
                 entry = dataclasses.replace(entry, prompt=text)
             else:
                 messages = ([{"role": "system", "content": system}] if system else []) + [
-                    {"role": "user", "content": text}]
+                    {"role": "user", "content": text}
+                ]
                 entry = dataclasses.replace(entry, prompt=None, messages=messages)
         result.append(entry)
     return result
 
 
-def apply_chat_template(entries: list[Entry], template: ChatTemplate, path: Path, *,
-                        skip_bad: bool = False) -> list[Entry]:
+def apply_chat_template(
+    entries: list[Entry], template: ChatTemplate, path: Path, *, skip_bad: bool = False
+) -> list[Entry]:
     """Give every ``messages`` item its prompt, rendered with ``template``.
 
     Returns:
@@ -307,16 +339,19 @@ def apply_chat_template(entries: list[Entry], template: ChatTemplate, path: Path
                 entry = dataclasses.replace(entry, prompt=template.render(entry.messages))
             except ValueError as exc:
                 if not skip_bad:
-                    raise UsageError(f"{path}:{entry.line}: line {entry.line}: {exc} "
-                                     "(--skip-bad writes an error line in its place and "
-                                     "goes on)") from None
+                    raise UsageError(
+                        f"{path}:{entry.line}: line {entry.line}: {exc} "
+                        "(--skip-bad writes an error line in its place and "
+                        "goes on)"
+                    ) from None
                 entry = BadLine(id=entry.id, line=entry.line, error=f"line {entry.line}: {exc}")
         result.append(entry)
     return result
 
 
-def with_chat_prompts(llm: Any, entries: list[Entry], path: Path, *,
-                      skip_bad: bool = False) -> list[Entry]:
+def with_chat_prompts(
+    llm: Any, entries: list[Entry], path: Path, *, skip_bad: bool = False
+) -> list[Entry]:
     """:func:`apply_chat_template` with the chat template of ``llm`` (a loaded
     ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
 
@@ -330,7 +365,7 @@ def with_chat_prompts(llm: Any, entries: list[Entry], path: Path, *,
     try:
         template = ChatTemplate.from_llama(llm)
     except ChatTemplateError as exc:
-        raise UsageError(f"{path}:{first}: line {first} has \"messages\", but {exc}") from None
+        raise UsageError(f'{path}:{first}: line {first} has "messages", but {exc}') from None
     return apply_chat_template(entries, template, path, skip_bad=skip_bad)
 
 

@@ -48,8 +48,9 @@ def is_request(obj: Mapping[str, Any]) -> bool:
     return "custom_id" in obj and "body" in obj
 
 
-def request_parts(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], dict[str, Any],
-                                                  set[str]]:
+def request_parts(
+    obj: Mapping[str, Any],
+) -> tuple[str, Mapping[str, Any], dict[str, Any], set[str]]:
     """Split a request line into (url, body, the body as a plain line, unknown keys).
 
     The plain line has ``id`` (= ``custom_id``), ``prompt`` or ``messages``, and the body's
@@ -61,24 +62,25 @@ def request_parts(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], dict[
     """
     custom_id = obj["custom_id"]
     if not isinstance(custom_id, str) or not custom_id:
-        raise ValueError("\"custom_id\" must be a non-empty string")
+        raise ValueError('"custom_id" must be a non-empty string')
     method = obj.get("method", "POST")
     if method != "POST":
-        raise ValueError(f"\"method\" is {method!r}; batch requests are \"POST\"")
+        raise ValueError(f'"method" is {method!r}; batch requests are "POST"')
     url = obj.get("url")
     if url not in URLS:
-        raise ValueError(f"\"url\" is {url!r}; llamabatch answers {' and '.join(URLS)}")
+        raise ValueError(f'"url" is {url!r}; llamabatch answers {" and ".join(URLS)}')
     body = obj["body"]
     if not isinstance(body, Mapping):
-        raise ValueError("\"body\" must be a JSON object")
+        raise ValueError('"body" must be a JSON object')
     if body.get("n", 1) != 1:
-        raise ValueError(f"\"body\".\"n\" is {body['n']!r}; llamabatch makes one reply per "
-                         "request (n = 1)")
+        raise ValueError(
+            f'"body"."n" is {body["n"]!r}; llamabatch makes one reply per request (n = 1)'
+        )
     if body.get("stream"):
-        raise ValueError("\"body\".\"stream\" is true; batch replies are not streamed")
+        raise ValueError('"body"."stream" is true; batch replies are not streamed')
     prompt_key = _BODY_PROMPTS[url]
     if prompt_key not in body:
-        raise ValueError(f"\"body\" of a {url} request needs \"{prompt_key}\"")
+        raise ValueError(f'"body" of a {url} request needs "{prompt_key}"')
     line = {k: v for k, v in body.items() if k not in _BODY_IGNORED}
     if "max_completion_tokens" in body and "max_tokens" not in body:
         line["max_tokens"] = body["max_completion_tokens"]
@@ -92,32 +94,61 @@ def _request_id() -> str:
     return uuid.uuid4().hex
 
 
-def response_record(custom_id: object, url: str, completion: Completion,
-                    model: str) -> dict[str, Any]:
+def response_record(
+    custom_id: object, url: str, completion: Completion, model: str
+) -> dict[str, Any]:
     """The output line of one completed (or failed) item, as the Batch API writes it."""
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
     created = int(time.time())
     if url == CHAT_URL:
-        body = {"id": f"chatcmpl-{_request_id()}", "object": "chat.completion",
-                "created": created, "model": model,
-                "choices": [{"index": 0,
-                             "message": {"role": "assistant", "content": completion.text},
-                             "logprobs": None, "finish_reason": completion.finish_reason}]}
+        body = {
+            "id": f"chatcmpl-{_request_id()}",
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": completion.text},
+                    "logprobs": None,
+                    "finish_reason": completion.finish_reason,
+                }
+            ],
+        }
     else:
-        body = {"id": f"cmpl-{_request_id()}", "object": "text_completion",
-                "created": created, "model": model,
-                "choices": [{"index": 0, "text": completion.text, "logprobs": None,
-                             "finish_reason": completion.finish_reason}]}
-    body["usage"] = {"prompt_tokens": completion.n_prompt_tokens,
-                     "completion_tokens": completion.n_tokens,
-                     "total_tokens": completion.n_prompt_tokens + completion.n_tokens}
-    return {"id": f"batch_req_{_request_id()}", "custom_id": custom_id,
-            "response": {"status_code": 200, "request_id": _request_id(), "body": body},
-            "error": None}
+        body = {
+            "id": f"cmpl-{_request_id()}",
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": completion.text,
+                    "logprobs": None,
+                    "finish_reason": completion.finish_reason,
+                }
+            ],
+        }
+    body["usage"] = {
+        "prompt_tokens": completion.n_prompt_tokens,
+        "completion_tokens": completion.n_tokens,
+        "total_tokens": completion.n_prompt_tokens + completion.n_tokens,
+    }
+    return {
+        "id": f"batch_req_{_request_id()}",
+        "custom_id": custom_id,
+        "response": {"status_code": 200, "request_id": _request_id(), "body": body},
+        "error": None,
+    }
 
 
 def error_response(custom_id: object, code: str, message: str) -> dict[str, Any]:
     """The output line of an item that got no reply: ``response`` null, ``error`` set."""
-    return {"id": f"batch_req_{_request_id()}", "custom_id": custom_id, "response": None,
-            "error": {"code": code, "message": message}}
+    return {
+        "id": f"batch_req_{_request_id()}",
+        "custom_id": custom_id,
+        "response": None,
+        "error": {"code": code, "message": message},
+    }

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from ...completion import Completion
 from ..common import UsageError
 from .input import BadLine, PromptItem
-from ...completion import Completion
 from .resume import OutputCorrupt, scan_output
 
 try:
@@ -46,8 +46,15 @@ def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any
 def error_record(bad: BadLine) -> dict[str, Any]:
     """The output object of a bad input line (``--skip-bad``), same keys as an item's;
     ``path`` is ``"alone"`` as for every item that failed before any decode."""
-    return {"id": bad.id, "text": "", "finish_reason": "error", "error": bad.error,
-            "n_prompt_tokens": 0, "n_tokens": 0, "path": "alone"}
+    return {
+        "id": bad.id,
+        "text": "",
+        "finish_reason": "error",
+        "error": bad.error,
+        "n_prompt_tokens": 0,
+        "n_tokens": 0,
+        "path": "alone",
+    }
 
 
 @dataclass(slots=True)
@@ -79,9 +86,14 @@ class Output:
 
 
 @contextlib.contextmanager
-def open_output(path: Path | None, prompts: Path, *, resume: bool = False,
-                overwrite: bool = False,
-                warn: Callable[[str], None] = lambda message: None) -> Iterator[Output]:
+def open_output(
+    path: Path | None,
+    prompts: Path,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    warn: Callable[[str], None] = lambda message: None,
+) -> Iterator[Output]:
     """Open the output of a job (``path``, or standard output when ``None``).
 
     Args:
@@ -100,8 +112,9 @@ def open_output(path: Path | None, prompts: Path, *, resume: bool = False,
     """
     if path is None:
         if resume:
-            raise UsageError("--resume needs an output file (-o OUT): standard output "
-                             "cannot be resumed")
+            raise UsageError(
+                "--resume needs an output file (-o OUT): standard output cannot be resumed"
+            )
         yield Output(sys.stdout, "standard output", is_file=False)
         return
     with contextlib.suppress(OSError):
@@ -127,8 +140,9 @@ def _lock(f: IO[str], path: Path) -> None:
         pass
 
 
-def _prepare(f: IO[str], path: Path, *, resume: bool, overwrite: bool,
-             warn: Callable[[str], None]) -> Output:
+def _prepare(
+    f: IO[str], path: Path, *, resume: bool, overwrite: bool, warn: Callable[[str], None]
+) -> Output:
     info = os.fstat(f.fileno())
     is_regular = stat.S_ISREG(info.st_mode)
     out = Output(f, str(path), is_file=True, _fsync=is_regular)
@@ -138,9 +152,11 @@ def _prepare(f: IO[str], path: Path, *, resume: bool, overwrite: bool,
         os.ftruncate(f.fileno(), 0)
         return out
     if not resume:
-        raise UsageError(f"output {path} already exists and is not empty "
-                         f"({info.st_size} bytes); add --resume to continue the job it "
-                         "holds, or --overwrite to replace it")
+        raise UsageError(
+            f"output {path} already exists and is not empty "
+            f"({info.st_size} bytes); add --resume to continue the job it "
+            "holds, or --overwrite to replace it"
+        )
     try:
         with open(path, "rb") as existing:
             scan = scan_output(existing, str(path))
@@ -149,8 +165,10 @@ def _prepare(f: IO[str], path: Path, *, resume: bool, overwrite: bool,
     if scan.is_cut:
         os.ftruncate(f.fileno(), scan.good_size)
         os.fsync(f.fileno())
-        warn(f"{path}: removed its cut-off last line ({scan.cut_bytes} bytes without a "
-             "newline, left by a job that was killed while writing); that item will be "
-             "done again")
+        warn(
+            f"{path}: removed its cut-off last line ({scan.cut_bytes} bytes without a "
+            "newline, left by a job that was killed while writing); that item will be "
+            "done again"
+        )
     out.done, out.n_existing = scan.done, scan.n_lines
     return out

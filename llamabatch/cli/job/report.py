@@ -60,8 +60,15 @@ def batching_note(slots: int, stats: Any) -> str:
     return f"batching on ({slots} slots, {n} items batched)"
 
 
-def summary_line(tally: JobTally, total: int, wall_s: float, gen_s: float, note: str,
-                 skipped: int = 0, where: str = "the output") -> str:
+def summary_line(
+    tally: JobTally,
+    total: int,
+    wall_s: float,
+    gen_s: float,
+    note: str,
+    skipped: int = 0,
+    where: str = "the output",
+) -> str:
     """The one-line summary printed on stderr at the end of a job.
 
     Args:
@@ -76,17 +83,33 @@ def summary_line(tally: JobTally, total: int, wall_s: float, gen_s: float, note:
     done = f"{tally.items} items" if tally.items == total else f"{tally.items} of {total} items"
     bad = f" ({tally.bad} bad input lines)" if tally.bad else ""
     skip = f", {skipped} skipped as already done in {where}" if skipped else ""
-    return (f"llamabatch: {done}, {tally.errors} errors{bad}, {tally.alone} completed "
-            f"alone{skip}; tokens in {tally.tokens_in}, out {tally.tokens_out}; wall "
-            f"{wall_s:.1f} s (generation {gen_s:.1f} s), {rate:.1f} tokens/s out; {note}")
+    return (
+        f"llamabatch: {done}, {tally.errors} errors{bad}, {tally.alone} completed "
+        f"alone{skip}; tokens in {tally.tokens_in}, out {tally.tokens_out}; wall "
+        f"{wall_s:.1f} s (generation {gen_s:.1f} s), {rate:.1f} tokens/s out; {note}"
+    )
 
 
-def progress_bar(total: int, quiet: bool, *, desc: str = "complete", unit: str = "item",
-                 file: IO[str] | None = None, leave: bool = True) -> Any:
+def progress_bar(
+    total: int,
+    quiet: bool,
+    *,
+    desc: str = "complete",
+    unit: str = "item",
+    file: IO[str] | None = None,
+    leave: bool = True,
+) -> Any:
     """A tqdm bar on ``file`` (default: stderr): units done/total, units/s, ETA; no bar
     when ``quiet``. ``complete`` sets ``alone=`` (share of the items completed alone);
     ``bench`` uses it for its runs and items (``leave=False``: gone when done)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit=unit, file=sys.stderr if file is None else file,
-                disable=quiet, dynamic_ncols=True, desc=desc, leave=leave)
+    return tqdm(
+        total=total,
+        unit=unit,
+        file=sys.stderr if file is None else file,
+        disable=quiet,
+        dynamic_ncols=True,
+        desc=desc,
+        leave=leave,
+    )

@@ -71,11 +71,15 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
         try:
             obj = json.loads(raw)
         except ValueError as exc:  # UnicodeDecodeError included
-            raise OutputCorrupt(f"{name}:{number}: line {number} of the existing output is "
-                                f"not valid JSON ({exc}); cannot resume from it") from None
+            raise OutputCorrupt(
+                f"{name}:{number}: line {number} of the existing output is "
+                f"not valid JSON ({exc}); cannot resume from it"
+            ) from None
         if not isinstance(obj, dict) or "id" not in obj:
-            raise OutputCorrupt(f"{name}:{number}: line {number} of the existing output is "
-                                "not a JSON object with an \"id\"; cannot resume from it")
+            raise OutputCorrupt(
+                f"{name}:{number}: line {number} of the existing output is "
+                'not a JSON object with an "id"; cannot resume from it'
+            )
         # an OpenAI batch response line: the item is its custom_id (its id is the line's)
         done.add(id_key(obj["custom_id"] if "custom_id" in obj else obj["id"]))
         n_lines += 1

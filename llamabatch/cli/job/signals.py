@@ -45,8 +45,9 @@ class Interrupts:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {sig: signal.signal(sig, self._handler)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             with callback_interrupts(raise_at_end=False):  # the handler set pending already
                 yield
