@@ -281,3 +281,29 @@ def test_prepare_trims_an_sdist(tmp_path):
     assert "vendor/llama.cpp/ggml/src/ggml-vulkan" in left_out
     assert "vendor/llama.cpp/tools/server" in left_out
     assert "vendor/llama.cpp/models" in left_out
+
+
+@pytest.mark.skipif(SYSTEM_CUBLAS, reason="this machine has cuBLAS in its system folders")
+def test_cublas_from_the_nvidia_wheels_is_passed_to_cmake(tmp_path, monkeypatch):
+    # PyTorch's images carry cuBLAS as a wheel (nvidia/cu13/{include,lib}), not beside nvcc
+    toolkit = tmp_path / "cuda"
+    (toolkit / "bin").mkdir(parents=True)
+    nvcc = toolkit / "bin" / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\necho "#$ TOP={toolkit}/bin/.."\n')
+    nvcc.chmod(0o755)
+    wheel = tmp_path / "site" / "nvidia" / "cu13"
+    (wheel / "include").mkdir(parents=True)
+    (wheel / "lib").mkdir()
+    (wheel / "include" / "cublas_v2.h").write_text("")
+    (wheel / "lib" / "libcublas.so.13").write_text("")
+    (wheel / "lib" / "libcublasLt.so.13").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    run = load("gpu_run_cuda", GPU / "run")
+    info = run.find_cuda(str(nvcc), sys.executable)
+    assert info["toolkit"] == str(toolkit)
+    assert f"-DCUDA_cublas_LIBRARY={wheel / 'lib' / 'libcublas.so.13'}" in info["cmake_args"]
+    assert f"-DCUDA_cublasLt_LIBRARY={wheel / 'lib' / 'libcublasLt.so.13'}" in info["cmake_args"]
+    assert info["include_flags"] == [f"-I{wheel / 'include'}"]
+    assert info["ld_library_path"] == [str(wheel / "lib")]
+    if info["driver_library"] is None:  # no libcuda.so to link: no virtual-memory pool
+        assert "-DGGML_CUDA_NO_VMM=ON" in info["cmake_args"]
