@@ -34,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="actors of the pool, each loading the model once (default: 1)",
     )
+    group.add_argument(
+        "--gpus-per-actor",
+        type=float,
+        default=None,
+        metavar="X",
+        help="GPUs Ray reserves for each actor, e.g. 1 with --n-gpu-layers -1 on GPU "
+        "nodes; Ray waits until nodes with that many are free (default: 0)",
+    )
 
 
 def check(args: argparse.Namespace, urls: list[str]) -> None:
@@ -46,13 +54,18 @@ def check(args: argparse.Namespace, urls: list[str]) -> None:
     from ..cli.common import UsageError
 
     if args.ray is None:
-        if args.actors is not None:
-            raise UsageError("--actors needs --ray")
+        for flag, value in (("--actors", args.actors), ("--gpus-per-actor", args.gpus_per_actor)):
+            if value is not None:
+                raise UsageError(f"{flag} needs --ray")
         return
     if urls:
         raise UsageError("--ray and --server run the job in two different places; give one")
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} is out of range: valid is an integer >= 1")
+    if args.gpus_per_actor is not None and not args.gpus_per_actor >= 0:
+        raise UsageError(
+            f"--gpus-per-actor {args.gpus_per_actor} is out of range: valid is a number >= 0"
+        )
 
 
 def open_job(
@@ -84,6 +97,7 @@ def open_job(
         sampling=sampling,
         batch_size=config.page_size,
         concurrency=args.actors or 1,
+        num_gpus=args.gpus_per_actor,
     )
     try:
         return RayJob(processor_config, args.ray)

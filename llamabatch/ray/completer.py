@@ -8,6 +8,7 @@ it reads and writes are those of :mod:`llamabatch.ray.columns`.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -50,7 +51,8 @@ class BatchCompleter:
         field columns; the result has ``id_column`` (when given), then ``text``,
         ``finish_reason``, ``error``, ``n_prompt_tokens``, ``n_tokens``, ``path`` and
         each optional output that some row holds (``logprobs`` ...,
-        :mod:`llamabatch.outputs`), one row per input row, in the same order. A row
+        :mod:`llamabatch.outputs`) as JSON text (``None`` in the rows without it: their
+        nested shapes have no single Arrow type), one row per input row, in order. A row
         that cannot be completed (no prompt, a bad field, messages the chat template
         refuses) gets ``finish_reason`` ``"error"`` and its ``error`` in its own row;
         one bad row never makes the call raise.
@@ -125,10 +127,12 @@ class BatchCompleter:
                     text="", finish_reason="error", error=refused[k], n_tokens=0, path="alone"
                 )
             records.append(record)
-        names = list(OUTPUT_FIELDS) + [
-            n for n in extra_output_names() if any(n in r for r in records)
-        ]
-        columns = result_columns(records, names)
+        extras = [n for n in extra_output_names() if any(n in r for r in records)]
+        for record in records:  # nested outputs have no one Arrow type: JSON text
+            for name in extras:
+                if name in record:
+                    record[name] = json.dumps(record[name], ensure_ascii=False)
+        columns = result_columns(records, list(OUTPUT_FIELDS) + extras)
         if self.id_column is not None and self.id_column in batch:
             return {self.id_column: batch[self.id_column], **columns}
         return columns

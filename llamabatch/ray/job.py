@@ -138,7 +138,7 @@ class RayJob(Closing):
             blocks = max(1, math.ceil(len(rows) / self.config.batch_size))
             ds = ray.data.from_items(rows, override_num_blocks=blocks)
             out = processor(self.config)(ds)
-            batches = out.iter_batches(batch_size=None, batch_format="numpy")
+            batches = iter(out.iter_batches(batch_size=None, batch_format="numpy"))
             while True:
                 try:
                     batch = next(batches)
@@ -165,9 +165,18 @@ def _ordered_quiet_context() -> Iterator[None]:
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+    loggers = {  # its notes that progress bars are off, and that a dataset started / ended
+        logging.getLogger("ray.data._internal.progress"): logging.ERROR,
+        logging.getLogger("ray.data._internal.execution.streaming_executor"): logging.WARNING,
+    }
+    levels = {logger: logger.level for logger in loggers}
+    for logger, level in loggers.items():
+        logger.setLevel(level)
     try:
         yield
     finally:
+        for logger, level in levels.items():
+            logger.setLevel(level)
         (
             ctx.execution_options.preserve_order,
             ctx.enable_progress_bars,
@@ -176,7 +185,7 @@ def _ordered_quiet_context() -> Iterator[None]:
 
 
 def _completion(row: Mapping[str, Any]) -> RayCompletion:
-    extras = {n: row[n] for n in extra_output_names() if row.get(n) is not None}
+    extras = {n: json.loads(row[n]) for n in extra_output_names() if row.get(n) is not None}
     return RayCompletion(
         index=int(row[ROW_COLUMN]),
         text=row["text"] or "",

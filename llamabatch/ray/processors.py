@@ -34,8 +34,8 @@ class ProcessorConfig:
         concurrency: actors (one model each); a ``(min, max)`` tuple lets Ray scale the
             pool between the two.
         num_cpus: CPUs Ray reserves per actor (default: ``n_threads``, else 1).
-        num_gpus: GPUs Ray reserves per actor (default: 1 when ``n_gpu_layers`` is not
-            0, else 0).
+        num_gpus: GPUs Ray reserves per actor (default 0: set it on a cluster with GPUs,
+            e.g. 1 with ``n_gpu_layers=-1``; Ray waits for nodes that have them).
         ray_remote_args: more actor options for ``map_batches`` (``memory``,
             ``resources``, ``runtime_env``, ``max_restarts`` ...).
         completer: the callable class (a subclass of
@@ -96,12 +96,18 @@ class ProcessorConfig:
     def map_batches_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``Dataset.map_batches`` (without the callable)."""
         num_cpus = self.num_cpus if self.num_cpus is not None else (self.n_threads or 1)
-        num_gpus = self.num_gpus if self.num_gpus is not None else (1 if self.n_gpu_layers else 0)
+        num_gpus = self.num_gpus or 0
+        from ray.data import ActorPoolStrategy
+
+        if isinstance(self.concurrency, tuple):
+            pool = ActorPoolStrategy(min_size=self.concurrency[0], max_size=self.concurrency[1])
+        else:
+            pool = ActorPoolStrategy(size=self.concurrency)
         kwargs: dict[str, Any] = {
             "fn_constructor_kwargs": self.completer_kwargs(),
             "batch_size": self.batch_size,
             "batch_format": "numpy",
-            "concurrency": self.concurrency,
+            "compute": pool,
             "num_cpus": num_cpus,
             **dict(self.ray_remote_args),
         }
