@@ -74,9 +74,12 @@ def cluster(ray_address):
     return killable
 
 
-def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_out_once(cluster, model_path):
+def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_out_once_bad_row_in_place(
+    cluster, model_path
+):
     switch = cluster.KillSwitch.options(name=cluster.SWITCH).remote()
     rows = [{"id": k, "prompt": f"Count to {k}:"} for k in range(12)]
+    rows[5] = {"id": 5, "prompt": "x", "sampling_params": {"top_p": 7}}  # a bad row
     config = ProcessorConfig(str(model_path), **SMALL, batch_size=4, completer=cluster.KilledOnce)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
@@ -86,5 +89,6 @@ def test_an_actor_killed_mid_job_is_restarted_and_every_row_comes_out_once(clust
         ctx.execution_options.preserve_order = False
     assert ray.get(switch.count.remote()) == 1  # an actor was killed
     assert [r["id"] for r in out] == list(range(12))
-    assert all(r["error"] is None and r["n_tokens"] >= 1 for r in out), out
+    assert "top_p" in out[5]["error"] and out[5]["finish_reason"] == "error"
+    assert all(r["error"] is None and r["n_tokens"] >= 1 for r in out if r["id"] != 5), out
     ray.kill(switch)
