@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .params import SamplingParams
 
@@ -123,7 +123,7 @@ def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> 
     """
     if not isinstance(item, Mapping):
         if _is_messages(item):
-            return ResolvedItem(None, list(item), base)  # type: ignore[arg-type]
+            return ResolvedItem(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
         return ResolvedItem(item, None, base)
     keys = [k for k in PROMPT_KEYS if item.get(k) is not None]
     if len(keys) != 1:
