@@ -9,7 +9,6 @@ time, as soon as each page is complete.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from .engine.backend import Backend, BatchLimits
 from .engine.items import prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed
+from .fields import per_item_sampling
 from .params import BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
@@ -234,28 +234,7 @@ class BatchGenerator(Closing):
         self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
     ) -> Iterator[SamplingParams]:
         """An iterator of each item's SamplingParams, checked up front."""
-        if sampling is None:
-            sampling = self.sampling
-        if isinstance(sampling, SamplingParams):
-            return itertools.repeat(sampling)
-        if not isinstance(sampling, Sequence) or isinstance(sampling, (str, bytes)):
-            raise ValueError(
-                f"sampling is {type(sampling).__name__}; expected a "
-                "SamplingParams or a sequence of them, one per prompt"
-            )
-        bad = [i for i, s in enumerate(sampling) if not isinstance(s, SamplingParams)]
-        if bad:
-            raise ValueError(
-                f"sampling[{bad[0]}] is {type(sampling[bad[0]]).__name__}; "
-                "expected a llamabatch.SamplingParams"
-            )
-        n = len(prompts) if isinstance(prompts, Sequence) else None
-        if n is not None and n != len(sampling):
-            raise ValueError(
-                f"sampling has {len(sampling)} SamplingParams for {n} prompts; "
-                "give one per prompt, or a single SamplingParams"
-            )
-        return _exactly(sampling)
+        return per_item_sampling(prompts, self.sampling if sampling is None else sampling)
 
     @contextmanager
     def _run(self) -> Iterator[None]:
@@ -415,12 +394,3 @@ class BatchGenerator(Closing):
             else c
             for c in done
         ]
-
-
-def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:
-    """The items of ``sampling``, then a ValueError if more prompts come."""
-    yield from sampling
-    raise ValueError(
-        f"sampling has {len(sampling)} SamplingParams but there are more "
-        "prompts; give one per prompt, or a single SamplingParams"
-    )

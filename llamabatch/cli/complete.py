@@ -8,9 +8,11 @@ Input (PROMPTS; - reads standard input):
   chat template from its GGUF metadata, generation prompt appended). Chosen for a
   ``.jsonl`` file, or for any file whose non-blank lines all parse as JSON objects.
   A line may set its own max_tokens, temperature, top_p, top_k, min_p, seed, stop,
-  grammar, json_schema, choices, response_format (and repeat_penalty,
-  frequency_penalty, presence_penalty); they replace the flags for that item. Any other
-  field is warned about once per file.
+  grammar, json_schema, choices, response_format, logprobs, stop_token_ids (every
+  field of SamplingParams); they replace the flags for that item, and a line's
+  constraint (grammar, json_schema, choices, response_format) replaces the flags'
+  (response_format {"type": "text"} lifts it). Any other field is warned about once
+  per file.
 - OpenAI batch requests: {"custom_id", "method": "POST", "url": "/v1/chat/completions"
   or "/v1/completions", "body": {...}} lines (id = custom_id); write the answers with
   --output-format openai.
@@ -23,7 +25,8 @@ becomes an error line in its place (id = its line number).
 
 Output: one JSON object per item, in input order, written, flushed and fsynced after
 each group: ``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens",
-"path"}``, or with --output-format openai the Batch API's response lines
+"path"}`` (and ``"logprobs"`` for a line that asks for them), or with --output-format
+openai the Batch API's response lines
 ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``.
 An existing non-empty output file needs --resume (skip the ids it already holds and
 append the rest; a cut-off last line left by a killed job is removed) or --overwrite.
@@ -44,6 +47,7 @@ from typing import Any
 from ..completion import Completion
 from ..errors import LlamaBatchError
 from ..params import BatchConfig, SamplingParams
+from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
 from . import options
 from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
@@ -240,6 +244,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
     )
     remote_cli.add_arguments(p)
+    ray_cli.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -397,6 +402,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     urls = remote_cli.server_urls(args)
+    ray_cli.check(args, urls)
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
     try:
         entries = with_text_template(
@@ -427,6 +433,9 @@ def _run(args: argparse.Namespace) -> int:
             return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
         job.model = path.name
+        if args.ray is not None:  # Ray Data: the actors load the model and its template
+            gen = ray_cli.open_job(args, path, sampling, config, args.cache_ram_mib)
+            return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
         with loaded_llama(
             path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:

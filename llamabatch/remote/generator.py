@@ -19,6 +19,7 @@ import httpx
 
 from .._util.closing import Closing
 from ..errors import GeneratorClosed
+from ..fields import per_item_sampling
 from ..params import MAX_PAGE_SIZE, SamplingParams
 from .client import ItemRejected, Reply, ServerFault, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
@@ -177,9 +178,9 @@ class RemoteGenerator(Closing):
     def _backoff_s(self, retry: int) -> float:
         return min(self._max_backoff, self._backoff * 2 ** (retry - 1)) * random.uniform(0.5, 1)
 
-    def _complete(self, index: int, item: object) -> RemoteCompletion:
+    def _complete(self, index: int, item: object, sampling: SamplingParams) -> RemoteCompletion:
         try:
-            request = build_request(item, self.sampling, self.max_tokens)
+            request = build_request(item, sampling, self.max_tokens)
         except BadItem as exc:
             return error_completion(index, str(exc), "", 0)
         tried: list[str] = []
@@ -242,11 +243,11 @@ class RemoteGenerator(Closing):
             job = self._todo.get()
             if job is None or self._stop.is_set():
                 return
-            run, index, item = job
+            run, index, item, sampling = job
             if run != self._run:
                 continue
             try:
-                result: RemoteCompletion | BaseException = self._complete(index, item)
+                result: RemoteCompletion | BaseException = self._complete(index, item, sampling)
             except BaseException as exc:  # PoolUnavailable, or a bug: raised in the caller
                 result = exc
             with self._lock:
@@ -278,24 +279,40 @@ class RemoteGenerator(Closing):
         self._tally(result)
         return result
 
-    def iter_groups(self, prompts: Iterable[object]) -> Iterator[list[RemoteCompletion]]:
+    def iter_groups(
+        self,
+        prompts: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> Iterator[list[RemoteCompletion]]:
         """Complete ``prompts``, yielding groups of consecutive completions in input order.
 
         Args:
             prompts: any iterable of prompts, message lists or item mappings; read ahead
                 by at most the pool's slots plus ``page_size`` items.
+            sampling: one :class:`SamplingParams` for every item, or a sequence of them,
+                one per prompt (default: the generator's ``sampling``), as for
+                :meth:`llamabatch.BatchGenerator.iter_groups`; an item mapping's own
+                fields go on top (:func:`llamabatch.fields.resolve_item`).
 
         Yields:
             lists of at most ``page_size`` completions, ``index`` counting from 0: each
             group is the run of finished items that follows the last one yielded.
 
         Raises:
+            ValueError: ``sampling`` is not a SamplingParams or its count differs from
+                the prompts' (checked up front for a sized ``prompts``).
             GeneratorClosed: the generator was closed.
             PoolUnavailable: no server answered for ``give_up_s`` seconds (every item
                 yielded before is complete; the rest were not sent or are dropped).
         """
         if self.closed:
             raise GeneratorClosed("this RemoteGenerator is closed; create a new one")
+        samplings = per_item_sampling(prompts, self.sampling if sampling is None else sampling)
+        return self._iter_groups(prompts, samplings)
+
+    def _iter_groups(
+        self, prompts: Iterable[object], samplings: Iterator[SamplingParams]
+    ) -> Iterator[list[RemoteCompletion]]:
         with self._lock:
             if self._running:
                 raise RuntimeError(
@@ -305,7 +322,8 @@ class RemoteGenerator(Closing):
             self._run += 1
             run = self._run
         try:
-            yield from self._groups(run, enumerate(prompts))
+            numbered = ((i, p, next(samplings)) for i, p in enumerate(prompts))
+            yield from self._groups(run, numbered)
         finally:
             with self._lock:  # an abandoned run: its queued items are skipped
                 self._run += 1
@@ -313,7 +331,7 @@ class RemoteGenerator(Closing):
                 self._running = False
 
     def _groups(
-        self, run: int, numbered: Iterator[tuple[int, object]]
+        self, run: int, numbered: Iterator[tuple[int, object, SamplingParams]]
     ) -> Iterator[list[RemoteCompletion]]:
         sent = head = 0
         exhausted = False
@@ -347,10 +365,14 @@ class RemoteGenerator(Closing):
             self._stats.prompt_tokens += done.n_prompt_tokens
             self._stats.generated_tokens += done.n_tokens
 
-    def complete_many(self, prompts: Iterable[object]) -> list[RemoteCompletion]:
+    def complete_many(
+        self,
+        prompts: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RemoteCompletion]:
         """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
 
         Raises:
-            GeneratorClosed, PoolUnavailable: see :meth:`iter_groups`.
+            ValueError, GeneratorClosed, PoolUnavailable: see :meth:`iter_groups`.
         """
-        return [c for group in self.iter_groups(prompts) for c in group]
+        return [c for group in self.iter_groups(prompts, sampling) for c in group]

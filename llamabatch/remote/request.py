@@ -2,25 +2,30 @@
 
 An item is a prompt string (or UTF-8 bytes, or a list of token ids) for
 ``/v1/completions``, a list of chat messages for ``/v1/chat/completions``, or a mapping
-with ``"prompt"`` or ``"messages"`` and per-item fields of the same names as
-:class:`~llamabatch.SamplingParams` and the JSONL input (``max_tokens``, ``temperature``,
-``top_p``, ``top_k``, ``min_p``, ``seed``, ``stop``, ``grammar``, ``json_schema``,
-``choices``, ``response_format``, ...), which override the generator's.
+with ``"prompt"`` or ``"messages"`` and per-item fields. The item is resolved by
+:func:`llamabatch.fields.resolve_item`, the same function the local engine and Ray use
+(its fields are :class:`~llamabatch.SamplingParams`' plus ``response_format``; an item's
+constraint replaces the generator's); this module only maps the resulting
+:class:`~llamabatch.SamplingParams` to a server's fields.
 
 Constraints are sent as a GBNF ``grammar``, the field both llama-server and
 llama-cpp-python's server accept on both endpoints: ``choices`` become a one-rule grammar
-(:func:`choices_grammar`), ``json_schema`` is compiled with llama-cpp-python's own
-``llama_cpp.llama_grammar.json_schema_to_gbnf``. ``response_format`` is passed through
-as given (llama-server reads it on both endpoints, llama-cpp-python's server on chat).
+(:func:`choices_grammar`), ``json_schema`` (and ``response_format``, resolved to it) is
+compiled with llama-cpp-python's own ``llama_cpp.llama_grammar.json_schema_to_gbnf``.
+A sampling field that has no server field here (:data:`SERVER_FIELDS`), such as
+``stop_token_ids`` or ``logprobs``, set to anything but its default makes the item's
+error, naming the field: it is never dropped silently.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import GrammarError
+from ..fields import resolve_item
 from ..llamacpp import constraints
 from ..params import SamplingParams
 
@@ -28,7 +33,7 @@ COMPLETIONS = "/v1/completions"
 CHAT_COMPLETIONS = "/v1/chat/completions"
 
 #: Sampling fields sent as they are, under llama-cpp-python's names (both servers read
-#: them; llama-server also reads typical_p and repeat_last_n, llama-cpp-python ignores them).
+#: them; llama-server also reads typical_p, llama-cpp-python ignores it).
 _SAMPLING_FIELDS = (
     "temperature",
     "top_k",
@@ -38,21 +43,13 @@ _SAMPLING_FIELDS = (
     "repeat_penalty",
     "frequency_penalty",
     "presence_penalty",
+    "seed",
 )
-#: Fields an item mapping may carry besides the prompt.
-ITEM_FIELDS = frozenset(
-    _SAMPLING_FIELDS
-    + (
-        "seed",
-        "max_tokens",
-        "stop",
-        "grammar",
-        "json_schema",
-        "choices",
-        "response_format",
-        "penalty_last_n",
-    )
+#: The SamplingParams fields a server request carries (the others cannot be sent).
+SERVER_FIELDS = frozenset(
+    _SAMPLING_FIELDS + ("max_tokens", "stop", "penalty_last_n", "grammar", "json_schema", "choices")
 )
+_DEFAULT = SamplingParams()
 
 
 class BadItem(ValueError):
@@ -119,64 +116,62 @@ def _prompt(value: object) -> tuple[str, str, object]:
     )
 
 
-def _fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any]:
-    fields: dict[str, Any] = {name: getattr(sampling, name, None) for name in _SAMPLING_FIELDS}
-    fields["max_tokens"] = getattr(sampling, "max_tokens", None) or max_tokens
-    fields["penalty_last_n"] = getattr(sampling, "penalty_last_n", None)
-    for name in ("seed", "stop", "grammar", "json_schema", "choices", "response_format"):
-        fields[name] = getattr(sampling, name, None)  # issue 12's fields, when present
-    return fields
+def unsupported_fields(sampling: SamplingParams) -> list[str]:
+    """The fields of ``sampling`` set to other than their default that a server request
+    cannot carry (not in :data:`SERVER_FIELDS`), in the dataclass's order."""
+    return [
+        f.name
+        for f in dataclasses.fields(sampling)
+        if f.name not in SERVER_FIELDS and getattr(sampling, f.name) != getattr(_DEFAULT, f.name)
+    ]
 
 
 def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Request:
     """The request of one item, with the generator's ``sampling`` and ``max_tokens``
-    under the item's own fields.
+    under the item's own fields (:func:`llamabatch.fields.resolve_item`).
 
     Raises:
-        BadItem: the item is not a prompt, messages or a mapping of known fields (named).
+        BadItem: the item is not a prompt, messages or a mapping of known fields, a
+            field is bad, or a field set cannot be sent to a server (each named).
     """
-    fields = _fields(sampling, max_tokens)
-    if isinstance(item, Mapping):
-        keys = [k for k in ("prompt", "messages") if item.get(k) is not None]
-        if len(keys) != 1:
-            raise BadItem('an item mapping needs exactly one of "prompt" or "messages"')
-        unknown = sorted(set(item) - ITEM_FIELDS - {"prompt", "messages"})
-        if unknown:
-            raise BadItem(
-                f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
-                f"prompt, messages, {', '.join(sorted(ITEM_FIELDS))}"
-            )
-        fields.update({k: v for k, v in item.items() if k in ITEM_FIELDS})
-        item = item[keys[0]]
-        if keys[0] == "messages" and (
-            isinstance(item, (str, bytes))
-            or not item
-            or not isinstance(item, Sequence)
-            or not all(isinstance(m, Mapping) for m in item)
-        ):
-            raise BadItem('messages must be a list of {"role", "content"} objects')
-    endpoint, key, prompt = _prompt(item)
-    body: dict[str, Any] = {key: prompt, "stream": False}
-    for name in _SAMPLING_FIELDS + ("max_tokens", "seed"):
-        if fields[name] is not None:
-            body[name] = fields[name]
-    if fields["penalty_last_n"] is not None:
-        body["repeat_last_n"] = fields["penalty_last_n"]  # llama-server's name
-    stop = fields["stop"]
-    if stop:
-        body["stop"] = [stop] if isinstance(stop, str) else list(stop)
-    constraints = [n for n in ("grammar", "json_schema", "choices") if fields[n] is not None]
-    if len(constraints) > 1:
+    try:
+        resolved = resolve_item(item, sampling)
+    except ValueError as exc:
+        raise BadItem(str(exc)) from None
+    return sampling_request(
+        resolved.messages if resolved.messages is not None else resolved.prompt,
+        resolved.sampling,
+        max_tokens,
+    )
+
+
+def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) -> Request:
+    """The request of a prompt (or list of messages) with its resolved ``sampling``;
+    ``sampling.max_tokens`` wins over ``max_tokens``.
+
+    Raises:
+        BadItem: a bad prompt, a json_schema the converter refuses, or a field set that
+            a server request cannot carry (named: see :func:`unsupported_fields`).
+    """
+    unsent = unsupported_fields(sampling)
+    if unsent:
         raise BadItem(
-            f"{' and '.join(constraints)} are given: at most one of grammar, "
-            "json_schema and choices"
+            f"{', '.join(unsent)} cannot be sent to a server of the pool (no request field "
+            "carries it); leave it unset for --server, or run locally or with --ray"
         )
-    if fields["grammar"] is not None:
-        body["grammar"] = str(fields["grammar"])
-    elif fields["json_schema"] is not None:
-        body["grammar"] = schema_grammar(fields["json_schema"])
-    elif fields["choices"] is not None:
-        body["grammar"] = choices_grammar(fields["choices"])
-    if fields["response_format"] is not None:
-        body["response_format"] = fields["response_format"]
+    endpoint, key, value = _prompt(prompt)
+    body: dict[str, Any] = {key: value, "stream": False}
+    for name in _SAMPLING_FIELDS:
+        if getattr(sampling, name) is not None:
+            body[name] = getattr(sampling, name)
+    body["max_tokens"] = sampling.max_tokens or max_tokens
+    body["repeat_last_n"] = sampling.penalty_last_n  # llama-server's name
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.grammar is not None:
+        body["grammar"] = sampling.grammar
+    elif sampling.json_schema is not None:
+        body["grammar"] = schema_grammar(sampling.json_schema)
+    elif sampling.choices is not None:
+        body["grammar"] = choices_grammar(sampling.choices)
     return Request(endpoint, body)

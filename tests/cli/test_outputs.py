@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from cli_util import EXAMPLES, FAST, example_prompts, read_jsonl, run_cli, write_jsonl
 
+from llamabatch import SamplingParams
 from llamabatch.cli.job.input import read_prompts
+from llamabatch.fields import with_fields
 
 LABELS = ["billing", "bug", "account", "feature_request"]
 
@@ -68,8 +70,13 @@ def test_response_format_becomes_a_json_schema(tmp_path: Path) -> None:
             {"prompt": "z", "response_format": {"type": "text"}},
         ],
     )
-    fields = [e.fields for e in read_prompts(path)]
-    assert fields == [{"json_schema": {"type": "object"}}, {"json_schema": schema}, {}]
+    flags = SamplingParams(choices=["a", "b"])
+    resolved = [with_fields(flags, e.fields) for e in read_prompts(path)]
+    assert [(s.json_schema, s.choices) for s in resolved] == [
+        ({"type": "object"}, None),
+        (schema, None),
+        (None, None),  # {"type": "text"} lifts the flags' constraint
+    ]
 
 
 def openai_lines() -> list[dict]:
@@ -116,7 +123,8 @@ def test_openai_requests_are_read_as_items(tmp_path: Path) -> None:
         "max_tokens": 2,
         "stop": ["."],
     }
-    assert entries[3].fields == {"max_tokens": 40, "json_schema": {"type": "object"}}
+    assert entries[3].fields == {"max_tokens": 40, "response_format": {"type": "json_object"}}
+    assert with_fields(SamplingParams(), entries[3].fields).json_schema == {"type": "object"}
 
 
 def test_version(capsys) -> None:

@@ -74,42 +74,71 @@ def test_a_json_schema_is_compiled_to_a_grammar_by_llama_cpp_python():
         assert re.search(r"^root ::=", grammar, re.M) and '\\"x\\"' in grammar
 
 
-def test_grammar_and_response_format_pass_through():
-    fmt = {"type": "json_object"}
-    body = build_request(
-        {
-            "messages": [{"role": "user", "content": "q"}],
-            "grammar": 'root ::= "a"',
-            "response_format": fmt,
-        },
-        SamplingParams(),
-        4,
-    ).body
-    assert body["grammar"] == 'root ::= "a"' and body["response_format"] == fmt
+def test_grammar_passes_through_and_response_format_becomes_the_schemas_grammar():
+    messages = [{"role": "user", "content": "q"}]
+    body = build_request({"messages": messages, "grammar": 'root ::= "a"'}, SamplingParams(), 4)
+    assert body.body["grammar"] == 'root ::= "a"'
+    fmt = {"type": "json_schema", "json_schema": {"name": "l", "schema": {"enum": ["x", "y"]}}}
+    body = build_request({"messages": messages, "response_format": fmt}, SamplingParams(), 4).body
+    assert "response_format" not in body and '\\"x\\"' in body["grammar"]
 
 
-def test_sampling_fields_of_issue_12_are_read_when_present():
-    """What SamplingParams looks like once issue 12's fields exist: read with getattr."""
-    sampling = SamplingParams()
-    fields = {"stop": ["END"], "choices": ["a", "b"], "max_tokens": 7}
-    proxy = type("P", (), {n: getattr(sampling, n) for n in SamplingParams.__slots__})()
-    proxy.__dict__.update(fields)
-    body = build_request("x", proxy, 50).body
+def test_the_generators_stop_choices_and_max_tokens_are_sent():
+    sampling = SamplingParams(stop=["END"], choices=["a", "b"], max_tokens=7)
+    body = build_request("x", sampling, 50).body
     assert body["stop"] == ["END"] and body["grammar"] == 'root ::= "a" | "b"'
     assert body["max_tokens"] == 7
+
+
+def test_a_lines_json_schema_replaces_the_generators_choices():
+    """Failed before the shared resolution: "json_schema and choices are given"."""
+    flags = SamplingParams(choices=["bug", "billing"])
+    body = build_request({"prompt": "x", "json_schema": {"type": "integer"}}, flags, 4).body
+    assert "bug" not in body["grammar"] and re.search(r"^root ::=", body["grammar"], re.M)
+
+
+def test_a_lines_response_format_text_lifts_the_generators_choices():
+    """Failed before: the flags' choices grammar was still sent."""
+    flags = SamplingParams(choices=["bug", "billing"])
+    body = build_request({"prompt": "x", "response_format": {"type": "text"}}, flags, 4).body
+    assert "grammar" not in body and "response_format" not in body
+
+
+@pytest.mark.parametrize(
+    "field, value", [("logprobs", 2), ("stop_token_ids", [5]), ("stop_token_ids", 7)]
+)
+def test_a_field_no_server_request_carries_is_the_items_error_not_dropped(field, value):
+    """Failed before: logprobs and stop_token_ids were dropped without a word."""
+    if value == 7:  # as the generator's own sampling
+        with pytest.raises(BadItem, match="stop_token_ids cannot be sent to a server"):
+            build_request("x", SamplingParams(stop_token_ids=(value,)), 4)
+        return
+    with pytest.raises(BadItem, match=f"{field} cannot be sent to a server"):
+        build_request({"prompt": "x", field: value}, SamplingParams(), 4)
+
+
+def test_every_sampling_field_is_an_item_field():
+    from dataclasses import fields
+
+    from llamabatch.fields import LINE_FIELDS
+
+    assert {f.name for f in fields(SamplingParams)} <= set(LINE_FIELDS)
+    assert "response_format" in LINE_FIELDS
 
 
 @pytest.mark.parametrize(
     "item, message",
     [
-        ({"prompt": "x", "choices": []}, "non-empty list"),
-        ({"prompt": "x", "choices": "ab"}, "non-empty list"),
-        ({"prompt": "x", "choices": ["a", ""]}, "non-empty string"),
-        ({"prompt": "x", "json_schema": "{not json"}, "json_schema cannot be compiled"),
+        ({"prompt": "x", "choices": []}, "at least one string"),
+        ({"prompt": "x", "choices": ["a", ""]}, "holds an empty string"),
+        ({"prompt": "x", "choices": [1]}, "give a string or a list of strings"),
+        ({"prompt": "x", "json_schema": "{not json"}, "json_schema is not valid JSON"),
         ({"prompt": "x", "grammar": "root ::= x", "choices": ["a"]}, "at most one of"),
+        ({"prompt": "x", "choices": ["a"], "response_format": {"type": "text"}}, "both set"),
+        ({"prompt": "x", "response_format": {"type": "xml"}}, "is not one of"),
         ({"prompt": "x", "messages": []}, "exactly one of"),
         ({"prompt": "x", "colour": 1}, "unknown item field.*'colour'"),
-        ({"messages": "hi"}, "messages must be a list"),
+        ({"messages": "hi"}, "messages must be a non-empty list"),
         ([], "expected a str"),
         (3.5, "prompt is float"),
     ],

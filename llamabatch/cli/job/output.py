@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...completion import Completion
+from ...outputs import output_record
 from ..common import UsageError
 from .input import BadLine, PromptItem
 from .resume import OutputCorrupt, scan_output
@@ -31,16 +32,10 @@ except ImportError:  # Windows: no lock
 
 
 def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any]:
-    """The output object of one item: id, text, finish_reason, error, token counts, path."""
-    return {
-        "id": item.id,
-        "text": completion.text,
-        "finish_reason": completion.finish_reason,
-        "error": completion.error,
-        "n_prompt_tokens": completion.n_prompt_tokens,
-        "n_tokens": completion.n_tokens,
-        "path": completion.path,
-    }
+    """The output object of one item: id, text, finish_reason, error, token counts,
+    path, then the optional outputs it holds (``logprobs`` ...:
+    :func:`llamabatch.outputs.output_record`)."""
+    return {"id": item.id, **output_record(completion)}
 
 
 def error_record(bad: BadLine) -> dict[str, Any]:

@@ -1,0 +1,193 @@
+"""Per-item fields: how one input item becomes a prompt (or chat messages) and its own
+:class:`~llamabatch.SamplingParams`, the same for every path (a local job, a pool of
+servers, Ray Data).
+
+An item is a prompt (a ``str``, UTF-8 ``bytes`` or a list of token ids), a list of chat
+messages, or a mapping with exactly one of ``"prompt"`` / ``"messages"`` and any of the
+*line fields*: every field of :class:`~llamabatch.SamplingParams` (``max_tokens``,
+``temperature``, ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``repeat_penalty``,
+``frequency_penalty``, ``presence_penalty``, ``seed``, ``penalty_last_n``, ``stop``,
+``stop_token_ids``, ``grammar``, ``json_schema``, ``choices``, ``logprobs``, and any
+field added to it later) plus OpenAI's ``response_format``. The list is derived from the
+dataclass, so a new sampling field is a line field without more code.
+
+Rules (:func:`with_fields`):
+
+- an item's field replaces the default's (the command's flags, the generator's
+  ``sampling``); a JSON ``null`` means "not set";
+- an item that sets one of ``grammar`` / ``json_schema`` / ``choices`` /
+  ``response_format`` replaces the default's constraint whole: ``{"type": "text"}``
+  lifts it (a free reply), as OpenAI's ``response_format`` means;
+- ``response_format`` together with another constraint of the same item is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from .params import SamplingParams
+
+#: The fields of :class:`~llamabatch.SamplingParams`, in its order.
+SAMPLING_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SamplingParams))
+
+#: What an item may set besides its prompt: every sampling field and ``response_format``.
+LINE_FIELDS: tuple[str, ...] = SAMPLING_FIELDS + ("response_format",)
+
+#: The fields that say what a reply may be; an item's one replaces the default's.
+CONSTRAINTS = ("grammar", "json_schema", "choices")
+
+#: The keys that hold an item's prompt.
+PROMPT_KEYS = ("prompt", "messages")
+
+#: Fields whose values are real numbers (an integer in JSON is read as a float).
+_FLOAT_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(SamplingParams) if str(f.type).split(" ")[0] == "float"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedItem:
+    """One item, resolved.
+
+    Attributes:
+        prompt: the prompt (``str``, UTF-8 ``bytes`` or token ids), or ``None`` for a chat.
+        messages: the chat messages (a list of mappings), or ``None`` for a prompt.
+        sampling: the item's sampling params: the default's with the item's fields.
+    """
+
+    prompt: object
+    messages: list[Mapping[str, Any]] | None
+    sampling: SamplingParams
+
+
+def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The line fields that ``obj`` sets (keys of :data:`LINE_FIELDS` whose value is
+    not ``None``), checked; integers given for real-valued fields become floats. Other
+    keys are not looked at. ``response_format`` is kept as it is (see :func:`with_fields`).
+
+    Raises:
+        ValueError: a field of the wrong type or out of range (named), ``response_format``
+            not one of OpenAI's forms, or two constraints at once.
+    """
+    fields = {k: obj[k] for k in LINE_FIELDS if k in obj and obj[k] is not None}
+    for name in _FLOAT_FIELDS:
+        if isinstance(fields.get(name), int) and not isinstance(fields[name], bool):
+            fields[name] = float(fields[name])
+    with_fields(SamplingParams(), fields)  # checks each value, named in the message
+    return fields
+
+
+def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingParams:
+    """``base`` with an item's ``fields`` (as :func:`line_fields` returns them): each
+    replaces ``base``'s; a constraint (or ``response_format``) replaces ``base``'s
+    constraint whole.
+
+    Raises:
+        ValueError: a bad value (named), or ``response_format`` with another constraint.
+    """
+    if not fields:
+        return base
+    changes = dict(fields)
+    if "response_format" in changes:
+        given = [k for k in CONSTRAINTS if changes.get(k) is not None]
+        if given:
+            raise ValueError(f"response_format and {given[0]} are both set; give one")
+        from .llamacpp.constraints import response_format_fields  # pure; only when asked
+
+        changes.update(response_format_fields(changes.pop("response_format")))
+        for k in CONSTRAINTS:
+            changes.setdefault(k, None)  # {"type": "text"}: no constraint
+    if any(k in changes for k in CONSTRAINTS):
+        for k in CONSTRAINTS:
+            changes.setdefault(k, None)
+    return dataclasses.replace(base, **changes)
+
+
+def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> ResolvedItem:
+    """What ``item`` asks for: its prompt or messages, and ``base`` with its fields.
+
+    Args:
+        item: a prompt, a list of messages, or a mapping (see the module doc).
+        base: the default sampling params (the command's flags, the generator's).
+        strict: refuse a mapping's keys that are neither prompt keys nor line fields
+            (the library's rule; the command line warns about them instead).
+
+    Raises:
+        ValueError: a mapping without exactly one of prompt / messages, with an unknown
+            key (``strict``), or with a bad field (named); messages that are not a list
+            of mappings.
+    """
+    if not isinstance(item, Mapping):
+        if _is_messages(item):
+            return ResolvedItem(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
+        return ResolvedItem(item, None, base)
+    keys = [k for k in PROMPT_KEYS if item.get(k) is not None]
+    if len(keys) != 1:
+        raise ValueError('an item mapping needs exactly one of "prompt" or "messages"')
+    if strict:
+        unknown = sorted(set(item) - set(LINE_FIELDS) - set(PROMPT_KEYS))
+        if unknown:
+            raise ValueError(
+                f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
+                f"prompt, messages, {', '.join(LINE_FIELDS)}"
+            )
+    sampling = with_fields(base, line_fields(item))
+    if keys[0] == "messages":
+        messages = item["messages"]
+        if not _is_messages(messages):
+            raise ValueError('messages must be a non-empty list of {"role", "content"} objects')
+        return ResolvedItem(None, list(messages), sampling)
+    return ResolvedItem(item["prompt"], None, sampling)
+
+
+def _is_messages(value: object) -> bool:
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, (str, bytes, bytearray))
+        and bool(value)
+        and all(isinstance(m, Mapping) for m in value)
+    )
+
+
+def per_item_sampling(
+    prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams]
+) -> Iterator[SamplingParams]:
+    """An iterator of each prompt's sampling params: ``sampling`` repeated, or the
+    items of a sequence of them, one per prompt (checked up front; a ValueError when
+    more prompts come than it holds).
+
+    Raises:
+        ValueError: ``sampling`` is not a SamplingParams or a sequence of them, or its
+            count differs from that of a sized ``prompts``.
+    """
+    if isinstance(sampling, SamplingParams):
+        return itertools.repeat(sampling)
+    if not isinstance(sampling, Sequence) or isinstance(sampling, (str, bytes)):
+        raise ValueError(
+            f"sampling is {type(sampling).__name__}; expected a "
+            "SamplingParams or a sequence of them, one per prompt"
+        )
+    bad = [i for i, s in enumerate(sampling) if not isinstance(s, SamplingParams)]
+    if bad:
+        raise ValueError(
+            f"sampling[{bad[0]}] is {type(sampling[bad[0]]).__name__}; "
+            "expected a llamabatch.SamplingParams"
+        )
+    if isinstance(prompts, Sequence) and len(prompts) != len(sampling):
+        raise ValueError(
+            f"sampling has {len(sampling)} SamplingParams for {len(prompts)} prompts; "
+            "give one per prompt, or a single SamplingParams"
+        )
+    return _exactly(sampling)
+
+
+def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:
+    yield from sampling
+    raise ValueError(
+        f"sampling has {len(sampling)} SamplingParams but there are more "
+        "prompts; give one per prompt, or a single SamplingParams"
+    )

@@ -1,0 +1,158 @@
+"""BatchCompleter: the slot engine as a callable class for Ray Data's ``map_batches``.
+
+Ray Data makes one instance per actor of its actor pool (``concurrency=N``): the
+constructor loads the model once and opens a :class:`~llamabatch.BatchGenerator`;
+each call completes one batch of rows with it, several sequences at a time. The columns
+it reads and writes are those of :mod:`llamabatch.ray.columns`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelFileError
+from ..fields import resolve_item
+from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
+from ..params import SamplingParams
+from .columns import batch_rows, result_columns, row_item
+
+
+class BatchCompleter:
+    """Complete the rows of Ray Data batches on one model per actor.
+
+    Args:
+        model_path: the GGUF file; every node that runs an actor must have it at this
+            path (a shared file system, or the same file copied to each node).
+        n_ctx: tokens of the ``Llama``'s own context (items completed alone must fit
+            it); default ``n_ctx_seq``, as ``llamabatch complete`` loads it.
+        n_gpu_layers: layers offloaded to the GPU (``-1`` = all; no effect on a CPU
+            build of llama-cpp-python).
+        n_threads: CPU threads of llama.cpp (default: llama-cpp-python's).
+        slots, n_ctx_seq, n_batch, max_tokens, page_size, cache_ram_mib: the
+            :class:`~llamabatch.BatchGenerator`'s.
+        sampling: the default sampling params of every row (a :class:`SamplingParams`,
+            or a mapping of line fields); a row's own fields go on top, by
+            :func:`llamabatch.fields.resolve_item`.
+        id_column: the column copied to the output as it is (when the batch has it).
+
+    Raises:
+        ModelFileError: the model file is not on this node (the message names the
+            node) or is no GGUF file.
+        ValueError: a parameter out of range (named), as for the generator.
+
+    Call:
+        ``completer(batch) -> dict[str, np.ndarray]``: ``batch`` has a ``prompt`` or a
+        ``messages`` column (or both, one per row), optionally ``sampling_params`` and
+        field columns; the result has ``id_column`` (when given), then ``text``,
+        ``finish_reason``, ``error``, ``n_prompt_tokens``, ``n_tokens``, ``path`` and
+        each optional output that some row holds (``logprobs`` ...,
+        :mod:`llamabatch.outputs`) as JSON text (``None`` in the rows without it: their
+        nested shapes have no single Arrow type), one row per input row, in order. A row
+        that cannot be completed (no prompt, a bad field, messages the chat template
+        refuses) gets ``finish_reason`` ``"error"`` and its ``error`` in its own row;
+        one bad row never makes the call raise.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        n_ctx: int | None = None,
+        n_gpu_layers: int = 0,
+        n_threads: int | None = None,
+        slots: int = 4,
+        n_ctx_seq: int = 4096,
+        n_batch: int = 512,
+        max_tokens: int = 200,
+        page_size: int | None = None,
+        cache_ram_mib: int = 1024,
+        sampling: SamplingParams | Mapping[str, Any] | None = None,
+        id_column: str | None = "id",
+    ) -> None:
+        from .. import BatchGenerator
+        from ..fields import line_fields, with_fields
+        from ..model import load_llama
+
+        if isinstance(sampling, Mapping):
+            sampling = with_fields(SamplingParams(), line_fields(sampling))
+        self.sampling = sampling or SamplingParams()
+        self.id_column = id_column
+        if not Path(model_path).is_file():
+            raise ModelFileError(
+                f"model file {model_path} is not on node {socket.gethostname()}: every "
+                "node that runs an actor needs the model at the same path"
+            )
+        self.llm = load_llama(
+            model_path,
+            n_ctx=n_ctx or n_ctx_seq,
+            n_threads=n_threads,
+            n_gpu_layers=n_gpu_layers,
+        )
+        self.generator = BatchGenerator(
+            self.llm,
+            slots=slots,
+            n_ctx_seq=n_ctx_seq,
+            n_batch=n_batch,
+            max_tokens=max_tokens,
+            sampling=self.sampling,
+            page_size=page_size,
+            cache_ram_mib=cache_ram_mib,
+        )
+        self._template: Any = None
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        rows = batch_rows(batch)
+        prompts: list[object] = []
+        samplings: list[SamplingParams] = []
+        refused: dict[int, str] = {}
+        for k, row in enumerate(rows):
+            try:
+                prompt, sampling = self._prepare(row)
+            except Exception as exc:  # the row's own error, in its place
+                refused[k] = str(exc) or type(exc).__name__
+                prompt, sampling = [], self.sampling  # no model work for it
+            prompts.append(prompt)
+            samplings.append(sampling)
+        done = self.generator.complete_many(prompts, samplings)
+        records = []
+        for k, completion in enumerate(done):
+            record = output_record(completion)
+            if k in refused:
+                record.update(
+                    text="", finish_reason="error", error=refused[k], n_tokens=0, path="alone"
+                )
+            records.append(record)
+        extras = [n for n in extra_output_names() if any(n in r for r in records)]
+        for record in records:  # nested outputs have no one Arrow type: JSON text
+            for name in extras:
+                if name in record:
+                    record[name] = json.dumps(record[name], ensure_ascii=False)
+        columns = result_columns(records, list(OUTPUT_FIELDS) + extras)
+        if self.id_column is not None and self.id_column in batch:
+            return {self.id_column: batch[self.id_column], **columns}
+        return columns
+
+    def _prepare(self, row: Mapping[str, Any]) -> tuple[object, SamplingParams]:
+        """A row's prompt for the generator (a chat's token ids) and its sampling."""
+        item = resolve_item(row_item(row), self.sampling, strict=False)
+        if item.messages is None:
+            return item.prompt, item.sampling
+        from ..llamacpp.chat import ChatTemplate, chat_tokens, check_messages
+
+        if self._template is None:
+            self._template = ChatTemplate.from_llama(self.llm)  # ChatTemplateError: none
+        text = self._template.render(check_messages([dict(m) for m in item.messages]))
+        return chat_tokens(self.llm, text), item.sampling
+
+    def __del__(self) -> None:
+        generator = getattr(self, "generator", None)
+        if generator is not None:
+            generator.close()
+        llm = getattr(self, "llm", None)
+        if llm is not None and hasattr(llm, "close"):
+            llm.close()

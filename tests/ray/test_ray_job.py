@@ -1,0 +1,115 @@
+"""``llamabatch complete --ray`` on a local Ray cluster, real model: the local job's
+greedy replies in the same order, the same lines and constraints, and ``--resume``
+after a SIGKILL of the driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ray_util import agree_until_near_tie, job_lines
+
+from llamabatch.cli.main import main
+
+pytestmark = pytest.mark.real_model
+
+#: A fast job: greedy, 8 reply tokens, small contexts, one thread per model.
+FAST = ("--temperature", "0", "--max-tokens", "8", "--n-ctx-seq", "512", "--threads", "1")
+
+
+def _write(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_24_items_give_the_local_jobs_greedy_replies_in_the_same_order(
+    ray_address, model_path, tmp_path, capsys
+):
+    src = _write(tmp_path / "in.jsonl", job_lines(24))
+    local, on_ray = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+    common = ("complete", str(src), "--model", str(model_path), *FAST, "--slots", "4")
+    assert main([*common, "-o", str(local), "--quiet"]) == 0
+    code = main([*common, "-o", str(on_ray), "--ray", ray_address, "--actors", "2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    a, b = _read(local), _read(on_ray)
+    assert [r["id"] for r in b] == [r["id"] for r in a] == [line["id"] for line in job_lines(24)]
+    assert all(r["error"] is None and 1 <= r["n_tokens"] <= 8 for r in b), b
+    assert [r["path"] for r in b].count("batch") == 24
+    parted = [x["id"] for x, y in zip(a, b) if not agree_until_near_tie(x, y)]
+    assert not parted, parted
+    # one progress display and our summary line; Ray's progress bars are off
+    assert "ray: 2 actors" in err and "Running Dataset" not in err
+
+
+def test_a_lines_constraint_replaces_the_flags_on_ray_as_locally(
+    ray_address, model_path, tmp_path, capsys
+):
+    ticket = "Which category fits: I was charged twice this month. Reply with one word."
+    lines = [
+        {"id": "labels", "messages": [{"role": "user", "content": ticket}]},
+        {"id": "number", "prompt": "The year after 1999 is", "json_schema": {"type": "integer"}},
+        {"id": "free", "prompt": "Once upon a time", "response_format": {"type": "text"}},
+        {"id": "bad", "prompt": "x", "max_tokens": "many"},
+        {"id": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    ]
+    src = _write(tmp_path / "in.jsonl", lines)
+    outs = {}
+    for where in ("local", "ray"):
+        outs[where] = tmp_path / f"{where}.jsonl"
+        ray = ["--ray", ray_address] if where == "ray" else []
+        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
+        argv += [*FAST, "--choices", "bug,billing", "--skip-bad", "--quiet", *ray]
+        assert main(argv) == 0, capsys.readouterr().err
+    for where, out in outs.items():
+        r = {rec["id"]: rec for rec in _read(out)}
+        assert [rec["id"] for rec in _read(out)] == ["labels", "number", "free", 4, "chat"]
+        assert r["labels"]["text"] in ("bug", "billing"), (where, r)
+        assert r["number"]["text"].strip().lstrip("-").isdigit(), (where, r)
+        assert r["free"]["n_tokens"] == 8 and r["free"]["finish_reason"] == "length", (where, r)
+        assert r[4]["finish_reason"] == "error" and "max_tokens" in r[4]["error"], (where, r)
+        chat = r["chat"]["text"]
+        assert (
+            r["chat"]["n_tokens"] <= 2
+            and chat
+            and ("bug".startswith(chat) or "billing".startswith(chat))
+        ), (where, r)
+
+
+def test_resume_after_a_sigkill_of_the_driver_writes_every_item_once_in_order(
+    ray_address, model_path, tmp_path
+):
+    lines = job_lines(24)
+    src, out = _write(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    argv = [sys.executable, "-m", "llamabatch", "complete", str(src), "-o", str(out)]
+    argv += ["--model", str(model_path), *FAST, "--slots", "2", "--page-size", "4"]
+    argv += ["--ray", ray_address, "--quiet"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    driver = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and driver.poll() is None:
+        if out.exists() and len(out.read_text(encoding="utf-8").splitlines()) >= 4:
+            break
+        time.sleep(0.2)
+    assert driver.poll() is None, driver.stderr.read()
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
+    driver.stderr.close()
+    written = len(_read(out))
+    assert 4 <= written < 24 and written % 4 == 0, written  # whole blocks only
+    again = subprocess.run(
+        argv + ["--resume"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stderr
+    ids = [r["id"] for r in _read(out)]
+    assert ids == [line["id"] for line in lines]  # every item once, in input order
