@@ -7,7 +7,8 @@ chat: the tagger's loop without llamabatch) and by the slot engine at each --slo
 count, in an order that alternates from round to round; at temperature > 0 a second
 one-at-a-time run with other seeds gives the floor (how well two one-at-a-time runs
 agree). PROMPTS, its per-line fields and the sampling, constraint and context options
-are those of llamabatch complete.
+are those of llamabatch complete; items without a seed get seed 0 (the floor: 1), so
+that every setting draws alike.
 
 Prints per setting s/item (median, min-max over rounds), the ratio to one at a time
 paired within each round, items per hour, the ETA for all of PROMPTS, KV MiB per slot
@@ -221,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
         path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
     ) as llm:
         items = [
-            e for e in with_chat_prompts(llm, items, args.prompts) if isinstance(e, PromptItem)
+            e for e in with_chat_prompts(llm, entries, args.prompts) if isinstance(e, PromptItem)
         ]
         bar = progress_bar(args.rounds * per_round * n_runs, args.quiet, desc="tune")
         try:

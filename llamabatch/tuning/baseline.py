@@ -77,7 +77,7 @@ def llama_one_at_a_time(llm: Any, max_tokens: int) -> OneAtATime:
             kwargs = completion_kwargs(sampling, max_tokens, grammar)
             with llm_lock(llm):
                 if chat:
-                    out = llm.create_chat_completion(messages=list(prompt), **kwargs)
+                    out = llm.create_chat_completion(messages=prompt, **kwargs)
                     reply = out["choices"][0]["message"].get("content") or ""
                 else:
                     out = llm.create_completion(prompt, **kwargs)

@@ -60,7 +60,7 @@ def plot_report(report: TuneReport, path: str | os.PathLike[str]) -> None:
         ticks = [s.slots for s in report.settings]
         base = report.baseline.s_per_item_median
         if ok:
-            med = [s.s_per_item_median for s in ok]
+            med = [s.s_per_item_median or 0.0 for s in ok]
             lo = [m - (s.s_per_item_min or m) for m, s in zip(med, ok)]
             hi = [(s.s_per_item_max or m) - m for m, s in zip(med, ok)]
             ax_t.errorbar(xs, med, yerr=[lo, hi], marker="o", capsize=4, label="slot engine")

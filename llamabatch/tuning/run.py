@@ -155,12 +155,11 @@ def _timed(
     except (ValueError, LlamaBatchError) as exc:
         progress(len(prompts) - len(done))
         return RunRecord(setting, slots, None, (), error=f"{type(exc).__name__}: {exc}")
-    replies = tuple(labels(_reply(ids[c.index], c)) for c in done)
     return RunRecord(
         setting,
         slots,
         seconds,
-        replies,
+        tuple(labels(_reply(ids[c.index], c)) for c in done),
         items_batched=sum(c.path == "batch" for c in done),
         items_alone=sum(c.path != "batch" for c in done),
         batch_disabled_reason=gen.stats.batch_disabled_reason,
@@ -203,7 +202,7 @@ def _engine_prompts(llm: Any, prompts: Sequence[object]) -> list[object]:
             out.append(p)
             continue
         try:
-            out.append(chat_tokens(llm, template.render(check_messages(list(p)))))
+            out.append(chat_tokens(llm, template.render(check_messages(p))))
         except ValueError as exc:
             raise ValueError(f"prompts[{k}]: {exc}") from None
     return out

@@ -74,10 +74,11 @@ def _unusable(slots: int, runs: Sequence[RunRecord | None]) -> str | None:
     for run in runs:
         if run is None or run.error is not None:
             return f"it failed: {run.error if run is not None else 'it did not run'}"
-    for run in runs:
+    ran = [r for r in runs if r is not None]
+    for run in ran:
         if run.batch_disabled_reason:
             return f"batching was turned off: {run.batch_disabled_reason}"
-    if sum(r.items_batched for r in runs if r is not None) == 0:
+    if sum(r.items_batched for r in ran) == 0:
         return "no item was batched (every item was completed alone)"
     return None
 
