@@ -19,7 +19,7 @@ from .agreement import compile_label_regex, label_of, label_rule
 from .baseline import OneAtATime, is_chat, llama_one_at_a_time
 from .records import BASELINE, FLOOR, RoundRecord, RunRecord, TuneReply, setting_name
 from .report import TuneReport
-from .rounds import sample_rounds, setting_order
+from .rounds import items_per_round, sample_rounds, setting_order
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
 from .summary import floor_of, summarize
 
@@ -292,8 +292,6 @@ def tune(
         ValueError: a parameter out of range (named), too few prompts for disjoint
             rounds, a bad ``label_regex``, or ``ids`` / ``sampling`` of the wrong length.
     """
-    from .rounds import items_per_round
-
     t_start = clock()
     if (llm is None) == (backend is None):
         raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
