@@ -24,6 +24,7 @@ from .errors import (
 from .generator import BatchGenerator
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
+from .tuning import TuneReport, tune
 
 __all__ = [
     "BackendError",
@@ -45,7 +46,9 @@ __all__ = [
     "OutputCorrupt",
     "SamplingParams",
     "Stats",
+    "TuneReport",
     "UsageError",
     "llm_lock",
+    "tune",
 ]
 __version__ = "0.1.0"

@@ -126,6 +126,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="output lines: llamabatch's records, or openai: the Batch API's "
         "response lines, keyed by custom_id (default: %(default)s)",
     )
+    options.add(p, "--model")
+    options.add_fields(
+        p,
+        _BATCH_DEFAULTS,
+        [
+            ("slots", int, "N", "sequences decoded together; 1 = no batching"),
+            (
+                "page_size",
+                int,
+                "N",
+                "items read at a time, a multiple of --slots (default: the "
+                "largest multiple of --slots that is <= max(16, 4 * slots))",
+            ),
+        ],
+    )
+    add_item_options(p)
+    p.add_argument(
+        "--cache-ram-mib",
+        type=int,
+        default=1024,
+        metavar="MIB",
+        help="host memory for the states of slots another prompt template "
+        "took, loaded back when it returns (as llama-server's --cache-ram); "
+        "0 = off (default: %(default)s)",
+    )
+    options.add(
+        p,
+        "--threads",
+        help="CPU threads (default: llama-cpp-python's: half the cores to generate, "
+        "all of them for prompts)",
+    )
+    options.add(p, "--n-gpu-layers")
+    options.add(
+        p,
+        "--quiet",
+        help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
+    )
+    remote_cli.add_arguments(p)
+    ray_cli.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_item_options(p: argparse.ArgumentParser) -> None:
+    """Add the options that say what each item is and how its reply is made: the input
+    format, sampling, reply cap and context, stop strings, the constraint (--choices,
+    --json-schema, --grammar) and the text-line template; shared with ``llamabatch tune``
+    (read back with :func:`sampling_params`)."""
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -133,13 +180,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="input format (default: %(default)s: JSONL for *.jsonl or when every "
         "non-blank line is a JSON object, else text)",
     )
-    options.add(p, "--model")
     defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
     options.add_fields(
         p,
         defaults,
         [
-            ("slots", int, "N", "sequences decoded together; 1 = no batching"),
             ("max_tokens", int, "N", "most generated tokens per reply"),
             (
                 "n_ctx_seq",
@@ -149,13 +194,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "context of the model for items completed alone",
             ),
             ("n_batch", int, "N", "most tokens per llama_decode call"),
-            (
-                "page_size",
-                int,
-                "N",
-                "items read at a time, a multiple of --slots (default: the "
-                "largest multiple of --slots that is <= max(16, 4 * slots))",
-            ),
             ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
             ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
             ("top_p", float, "P", "nucleus sampling probability mass, in (0, 1]"),
@@ -174,15 +212,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             ),
             ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
         ],
-    )
-    p.add_argument(
-        "--cache-ram-mib",
-        type=int,
-        default=1024,
-        metavar="MIB",
-        help="host memory for the states of slots another prompt template "
-        "took, loaded back when it returns (as llama-server's --cache-ram); "
-        "0 = off (default: %(default)s)",
     )
     p.add_argument(
         "--stop",
@@ -231,21 +260,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="give text lines to the model as they are, without the chat "
         "template (default: off: the model's chat template is applied)",
     )
-    options.add(
-        p,
-        "--threads",
-        help="CPU threads (default: llama-cpp-python's: half the cores to generate, "
-        "all of them for prompts)",
-    )
-    options.add(p, "--n-gpu-layers")
-    options.add(
-        p,
-        "--quiet",
-        help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
-    )
-    remote_cli.add_arguments(p)
-    ray_cli.add_arguments(p)
-    p.set_defaults(func=run)
 
 
 def _read_flag_file(flag: str, path: Path) -> str:
@@ -277,8 +291,13 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
-    sampling = SamplingParams(
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    """The :class:`SamplingParams` of the options :func:`add_item_options` added.
+
+    Raises:
+        ValueError: a value out of range, or a constraint file that cannot be read.
+    """
+    return SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
@@ -288,6 +307,10 @@ def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
         stop=tuple(args.stop or ()),
         **_constraint(args),
     )
+
+
+def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
+    sampling = sampling_params(args)
     config = BatchConfig(
         slots=args.slots,
         n_ctx_seq=args.n_ctx_seq,

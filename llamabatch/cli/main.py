@@ -13,11 +13,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import bench, complete
+from . import bench, complete, tune
 from .common import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
 
 #: Modules that each add one subcommand, in the order they appear in ``--help``.
-SUBCOMMANDS = (complete, bench)
+SUBCOMMANDS = (complete, bench, tune)
 
 
 def _version() -> str:

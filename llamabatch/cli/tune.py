@@ -1,0 +1,269 @@
+"""``llamabatch tune``: on this machine, model and items, which --slots pays, and do
+the replies still agree.
+
+Rounds of fresh items sampled from PROMPTS (disjoint: no path replays a cached prompt)
+are completed one at a time (Llama.create_completion, or create_chat_completion for a
+chat: the tagger's loop without llamabatch) and by the slot engine at each --slots
+count, in an order that alternates from round to round; at temperature > 0 a second
+one-at-a-time run with other seeds gives the floor (how well two one-at-a-time runs
+agree). PROMPTS, its per-line fields and the sampling, constraint and context options
+are those of llamabatch complete; items without a seed get seed 0 (the floor: 1), so
+that every setting draws alike.
+
+Prints per setting s/item (median, min-max over rounds), the ratio to one at a time
+paired within each round, items per hour, the ETA for all of PROMPTS, KV MiB per slot
+and in all, and the share of replies (and labels: --choices, --json-schema fields,
+--label-regex) equal to one at a time's; then the recommendation and the
+llamabatch complete command to run. The run takes rounds x items x (slot counts + 1,
++ 2 at temperature > 0) completions, whatever the size of PROMPTS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..tuning.rounds import items_per_round
+from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
+from . import options
+from .common import EXIT_OK, ArgumentParser, UsageError, guarded
+from .complete import add_item_options, sampling_params
+from .job.fields import with_fields
+from .job.input import PromptItem, read_prompts, with_chat_prompts, with_text_template
+from .job.report import progress_bar
+from .llm import loaded_llama, model_path
+
+PROG = "llamabatch tune"
+DEFAULT_ROUNDS = 3
+DEFAULT_SLOTS = (2, 4, 8)
+
+
+def _slot_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+    if not values or min(values) < 2:
+        raise argparse.ArgumentTypeError(
+            f"slot counts must be integers >= 2 (one at a time is always measured): {text!r}"
+        )
+    return tuple(dict.fromkeys(values))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``tune`` subcommand to the ``llamabatch`` parser."""
+    p = subparsers.add_parser(
+        "tune",
+        help="measure which --slots pays on this machine, model and prompts",
+        description=__doc__.split("\n\n", 1)[1],
+        prog=PROG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "prompts",
+        metavar="PROMPTS",
+        type=Path,
+        help="input file, as for llamabatch complete (JSONL or text; - reads standard input)",
+    )
+    options.add(p, "--model")
+    p.add_argument(
+        "--slots",
+        type=_slot_list,
+        default=DEFAULT_SLOTS,
+        metavar="2,4,8",
+        help="slot counts of the engine to try, comma-separated, each >= 2 (default: 2,4,8)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        metavar="N",
+        help="rounds, each of fresh items (default: %(default)s)",
+    )
+    p.add_argument(
+        "--items",
+        type=int,
+        default=None,
+        metavar="N",
+        help="items per round; rounds x items must not exceed the prompts "
+        "(default: min(8, prompts // rounds))",
+    )
+    p.add_argument(
+        "--items-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the random sample of items (default: %(default)s)",
+    )
+    p.add_argument(
+        "--label-regex",
+        metavar="RE",
+        default=None,
+        help="a reply's label is the first match of RE (group 1 if it has one) "
+        "(default: the reply with --choices, its JSON value with --json-schema)",
+    )
+    p.add_argument(
+        "--min-gain",
+        type=float,
+        default=DEFAULT_MIN_GAIN_PCT,
+        metavar="PCT",
+        help="percent less time per item a setting must save (default: %(default)g)",
+    )
+    p.add_argument(
+        "--max-agreement-drop",
+        type=float,
+        default=DEFAULT_MAX_AGREEMENT_DROP,
+        metavar="POINTS",
+        help="points of agreement a setting may lose against the floor (default: %(default)g)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="OUT",
+        type=Path,
+        default=None,
+        help="write the report with every round and every reply to OUT (default: none)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        type=Path,
+        default=None,
+        help="draw s/item and agreement by slot count into OUT.png; needs matplotlib: "
+        "pip install 'llamabatch[plot]' (default: none)",
+    )
+    add_item_options(p)
+    options.add(p, "--threads", help="CPU threads (default: llama-cpp-python's)")
+    options.add(p, "--n-gpu-layers")
+    options.add(p, "--quiet", help="no progress bar or notes on stderr (default: off)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``llamabatch tune``; return the exit status (0, 1, 2 or 130)."""
+    return guarded(PROG, _run, args, "interrupted: no report was written")
+
+
+def _note(args: argparse.Namespace, message: str) -> None:
+    if not args.quiet:
+        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
+
+
+def _warn(message: str) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
+
+
+def complete_args(args: argparse.Namespace) -> list[str]:
+    """The arguments of ``llamabatch complete`` that reproduce this run's items and
+    sampling: PROMPTS, then every item option that differs from its default."""
+    blank = ArgumentParser(add_help=False)
+    add_item_options(blank)
+    defaults = vars(blank.parse_args([]))
+    out = [str(args.prompts)]
+    if args.model is not None:
+        out += ["--model", str(args.model)]
+    for dest, default in defaults.items():
+        value = getattr(args, dest)
+        if value == default:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    for flag, value, default in (
+        ("--threads", args.threads, None),
+        ("--n-gpu-layers", args.n_gpu_layers, -1),
+    ):
+        if value != default:
+            out += [flag, str(value)]
+    return out
+
+
+def _check_plot_available() -> None:
+    from ..tuning.plot import PlotUnavailable, pyplot
+
+    try:
+        pyplot()
+    except PlotUnavailable as exc:
+        raise UsageError(f"--plot: {exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..tuning import tune
+
+    if args.plot is not None:
+        _check_plot_available()  # before minutes of work, not after
+    try:
+        base = sampling_params(args)
+        options.check_threads(args.threads)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    entries = read_prompts(args.prompts, args.format, warn=_warn)
+    try:
+        entries = with_text_template(
+            entries, system=args.system, template=args.template, raw=args.raw
+        )
+        items = [e for e in entries if isinstance(e, PromptItem)]
+        samplings = [with_fields(base, it.fields) for it in items]
+        per_round = items_per_round(len(items), args.rounds, args.items)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)
+    path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
+    with loaded_llama(
+        path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
+    ) as llm:
+        items = [
+            e for e in with_chat_prompts(llm, entries, args.prompts) if isinstance(e, PromptItem)
+        ]
+        bar = progress_bar(args.rounds * per_round * n_runs, args.quiet, desc="tune")
+        try:
+            report = tune(
+                llm,
+                [it.messages if it.messages is not None else it.prompt for it in items],
+                args.slots,
+                args.rounds,
+                items=args.items,
+                sampling=samplings,
+                max_tokens=args.max_tokens,
+                n_ctx_seq=args.n_ctx_seq,
+                n_batch=args.n_batch,
+                label_regex=args.label_regex,
+                ids=[it.id for it in items],
+                items_seed=args.items_seed,
+                min_gain_pct=args.min_gain,
+                max_agreement_drop=args.max_agreement_drop,
+                complete_args=complete_args(args),
+                model=path.name,
+                progress=bar.update,
+            )
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            bar.close()
+    print(report.format(), flush=True)
+    if args.json is not None:
+        _write_json(args.json, report.to_json())
+        _note(args, f"report with every round and reply written to {args.json}")
+    if args.plot is not None:
+        from ..tuning.plot import plot_report
+
+        plot_report(report, args.plot)
+        _note(args, f"plot written to {args.plot}")
+    return EXIT_OK
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+__all__ = ["complete_args", "register", "run"]

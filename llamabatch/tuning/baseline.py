@@ -1,0 +1,90 @@
+"""One at a time, the tagger's loop without llamabatch: ``Llama.create_completion`` for
+a prompt (a string or token ids), ``Llama.create_chat_completion`` for a chat (a list of
+messages), one call per item, with the item's own sampling.
+
+The keyword arguments are llama-cpp-python's (0.3.x) names for the fields of
+:class:`~llamabatch.SamplingParams`; a constraint (``grammar``, ``json_schema``,
+``choices``) becomes the same GBNF grammar the engine uses
+(:func:`llamabatch.llamacpp.constraints.grammar_of`), given as a ``LlamaGrammar``.
+``Llama`` keeps the previous prompt's KV cache, so a prefix shared with the previous
+item is not prefilled again, as in a real tagger's loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..params import SamplingParams
+from .records import TuneReply
+
+#: ``one_at_a_time(prompt, sampling)``: one item completed without llamabatch; its reply
+#: (``id`` and ``label`` are filled in by the caller).
+OneAtATime = Callable[[object, SamplingParams], TuneReply]
+
+
+def is_chat(prompt: object) -> bool:
+    """True for a list of ``{"role", "content"}`` messages (a chat), not a prompt."""
+    return (
+        isinstance(prompt, Sequence)
+        and not isinstance(prompt, (str, bytes))
+        and bool(prompt)
+        and all(isinstance(m, Mapping) for m in prompt)
+    )
+
+
+def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
+    """The keyword arguments of ``create_completion`` / ``create_chat_completion`` for
+    ``sampling`` (reply cap: ``sampling.max_tokens`` or ``max_tokens``)."""
+    kwargs: dict[str, Any] = dict(
+        max_tokens=sampling.max_tokens or max_tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        typical_p=sampling.typical_p,
+        repeat_penalty=sampling.repeat_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        presence_penalty=sampling.presence_penalty,
+        seed=sampling.seed,
+        stop=list(sampling.stop) or None,
+    )
+    if grammar is not None:
+        kwargs["grammar"] = grammar
+    return kwargs
+
+
+def llama_one_at_a_time(llm: Any, max_tokens: int) -> OneAtATime:
+    """The :data:`OneAtATime` of a loaded ``llama_cpp.Llama``. An item that raises gets
+    its error as its reply (``finish_reason "error"``); Ctrl-C is not caught."""
+    from llama_cpp.llama_grammar import LlamaGrammar
+
+    from ..llamacpp.constraints import grammar_of
+    from ..locks import llm_lock
+
+    grammars: dict[str, Any] = {}
+
+    def one(prompt: object, sampling: SamplingParams) -> TuneReply:
+        chat = is_chat(prompt)
+        path = "create_chat_completion" if chat else "create_completion"
+        try:
+            text = grammar_of(sampling)
+            grammar = None
+            if text is not None:
+                if text not in grammars:
+                    grammars[text] = LlamaGrammar.from_string(text, verbose=False)
+                grammar = grammars[text]
+            kwargs = completion_kwargs(sampling, max_tokens, grammar)
+            with llm_lock(llm):
+                if chat:
+                    out = llm.create_chat_completion(messages=prompt, **kwargs)
+                    reply = out["choices"][0]["message"].get("content") or ""
+                else:
+                    out = llm.create_completion(prompt, **kwargs)
+                    reply = out["choices"][0]["text"]
+        except Exception as exc:  # one item's failure never ends the run
+            return TuneReply(0, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
+        finish = out["choices"][0].get("finish_reason") or "stop"
+        return TuneReply(0, reply, finish, None, int(out["usage"]["completion_tokens"]), path)
+
+    return one

@@ -1,0 +1,153 @@
+"""The result of a tune run: :class:`TuneReport`, its JSON document and its table."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .records import RoundRecord
+from .rule import Recommendation
+from .summary import Floor, SettingReport
+
+#: ``"schema"`` of the JSON document.
+SCHEMA = "llamabatch.tune/1"
+
+
+@dataclass(frozen=True, slots=True)
+class TuneReport:
+    """Which slot count pays on this machine, model and items, and how the replies agree.
+
+    The fields are the JSON document's (:meth:`to_json`).
+
+    Attributes:
+        model: the model file's name, or ``None`` when unknown.
+        n_prompts: prompts given (the ETA is for all of them).
+        items_per_round, n_rounds: items each round completed, and rounds.
+        slots: the engine's slot counts tried.
+        sampling: the base :class:`~llamabatch.SamplingParams` as a dict (items may set
+            their own fields on top).
+        max_tokens: the reply cap.
+        label_rule: ``"choices"``, ``"json_schema"``, ``"label_regex"`` or ``None``.
+        label_regex: the pattern, for ``"label_regex"``.
+        items_seed: seed of the sample of items.
+        min_gain_pct, max_agreement_drop: the recommendation's thresholds.
+        baseline: one at a time (``Llama.create_completion`` / ``create_chat_completion``).
+        settings: the engine at each slot count, in ``slots`` order.
+        floor: agreement of two one-at-a-time runs.
+        recommendation: what to run.
+        rounds: every round, with every run and every reply.
+        seconds: wall seconds of the whole run (warm-ups included).
+        notes: remarks on the run (e.g. fewer items per round than slots).
+    """
+
+    model: str | None
+    n_prompts: int
+    items_per_round: int
+    n_rounds: int
+    slots: tuple[int, ...]
+    sampling: dict[str, Any]
+    max_tokens: int
+    label_rule: str | None
+    label_regex: str | None
+    items_seed: int
+    min_gain_pct: float
+    max_agreement_drop: float
+    baseline: SettingReport
+    settings: tuple[SettingReport, ...]
+    floor: Floor
+    recommendation: Recommendation
+    rounds: tuple[RoundRecord, ...]
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``"schema"`` first; infinities as ``None``)."""
+        return {"schema": SCHEMA, **_clean(dataclasses.asdict(self))}
+
+    def format(self) -> str:
+        """The report as text: a table per setting, the floor and the recommendation."""
+        return format_report(self)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, s = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{s:02d}s"
+
+
+def format_report(report: TuneReport) -> str:
+    """See :meth:`TuneReport.format`."""
+    head = (
+        "setting",
+        "s/item",
+        "min",
+        "max",
+        "ratio",
+        "faster",
+        "items/h",
+        "ETA all",
+        "KV MiB/slot",
+        "KV MiB",
+        "exact",
+        "label",
+        "batched",
+    )
+    rows = [head]
+    for s in (report.baseline, *report.settings):
+        n = s.items_batched + s.items_alone
+        rows.append(
+            (
+                s.setting,
+                _num(s.s_per_item_median, ".3f"),
+                _num(s.s_per_item_min, ".3f"),
+                _num(s.s_per_item_max, ".3f"),
+                _num(s.ratio_median, ".3f"),
+                "-" if s.faster_pct is None else f"{s.faster_pct:+.0f} %",
+                _num(s.items_per_hour, ".0f"),
+                _eta(s.eta_s),
+                _num(s.kv_mib_per_slot, ".1f"),
+                _num(s.kv_mib_total, ".1f"),
+                "-" if s.exact_share is None else f"{s.exact_share:.0f} %",
+                "-" if s.label_share is None else f"{s.label_share:.0f} %",
+                "-" if s.slots == 1 else f"{s.items_batched}/{n}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = [
+        f"llamabatch tune: {report.model or 'model'}; {report.n_rounds} rounds of "
+        f"{report.items_per_round} items (of {report.n_prompts}), max_tokens "
+        f"{report.max_tokens}, temperature {report.sampling.get('temperature')}, "
+        f"labels: {report.label_rule or 'none'}",
+    ]
+    for k, r in enumerate(rows):
+        lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for s in report.settings:
+        if not s.usable:
+            lines.append(f"{s.setting} is not usable: {s.unusable_reason}")
+    f = report.floor
+    share = f.label_share if f.label_share is not None else f.exact_share
+    lines.append(f"floor: {_num(share, '.0f')} % agreement ({f.note})")
+    lines.extend(f"note: {n}" for n in report.notes)
+    lines.append(report.recommendation.message)
+    lines.append(report.recommendation.command)
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""Per setting, over the rounds: s/item, the paired ratio to one at a time, throughput,
+KV memory and agreement with one at a time (plain data, computed from the records)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..bench.workload import ratios
+from .agreement import Agreement, agreement
+from .records import BASELINE, FLOOR, RoundRecord, RunRecord, setting_name
+
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class SettingReport:
+    """One setting summed up over the rounds.
+
+    Attributes:
+        setting: ``"one_at_a_time"`` or ``"slots=K"``.
+        slots: 1 for one at a time, else K.
+        s_per_item: per round, wall seconds of the pass over the items (``None``: failed).
+        s_per_item_median, s_per_item_min, s_per_item_max: over the rounds that ran.
+        ratio: per round, s/item over the same round's one-at-a-time s/item (below 1:
+            faster than one at a time).
+        ratio_median: median of ``ratio``.
+        faster_pct: ``100 * (1 - ratio_median)``: percent less time per item.
+        items_per_hour: ``3600 / s_per_item_median``.
+        eta_s: seconds for all the prompts at ``s_per_item_median``.
+        kv_mib_per_slot, kv_mib_total: KV cache of the context the setting decodes in
+            (MiB = 2**20 bytes), ``None`` when unknown.
+        exact_share, label_share: percent of the items whose reply (label) equals the
+            one-at-a-time reply (label) of the same round; ``label_share`` ``None``
+            without a label rule.
+        n_items, n_failed: items over all rounds, and those that failed.
+        items_batched, items_alone: how the engine completed them.
+        usable: the setting ran in every round and really batched.
+        unusable_reason: why not, when not usable.
+    """
+
+    setting: str
+    slots: int
+    s_per_item: tuple[float | None, ...]
+    s_per_item_median: float | None
+    s_per_item_min: float | None
+    s_per_item_max: float | None
+    ratio: tuple[float, ...]
+    ratio_median: float | None
+    faster_pct: float | None
+    items_per_hour: float | None
+    eta_s: float | None
+    kv_mib_per_slot: float | None
+    kv_mib_total: float | None
+    exact_share: float | None
+    label_share: float | None
+    n_items: int
+    n_failed: int
+    items_batched: int
+    items_alone: int
+    usable: bool
+    unusable_reason: str | None
+
+    def agreement_share(self) -> float | None:
+        """The share the recommendation judges: ``label_share`` when there are labels,
+        else ``exact_share``."""
+        return self.label_share if self.label_share is not None else self.exact_share
+
+
+def _unusable(slots: int, runs: Sequence[RunRecord | None]) -> str | None:
+    if slots == 1:
+        return None
+    for run in runs:
+        if run is None or run.error is not None:
+            return f"it failed: {run.error if run is not None else 'it did not run'}"
+    ran = [r for r in runs if r is not None]
+    for run in ran:
+        if run.batch_disabled_reason:
+            return f"batching was turned off: {run.batch_disabled_reason}"
+    if sum(r.items_batched for r in ran) == 0:
+        return "no item was batched (every item was completed alone)"
+    return None
+
+
+def run_agreement(run: RunRecord | None, base: RunRecord | None, has_labels: bool) -> Agreement:
+    """Agreement of ``run`` with ``base`` (both of one round); a failed run agrees on
+    nothing (all its items count as disagreeing)."""
+    if base is None or not base.replies:
+        return Agreement(0, 0, 0 if has_labels else None)
+    if run is None or not run.replies:
+        return Agreement(len(base.replies), 0, 0 if has_labels else None)
+    return agreement(
+        [r.compared() for r in run.replies], [r.compared() for r in base.replies], has_labels
+    )
+
+
+def summarize(
+    setting: str,
+    slots: int,
+    rounds: Sequence[RoundRecord],
+    *,
+    n_prompts: int,
+    has_labels: bool,
+    kv_bytes_per_slot: int | None = None,
+) -> SettingReport:
+    """The :class:`SettingReport` of ``setting`` from the rounds' records.
+
+    ``kv_bytes_per_slot``: the KV bytes of one slot of its context (``None``: unknown).
+    """
+    runs = [r.run(setting) for r in rounds]
+    bases = [r.run(BASELINE) for r in rounds]
+    per_item = tuple(None if r is None else r.s_per_item for r in runs)
+    timed = [s for s in per_item if s is not None]
+    paired = [
+        (s, b.s_per_item)
+        for s, b in zip(per_item, bases)
+        if s is not None and b is not None and b.s_per_item is not None
+    ]
+    ratio = tuple(ratios([s for s, _ in paired], [b for _, b in paired])) if paired else ()
+    median = statistics.median(timed) if timed else None
+    ratio_median = statistics.median(ratio) if ratio else None
+    total = Agreement(0, 0, 0 if has_labels else None)
+    for run, base in zip(runs, bases):
+        total = total + run_agreement(run, base, has_labels)
+    replies = [rep for r in runs if r is not None for rep in r.replies]
+    n_items = sum(len(b.replies) for b in bases if b is not None)
+    return SettingReport(
+        setting=setting,
+        slots=slots,
+        s_per_item=per_item,
+        s_per_item_median=median,
+        s_per_item_min=min(timed) if timed else None,
+        s_per_item_max=max(timed) if timed else None,
+        ratio=ratio,
+        ratio_median=ratio_median,
+        faster_pct=None if ratio_median is None else 100.0 * (1.0 - ratio_median),
+        items_per_hour=3600.0 / median if median else None,
+        eta_s=median * n_prompts if median is not None else None,
+        kv_mib_per_slot=None if kv_bytes_per_slot is None else kv_bytes_per_slot / MIB,
+        kv_mib_total=None if kv_bytes_per_slot is None else kv_bytes_per_slot * slots / MIB,
+        exact_share=total.exact_share,
+        label_share=total.label_share,
+        n_items=n_items,
+        n_failed=sum(not rep.ok for rep in replies) + n_items - len(replies),
+        items_batched=sum(r.items_batched for r in runs if r is not None),
+        items_alone=sum(r.items_alone for r in runs if r is not None),
+        usable=_unusable(slots, runs) is None,
+        unusable_reason=_unusable(slots, runs),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The agreement of two one-at-a-time runs under the same sampling.
+
+    Attributes:
+        measured: a second one-at-a-time run was made (random sampling: another seed);
+            False at temperature 0, where two runs are the same computation and agree
+            on 100 % by construction.
+        exact_share, label_share: percent, as in :class:`SettingReport`.
+        seeds: the two seeds compared, when measured.
+        note: how it was obtained, in words.
+    """
+
+    measured: bool
+    exact_share: float | None
+    label_share: float | None
+    seeds: tuple[int, int] | None
+    note: str
+
+    def agreement_share(self) -> float | None:
+        """``label_share`` when there are labels, else ``exact_share``."""
+        return self.label_share if self.label_share is not None else self.exact_share
+
+
+def floor_of(rounds: Sequence[RoundRecord], has_labels: bool, seeds: tuple[int, int]) -> Floor:
+    """The floor from the rounds' ``"floor"`` runs, or 100 % by construction when the
+    rounds have none (greedy sampling)."""
+    if not any(r.run(FLOOR) is not None for r in rounds):
+        return Floor(
+            measured=False,
+            exact_share=100.0,
+            label_share=100.0 if has_labels else None,
+            seeds=None,
+            note="temperature 0: two one-at-a-time runs are the same computation, "
+            "100 % by construction (not measured)",
+        )
+    total = Agreement(0, 0, 0 if has_labels else None)
+    for r in rounds:
+        total = total + run_agreement(r.run(FLOOR), r.run(BASELINE), has_labels)
+    return Floor(
+        measured=True,
+        exact_share=total.exact_share,
+        label_share=total.label_share,
+        seeds=seeds,
+        note=f"two one-at-a-time runs with seeds {seeds[0]} and {seeds[1]}",
+    )
+
+
+__all__ = ["Floor", "SettingReport", "floor_of", "run_agreement", "setting_name", "summarize"]

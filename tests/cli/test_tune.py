@@ -1,0 +1,132 @@
+"""``llamabatch tune``: its options (those of ``complete``), bad usage, the plot extra,
+and a short real-model run whose JSON is recounted. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from cli_util import EXAMPLES, FAST, run_cli, single_error_line, write_jsonl
+
+from llamabatch.cli.common import ArgumentParser
+from llamabatch.cli.complete import add_item_options
+from llamabatch.cli.main import build_parser
+from llamabatch.cli.tune import complete_args
+
+
+def _flags(parser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings}
+
+
+def test_tune_has_the_item_options_of_complete(capsys):
+    items = ArgumentParser(add_help=False)
+    add_item_options(items)
+    code, out, _ = run_cli(capsys, "tune", "--help")
+    assert code == 0
+    for flag in _flags(items) | {"--model", "--slots", "--rounds", "--items", "--json", "--plot"}:
+        assert flag in out, flag
+    assert "pip install 'llamabatch[plot]'" in out
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--slots", "1,2"], "slot counts must be integers >= 2"),
+        (["--slots", "two"], "not a comma-separated list"),
+        (["--rounds", "3", "--items", "8"], "needs 24 distinct prompts"),
+        (["--temperature", "-1"], "temperature=-1.0 is out of range"),
+        (["--choices", "a,,b"], "has an empty choice"),
+    ],
+)
+def test_bad_usage_exits_2_before_any_model_work(capsys, args, named, tmp_path):
+    code, _, err = run_cli(capsys, "tune", EXAMPLES, "--model", tmp_path / "missing.gguf", *args)
+    assert code == 2
+    assert named in single_error_line(err)
+
+
+def test_plot_without_matplotlib_says_how_to_get_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    code, _, err = run_cli(capsys, "tune", EXAMPLES, "--plot", tmp_path / "t.png")
+    assert code == 2
+    line = single_error_line(err)
+    assert "matplotlib" in line and "pip install 'llamabatch[plot]'" in line
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_recommended_command_repeats_the_item_options(tmp_path):
+    args = build_parser().parse_args(
+        [
+            "tune",
+            "in.jsonl",
+            "--temperature",
+            "0",
+            "--choices",
+            "a,b",
+            "--stop",
+            "\n",
+            "--raw",
+            "--threads",
+            "2",
+            "--rounds",
+            "2",
+        ]
+    )
+    assert complete_args(args) == [
+        "in.jsonl",
+        "--temperature",
+        "0.0",
+        "--stop",
+        "\n",
+        "--choices",
+        "a,b",
+        "--raw",
+        "--threads",
+        "2",
+    ]
+
+
+@pytest.mark.real_model
+def test_short_real_run_writes_a_report_json_and_plot(capsys, tmp_path, model_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    lines = EXAMPLES.read_text(encoding="utf-8").splitlines()
+    src = write_jsonl(tmp_path / "six.jsonl", [json.loads(line) for line in lines[:6]])
+    out_json, out_png = tmp_path / "t.json", tmp_path / "t.png"
+    code, out, err = run_cli(
+        capsys,
+        "tune",
+        src,
+        "--model",
+        model_path,
+        "--slots",
+        "2",
+        "--rounds",
+        "2",
+        "--items",
+        "2",
+        *FAST,
+        "--json",
+        out_json,
+        "--plot",
+        out_png,
+    )
+    assert code == 0, err
+    assert "one_at_a_time" in out and "slots=2" in out
+    assert f"llamabatch complete {src} --model {model_path}" in out
+    doc = json.loads(out_json.read_text(encoding="utf-8"))
+    assert doc["schema"] == "llamabatch.tune/1" and doc["label_rule"] == "choices"
+    assert doc["floor"]["measured"] is False  # --temperature 0
+    (setting,) = doc["settings"]
+    n = exact = label = 0
+    for r in doc["rounds"]:
+        runs = {run["setting"]: run["replies"] for run in r["runs"]}
+        assert [rep["path"] for rep in runs["one_at_a_time"]] == ["create_completion"] * 2
+        for a, b in zip(runs["one_at_a_time"], runs["slots=2"]):
+            n += 1
+            exact += a["text"] == b["text"]
+            label += a["text"].strip() == b["text"].strip()
+    assert n == 4
+    assert setting["exact_share"] == pytest.approx(100 * exact / n)
+    assert setting["label_share"] == pytest.approx(100 * label / n)
+    assert setting["kv_mib_per_slot"] > 0 and setting["kv_mib_total"] > 0
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,198 @@
+"""``llamabatch.tune`` end to end on the fake backend: rounds, agreement recounted from
+the JSON's replies, a setting whose batching was turned off, bad input. No timing is
+asserted (the clock is the real one, the fake is instant)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from llamabatch import SamplingParams, tune
+from llamabatch.testing import FakeBackend
+from llamabatch.tuning.agreement import label_of
+
+PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(20)]
+LABELS = ("billing", "bug", "account")
+
+
+def _text(tokens) -> str:
+    return bytes(t for t in tokens if t < 256).decode("utf-8", errors="replace")
+
+
+def _number(tokens) -> int:
+    return int(re.search(r"ticket (\d+)", _text(tokens)).group(1))
+
+
+def _reply_for(slots: int):
+    """Replies 'label: X, because ...'; slot counts >= 4 change the label of every
+    item whose number is divisible by 5, and slots 2 change the reason of odd ones."""
+
+    def reply(tokens) -> str:
+        k = _number(tokens)
+        label = LABELS[k % 3]
+        if slots >= 4 and k % 5 == 0:
+            label = LABELS[(k + 1) % 3]
+        reason = "odd" if slots == 2 and k % 2 else "plain"
+        return f"label: {label}, because {reason}"
+
+    return reply
+
+
+def _backend(slots: int) -> FakeBackend:
+    return FakeBackend(reply=_reply_for(slots))
+
+
+def _run(**kwargs):
+    ticks = []
+    kw = dict(
+        slots=(2, 4),
+        rounds=2,
+        items=8,
+        backend=_backend,
+        sampling=SamplingParams(temperature=0.0),
+        label_regex=r"label: (\w+)",
+        ids=[f"t{k:02d}" for k in range(len(PROMPTS))],
+        progress=ticks.append,
+        complete_args=("in.jsonl", "--temperature", "0"),
+    )
+    kw.update(kwargs)
+    return tune(None, PROMPTS, **kw), ticks
+
+
+def test_rounds_are_disjoint_and_every_setting_gets_the_same_items():
+    report, ticks = _run()
+    doc = report.to_json()
+    seen = set()
+    for r in doc["rounds"]:
+        assert len(r["item_ids"]) == 8
+        assert not seen & set(r["item_ids"])
+        seen |= set(r["item_ids"])
+        for run in r["runs"]:
+            assert [rep["id"] for rep in run["replies"]] == r["item_ids"]
+    orders = [r["order"] for r in doc["rounds"]]
+    assert orders[0] == ["one_at_a_time", "slots=2", "slots=4"]
+    assert orders[1] == list(reversed(orders[0]))
+    assert sum(ticks) == 2 * 8 * 3  # the bar's total: rounds x items x settings
+
+
+def test_agreement_shares_match_a_recount_of_the_json_replies(tmp_path):
+    report, _ = _run()
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(report.to_json()), encoding="utf-8")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    regex = re.compile(doc["label_regex"])
+    for setting in doc["settings"]:
+        n = exact = same_label = 0
+        for r in doc["rounds"]:
+            runs = {run["setting"]: run for run in r["runs"]}
+            base, other = runs["one_at_a_time"]["replies"], runs[setting["setting"]]["replies"]
+            for a, b in zip(base, other):
+                n += 1
+                exact += a["text"] == b["text"]
+                la = label_of(a["text"], "label_regex", regex)
+                same_label += la == label_of(b["text"], "label_regex", regex)
+                assert a["label"] == la
+        assert setting["exact_share"] == pytest.approx(100 * exact / n)
+        assert setting["label_share"] == pytest.approx(100 * same_label / n)
+    by = {s["setting"]: s for s in doc["settings"]}
+    # slots 2: odd items change their reason only; slots 4: multiples of 5 their label
+    assert by["slots=2"]["label_share"] == 100.0
+    assert by["slots=2"]["exact_share"] < 100.0
+    assert by["slots=4"]["label_share"] < 100.0
+    assert doc["floor"] == {
+        "measured": False,
+        "exact_share": 100.0,
+        "label_share": 100.0,
+        "seeds": None,
+        "note": doc["floor"]["note"],
+    }
+    assert "100 % by construction" in doc["floor"]["note"]
+
+
+def test_random_sampling_measures_the_floor_with_two_seeds():
+    report, ticks = _run(sampling=SamplingParams(temperature=0.5, seed=7))
+    assert report.floor.measured and report.floor.seeds == (7, 8)
+    assert report.rounds[0].order == ("one_at_a_time", "floor", "slots=2", "slots=4")
+    assert sum(ticks) == 2 * 8 * 4
+    floor_run = report.rounds[0].run("floor")
+    assert floor_run is not None and len(floor_run.replies) == 8
+    assert report.floor.exact_share == 100.0  # the fake's replies ignore the seed
+
+
+def test_batching_turned_off_makes_a_setting_unusable():
+    def backend(slots: int) -> FakeBackend:
+        return FakeBackend(reply=_reply_for(2), fail_open=slots == 4)
+
+    report, _ = _run(backend=backend, label_regex=None)
+    by = {s.setting: s for s in report.settings}
+    assert by["slots=4"].usable is False
+    assert "batching was turned off" in by["slots=4"].unusable_reason
+    assert by["slots=4"].items_batched == 0
+    assert by["slots=2"].usable
+    assert report.recommendation.slots in (1, 2)
+    text = report.format()
+    assert "slots=4 is not usable: batching was turned off" in text
+    assert report.recommendation.command in text
+
+
+def test_a_generator_that_cannot_be_made_is_reported_not_raised():
+    report, _ = _run(slots=(2, 600), n_batch=512)  # 600 slots > n_batch
+    by = {s.setting: s for s in report.settings}
+    assert not by["slots=600"].usable
+    assert "it failed" in by["slots=600"].unusable_reason
+    assert all(r.run("slots=600").error for r in report.rounds)
+
+
+def test_choices_make_labels_and_the_report_is_json():
+    report, _ = _run(sampling=SamplingParams(temperature=0.0, choices=LABELS), label_regex=None)
+    assert report.label_rule == "choices"
+    json.dumps(report.to_json(), allow_nan=False)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(rounds=3, items=8), "needs 24 distinct prompts"),
+        (dict(rounds=0), "rounds=0 is out of range"),
+        (dict(slots=(1, 2)), "slot counts >= 2"),
+        (dict(label_regex="("), "not a valid regular expression"),
+        (dict(ids=["a"]), "ids has 1 entries"),
+        (dict(sampling=[SamplingParams()]), "sampling has 1 entries"),
+        (dict(max_tokens=0), "max_tokens=0 is out of range"),
+    ],
+)
+def test_bad_input_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _run(**kwargs)
+
+
+def test_llm_or_backend():
+    with pytest.raises(ValueError, match="exactly one of llm"):
+        tune(None, PROMPTS)
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from llamabatch.tuning.plot import plot_report
+
+    def backend(slots: int) -> FakeBackend:
+        return FakeBackend(reply=_reply_for(slots), fail_open=slots == 4)
+
+    report, _ = _run(slots=(2, 4, 8), backend=backend)  # one setting not usable
+    out = tmp_path / "t.png"
+    plot_report(report, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
+    from llamabatch.tuning.plot import PlotUnavailable, plot_report
+
+    report, _ = _run()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(PlotUnavailable, match=re.escape("pip install 'llamabatch[plot]'")):
+        plot_report(report, tmp_path / "t.png")
+    assert not (tmp_path / "t.png").exists()

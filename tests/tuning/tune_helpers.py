@@ -1,0 +1,83 @@
+"""Records with given timings and replies, for the tests of the tune report's rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from llamabatch.tuning import RoundRecord, RunRecord, TuneReply, floor_of, summarize
+from llamabatch.tuning.records import BASELINE, FLOOR, setting_name
+
+
+def run(
+    setting: str,
+    slots: int,
+    seconds: float | None,
+    texts: Sequence[str],
+    *,
+    batched: bool = True,
+    disabled: str | None = None,
+    error: str | None = None,
+) -> RunRecord:
+    """A run over ``len(texts)`` items whose labels are their texts."""
+    if error is not None:
+        return RunRecord(setting, slots, None, (), error=error)
+    replies = tuple(
+        TuneReply(k, t, "stop", None, 1, "batch" if batched and slots > 1 else "alone", t)
+        for k, t in enumerate(texts)
+    )
+    n = len(texts)
+    return RunRecord(
+        setting,
+        slots,
+        seconds,
+        replies,
+        items_batched=n if batched and slots > 1 else 0,
+        items_alone=0 if batched and slots > 1 else n,
+        batch_disabled_reason=disabled,
+    )
+
+
+def rounds(
+    per_round: Sequence[Mapping[str, RunRecord]],
+) -> list[RoundRecord]:
+    """Rounds holding the given runs (by setting name)."""
+    out = []
+    for r, runs in enumerate(per_round):
+        n = len(runs[BASELINE].replies)
+        out.append(RoundRecord(r, tuple(range(n)), tuple(runs), tuple(runs[k] for k in runs)))
+    return out
+
+
+def settings_and_floor(records: Sequence[RoundRecord], slots: Sequence[int]):
+    """The SettingReports of ``slots`` and the floor, labels on."""
+    reports = [
+        summarize(setting_name(b), b, records, n_prompts=100, has_labels=True) for b in slots
+    ]
+    return reports, floor_of(records, True, (0, 1))
+
+
+def simple(
+    timings: Mapping[int, float],
+    labels: Mapping[int, Sequence[str]] | None = None,
+    *,
+    base_s: float = 10.0,
+    base_labels: Sequence[str] = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j"),
+    floor_labels: Sequence[str] | None = None,
+    n_rounds: int = 2,
+    **run_kwargs: Mapping[int, dict],
+) -> list[RoundRecord]:
+    """``n_rounds`` equal rounds: the baseline takes ``base_s`` s for its items, slot
+    count K takes ``timings[K]`` s and replies ``labels[K]`` (default: the baseline's)."""
+    labels = labels or {}
+    per_round = []
+    for _ in range(n_rounds):
+        runs = {BASELINE: run(BASELINE, 1, base_s, base_labels)}
+        if floor_labels is not None:
+            runs[FLOOR] = run(FLOOR, 1, base_s, floor_labels)
+        for b, seconds in timings.items():
+            extra = run_kwargs.get("extra", {}).get(b, {})
+            runs[setting_name(b)] = run(
+                setting_name(b), b, seconds, labels.get(b, base_labels), **extra
+            )
+        per_round.append(runs)
+    return rounds(per_round)
