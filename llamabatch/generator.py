@@ -304,8 +304,9 @@ class BatchGenerator(Closing):
         loses only those, never a yielded page).
 
         Args:
-            prompts: any iterable of ``str``, UTF-8 ``bytes`` or lists of token ids; it
-                is read lazily, so a generator of a huge backlog is fine.
+            prompts: any iterable of ``str``, UTF-8 ``bytes`` (``bytearray``, a
+                ``memoryview`` of bytes) or lists of token ids; it is read lazily, so a
+                generator of a huge backlog is fine.
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
                 one per prompt (default: the generator's ``sampling``).
 

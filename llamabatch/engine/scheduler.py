@@ -434,6 +434,21 @@ class Scheduler:
         return self._completion(seq.item, seq.reply, "batch")
 
     def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+        choices = item.sampling.choices
+        if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
+            n = len(reply.token_ids)
+            return Completion(
+                item.index,
+                "",
+                (),
+                "error",
+                f"max_tokens ended the reply after {n} token{'s' * (n != 1)} "
+                f"({reply.text!r}) before it was one of the choices; a choices reply needs "
+                "as many tokens as the model takes to spell its longest choice: raise "
+                "max_tokens",
+                len(item.tokens),
+                path,
+            )
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         return Completion(
             item.index,

@@ -261,8 +261,10 @@ class FakeBackend:
             ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
                 untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
         """
-        if isinstance(prompt, bytes):
-            prompt = prompt.decode("utf-8")  # UnicodeDecodeError is a ValueError
+        if isinstance(prompt, memoryview) and prompt.format in ("B", "c"):
+            prompt = prompt.tobytes()  # the bytes of text, as the scheduler reads them
+        if isinstance(prompt, (bytes, bytearray)):
+            prompt = bytes(prompt).decode("utf-8")  # UnicodeDecodeError is a ValueError
         if isinstance(prompt, str):
             try:
                 tokens = self.tokenize(prompt)
