@@ -310,7 +310,7 @@ def test_an_openai_batch_file_round_trips_and_resumes(capsys, tmp_path: Path) ->
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
     records = read_jsonl(out)
-    assert [r["custom_id"] for r in records] == ["r1", 2, "r3", "r4"]
+    assert [r["custom_id"] for r in records] == ["r1", "r2", "r3", "r4"]  # its own id
     assert all(r["id"].startswith("batch_req_") for r in records)
     ok = {r["custom_id"]: r for r in records if r["error"] is None}
     assert set(ok) == {"r1", "r3", "r4"}
@@ -330,4 +330,4 @@ def test_an_openai_batch_file_round_trips_and_resumes(capsys, tmp_path: Path) ->
     out.write_text("".join(json.dumps(r) + "\n" for r in records[:2]), encoding="utf-8")
     code, _, err = run_cli(capsys, *argv, "--resume")
     assert code == 0, err
-    assert [r["custom_id"] for r in read_jsonl(out)] == ["r1", 2, "r3", "r4"]
+    assert [r["custom_id"] for r in read_jsonl(out)] == ["r1", "r2", "r3", "r4"]
