@@ -10,9 +10,9 @@ order they finish (the generator puts them back in input order), whatever fails:
   through the backend's one-at-a-time path, in its place;
 - the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch context is
   opened once two valid items are waiting. If it cannot be created, it is tried smaller
-  (:func:`smaller_tries`: half the slots down to 2, then half ``n_ctx_seq`` down to what
-  the longest waiting item needs), one log line per try; if no size can be created,
-  batching is off for good.
+  (:func:`smaller_tries`: half the slots down to 2, then half ``n_ctx_seq``, first cut to
+  at most the one-at-a-time ``n_ctx``, down to what the longest waiting item needs), one
+  log line per try; if no size can be created, batching is off for good.
 - failure isolation: when a backend call of the batch path fails (a decode, a cache
   copy, a state save or load), every cache is emptied and the items in flight are each
   completed alone once (a failure there is that item's error); batching goes on with
@@ -47,16 +47,21 @@ TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
 MAX_BATCH_FAILURES = 3
 
 
-def smaller_tries(slots: int, n_ctx_seq: int, min_n_ctx_seq: int) -> list[tuple[int, int]]:
+def smaller_tries(
+    slots: int, n_ctx_seq: int, min_n_ctx_seq: int, max_n_ctx_seq: int | None = None
+) -> list[tuple[int, int]]:
     """The sizes ``(slots, n_ctx_seq)`` to try, in order, when a batch context cannot be
     created: as asked; then half the slots (integer halving) down to 2; then, at 2
-    slots, half ``n_ctx_seq`` while it stays above ``min_n_ctx_seq``; last
+    slots, half ``n_ctx_seq`` (the first cut goes straight to ``max_n_ctx_seq`` when
+    that is smaller: no item can use more) while it stays above ``min_n_ctx_seq``; last
     ``min_n_ctx_seq`` itself (the longest waiting item's need). Fewer than 2 slots is
     no batch, so ``slots < 2`` gives only the size asked.
 
     Args:
         slots, n_ctx_seq: the size asked for.
         min_n_ctx_seq: the smallest useful ``n_ctx_seq`` (clamped to [1, n_ctx_seq]).
+        max_n_ctx_seq: the most tokens one item can use (the one-at-a-time context's
+            ``n_ctx``), or ``None``.
 
     Returns:
         distinct sizes, the one asked first.
@@ -70,7 +75,8 @@ def smaller_tries(slots: int, n_ctx_seq: int, min_n_ctx_seq: int) -> list[tuple[
         s = max(2, s // 2)
         tries.append((s, c))
     while c > floor:
-        c = max(floor, c // 2)
+        c = c // 2 if max_n_ctx_seq is None else min(c // 2, max(max_n_ctx_seq, floor))
+        c = max(floor, c)
         tries.append((s, c))
     return tries
 
@@ -138,7 +144,7 @@ class Scheduler:
         self._open_tried = True
         cfg = self.config
         floor = cfg.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
-        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor)
+        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor, self.backend.n_ctx)
         why = ""
         for k, (slots, n_ctx_seq) in enumerate(tries, 1):
             try:

@@ -152,6 +152,14 @@ def test_smaller_tries_halve_the_slots_then_n_ctx_seq_down_to_the_floor():
     assert smaller_tries(6, 256, 256) == [(6, 256), (3, 256), (2, 256)]
     assert smaller_tries(2, 4096, 5000) == [(2, 4096)]
     assert smaller_tries(1, 4096, 10) == [(1, 4096)]
+    # more than the one-at-a-time context (n_ctx) could never be used: cut straight to it
+    assert smaller_tries(4, 2**22, 600, 2048) == [
+        (4, 2**22),
+        (2, 2**22),
+        (2, 2048),
+        (2, 1024),
+        (2, 600),
+    ]
 
 
 def test_a_context_too_large_for_memory_is_retried_smaller(caplog):
