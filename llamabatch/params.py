@@ -146,10 +146,10 @@ class SamplingParams:
         )
         if self.seed == LLAMA_DEFAULT_SEED and _is_int(self.seed):
             raise ValueError(
-                f"seed={self.seed} is out of range: it is llama.cpp's LLAMA_DEFAULT_SEED, "
-                "which makes the dist sampler draw a random seed, so replies would not "
-                f"repeat; valid is None (a random seed) or an integer in [0, {MAX_SEED}] "
-                "(2**32 - 2)"
+                f"seed={self.seed} is out of range: valid is None (a random seed) or an "
+                f"integer in [0, {MAX_SEED}] (2**32 - 2); {self.seed} is llama.cpp's "
+                "LLAMA_DEFAULT_SEED, which makes the dist sampler draw a random seed, so "
+                "replies would not repeat"
             )
         _check(
             self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..completion import Completion, Stats
-from ..errors import BackendError, BatchUnavailable, GrammarError
+from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BatchLimits
 from .items import Item
@@ -154,6 +154,9 @@ class Scheduler:
                 what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
                 why = f"{what}{exc}"
                 self.limits = None
+                if isinstance(exc, LibraryError) or isinstance(exc.__cause__, LibraryError):
+                    tries = tries[:k]  # a missing symbol: no smaller size can help
+                    break
                 log.warning(
                     "llamabatch: try %d of %d: a batch context of %d sequences x %d tokens "
                     "could not be created: %s",

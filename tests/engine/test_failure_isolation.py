@@ -10,6 +10,7 @@ import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.engine.scheduler import smaller_tries
+from llamabatch.errors import BatchUnavailable, LibraryError
 from llamabatch.testing import DecodeCall, FakeBackend, HashReply, OpenBatchCall
 
 REPLY = HashReply(seed=3, max_len=6, n_vocab=256)
@@ -188,3 +189,21 @@ def test_the_smaller_tries_stop_at_the_longest_waiting_item():
     assert min(c.n_ctx_seq for c in opens) == 308 and all(c.limits is None for c in opens)
     assert "down to 2 sequences x 308 tokens" in gen.stats.batch_disabled_reason
     assert gen.limits is None and {c.path for c in out} == {"alone"}
+
+
+class NoSymbolFake(FakeBackend):
+    """A fake whose batch context needs a symbol the library lacks."""
+
+    def open_batch(self, slots, n_ctx_seq, n_batch):
+        try:
+            raise LibraryError("fake: no llama_batch_init")
+        except LibraryError as exc:
+            raise BatchUnavailable(f"cannot create the batch context: {exc}") from exc
+
+
+def test_a_missing_symbol_is_not_retried_smaller(caplog):
+    gen = BatchGenerator(backend=NoSymbolFake(REPLY), slots=4, max_tokens=8)
+    with caplog.at_level(logging.WARNING, logger="llamabatch"):
+        out = gen.complete_many(PROMPTS[:4])
+    assert results(out) == clean_run(PROMPTS[:4])
+    assert len(caplog.records) == 1 and "1 try" in gen.stats.batch_disabled_reason
