@@ -109,7 +109,7 @@ def openai_lines() -> list[dict]:
 
 def test_openai_requests_are_read_as_items(tmp_path: Path) -> None:
     entries = read_prompts(write_jsonl(tmp_path / "b.jsonl", openai_lines()), skip_bad=True)
-    assert [e.id for e in entries] == ["r1", 2, "r3", "r4"]
+    assert [e.id for e in entries] == ["r1", "r2", "r3", "r4"]  # a rejected line keeps its own
     assert "/v1/embeddings" in entries[1].error
     assert entries[0].url == "/v1/chat/completions" and entries[0].messages
     assert entries[2].prompt == "The sky is" and entries[2].fields == {
