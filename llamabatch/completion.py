@@ -73,6 +73,14 @@ class Stats:
             prefix (the tokens they saved count in ``prompt_tokens_cached``).
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
+        batch_failures: failures of the batch path (a decode, a cache copy, a state
+            save or load); each cost the items in flight one retry alone, and batching
+            went on until ``max_batch_failures`` of them came in a row.
+        items_retried: items in flight at those failures, each completed alone once.
+        last_batch_failure: the reason of the last of them, or ``None``.
+        batch_slots, batch_n_ctx_seq: sequences and tokens per sequence the batch
+            context allocated (maybe fewer than asked: a context that cannot be created
+            is tried smaller); 0 until it exists, and when it could not be created.
         alone_reasons: items completed alone for a reason the user can change, counted
             by reason (``"n_prompt_tokens + max_tokens > n_ctx_seq"``: the item does not
             fit a slot); each reason is also logged once, as a warning.
@@ -92,6 +100,11 @@ class Stats:
     cache_ram_loads: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
+    batch_failures: int = 0
+    items_retried: int = 0
+    last_batch_failure: str | None = None
+    batch_slots: int = 0
+    batch_n_ctx_seq: int = 0
     kv_bytes: int = 0
     alone_reasons: dict[str, int] = field(default_factory=dict)
 

@@ -19,7 +19,7 @@ from ._util.interrupts import callback_interrupts
 from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.items import prepare
-from .engine.scheduler import Scheduler
+from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler
 from .errors import GeneratorBusy, GeneratorClosed
 from .fields import per_item_sampling
 from .params import BatchConfig, SamplingParams
@@ -71,6 +71,12 @@ class BatchGenerator(Closing):
             to be mostly thrown away, so that a later prompt sharing their prefix loads it
             instead of prefilling it again (llama-server's ``--cache-ram``, which
             defaults to 8192; :mod:`llamabatch.engine.host_cache`). Default 1024; 0 turns it off.
+        max_batch_failures: failures of the batch path in a row (a failed decode, cache
+            copy or state save/load; no item completed in the batch in between) after
+            which batching is turned off for good (default 3, >= 1). Before that, each
+            failure empties the caches and costs only the items in flight one retry
+            alone; a grammar error is the item's own error and never counts
+            (:mod:`llamabatch.engine.scheduler`, docs/reliability-rules.md).
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
@@ -106,6 +112,7 @@ class BatchGenerator(Closing):
         page_size: int | None = None,
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
+        max_batch_failures: int = MAX_BATCH_FAILURES,
     ) -> None:
         # checked before any library work (n_ctx_seq=None: a stand-in), again below
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
@@ -162,7 +169,11 @@ class BatchGenerator(Closing):
                 "integer >= 0 (MiB; 0 keeps no state in host memory)"
             )
         self._scheduler = Scheduler(
-            backend, self.config, min_copy_tokens, cache_ram_mib * 1024 * 1024
+            backend,
+            self.config,
+            min_copy_tokens,
+            cache_ram_mib * 1024 * 1024,
+            max_batch_failures=max_batch_failures,
         )
         self.lock = getattr(backend, "lock", None) or threading.RLock()
         self._closed = False
@@ -227,7 +238,10 @@ class BatchGenerator(Closing):
     def limits(self) -> BatchLimits | None:
         """What llama.cpp allocated for the batch context (``n_ctx_seq`` padded up to a
         multiple of 256, ``n_seq_max``, ``n_batch``, ``n_ctx``); ``None`` until two
-        items that fit a slot were waiting together, and when it could not be created."""
+        items that fit a slot were waiting together, and when it could not be created.
+        A context that could not be created as asked is tried smaller (half the slots
+        down to 2, then half ``n_ctx_seq`` down to the longest waiting item's need):
+        these are the limits of the one that was created."""
         return self._scheduler.limits
 
     def _samplings(
@@ -269,8 +283,9 @@ class BatchGenerator(Closing):
         loses only those, never a yielded page).
 
         Args:
-            prompts: any iterable of ``str``, UTF-8 ``bytes`` or lists of token ids; it
-                is read lazily, so a generator of a huge backlog is fine.
+            prompts: any iterable of ``str``, UTF-8 ``bytes`` (``bytearray``, a
+                ``memoryview`` of bytes) or lists of token ids; it is read lazily, so a
+                generator of a huge backlog is fine.
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
                 one per prompt (default: the generator's ``sampling``).
 

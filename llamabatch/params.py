@@ -17,6 +17,9 @@ from dataclasses import dataclass, fields
 #: ``LLAMA_DEFAULT_SEED`` in llama.h: the dist sampler then draws a random seed.
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
+#: The largest reproducible seed: every uint32 but ``LLAMA_DEFAULT_SEED``.
+MAX_SEED = LLAMA_DEFAULT_SEED - 1
+
 #: Items per page, at most, for up to 4 slots (see :func:`default_page_size`); the
 #: pool of servers' default page.
 MAX_PAGE_SIZE = 16
@@ -61,9 +64,20 @@ class SamplingParams:
             grammar stage per sequence, after penalties as in ``Llama._init_sampler``.
         json_schema: a JSON schema (a dict or its JSON text), compiled to GBNF with
             llama-cpp-python's ``json_schema_to_gbnf``; the reply parses as JSON.
-        choices: the reply is exactly one of these strings (a tagger's labels).
+        choices: the reply is exactly one of these strings (a tagger's labels). A reply
+            that ``max_tokens`` cuts before it is one of them is not a fragment with
+            ``finish_reason`` ``"length"`` but the item's error (``"error"``, saying to
+            raise ``max_tokens``); ``max_tokens`` is neither raised nor checked up front,
+            since how many tokens the model takes to spell a choice is known only as it
+            does (token boundaries under a grammar need not be the tokenizer's). A
+            choice holding a NUL character (U+0000) is the item's error: no token can
+            produce it.
         logprobs: top-N log-probabilities of each reply token on ``Completion.logprobs``
             (0 = only the chosen token's), ``None`` = off.
+        seed: the dist sampler's seed, an integer in [0, 2**32 - 2] (the same seed and
+            prompt give the same reply); ``None`` draws a random seed per item.
+            ``2**32 - 1`` is refused: it is llama.h's ``LLAMA_DEFAULT_SEED``, which tells
+            llama.cpp to draw a random seed, so it could never repeat a reply.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set.
 
@@ -130,11 +144,18 @@ class SamplingParams:
             self.presence_penalty,
             "a finite number (0 = off)",
         )
+        if self.seed == LLAMA_DEFAULT_SEED and _is_int(self.seed):
+            raise ValueError(
+                f"seed={self.seed} is out of range: valid is None (a random seed) or an "
+                f"integer in [0, {MAX_SEED}] (2**32 - 2); {self.seed} is llama.cpp's "
+                "LLAMA_DEFAULT_SEED, which makes the dist sampler draw a random seed, so "
+                "replies would not repeat"
+            )
         _check(
-            self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= 0xFFFFFFFF),
+            self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
             "seed",
             self.seed,
-            "None or an integer in [0, 2**32 - 1]",
+            f"None (a random seed) or an integer in [0, {MAX_SEED}] (2**32 - 2)",
         )
         _check(
             _is_int(self.penalty_last_n) and self.penalty_last_n >= 0,

@@ -67,6 +67,11 @@ class Candidates:
         rows["p"] = 0.0
         self._array.size, self._array.selected, self._array.sorted = self.n_vocab, -1, False
 
+    def any_finite(self) -> bool:
+        """True when some row of the array (its current ``size``) has a finite logit:
+        after a grammar stage, False means the grammar allows no token (a dead end)."""
+        return bool(np.isfinite(self.rows["logit"][: int(self._array.size)]).any())
+
     def apply(self, sampler: Any) -> None:
         """``llama_sampler_apply(sampler, &array)`` (stages may sort and shrink it)."""
         self._apply(sampler, self._ref)

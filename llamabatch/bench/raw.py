@@ -197,7 +197,9 @@ class RawEngine:
         config = BatchConfig(
             slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=tg + 1
         )
-        self.scheduler = Scheduler(self.backend, config, min_copy_tokens=n_ctx_seq + 1)
+        self.scheduler = Scheduler(  # a failure is the bench's error, not a retry alone
+            self.backend, config, min_copy_tokens=n_ctx_seq + 1, max_batch_failures=1
+        )
         self.limits = self.scheduler.open()
         self.clock = clock
 

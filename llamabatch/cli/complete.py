@@ -210,7 +210,7 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
                 "penalty factor on tokens among the last "
                 f"{defaults['penalty_last_n']} generated, > 0; 1 = off",
             ),
-            ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
+            ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 2] (default: random)"),
         ],
     )
     p.add_argument(

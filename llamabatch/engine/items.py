@@ -1,9 +1,10 @@
 """Turning one user prompt into token ids, or into the error that is its result.
 
 A prompt is a ``str`` (tokenized like ``Llama.create_completion``: special tokens parsed),
-``bytes`` (or ``bytearray``) holding UTF-8 text, or a sequence of token ids in
-[0, n_vocab). Anything else, or a prompt with no tokens, becomes an error in its own
-place; it never raises.
+``bytes`` (or ``bytearray``, or a ``memoryview`` of bytes: format ``B`` or ``c``) holding
+UTF-8 text, or a sequence of token ids in [0, n_vocab) (a list, an array, a ``memoryview``
+of integers of another format). Anything else, or a prompt with no tokens, becomes an
+error in its own place; it never raises.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 from ..errors import BackendError
 from ..params import SamplingParams
 from .backend import Backend
+
+#: ``memoryview.format`` values read as the bytes of UTF-8 text (unsigned bytes, chars).
+BYTE_FORMATS = frozenset({"B", "c"})
 
 
 @dataclass(slots=True)
@@ -65,6 +69,8 @@ def prepare(
 
 def _prepare(index: int, prompt: object, backend: Backend) -> Item:
     try:
+        if isinstance(prompt, memoryview) and prompt.format in BYTE_FORMATS:
+            prompt = prompt.tobytes()  # bytes of text, not token ids
         if isinstance(prompt, (bytes, bytearray)):
             prompt = bytes(prompt).decode("utf-8")
         if isinstance(prompt, str):

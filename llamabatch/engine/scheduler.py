@@ -9,9 +9,17 @@ order they finish (the generator puts them back in input order), whatever fails:
 - an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``) is completed alone
   through the backend's one-at-a-time path, in its place;
 - the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch context is
-  opened once two valid items are waiting. If it cannot be opened, or any backend call
-  of the batch path fails, batching is turned off for good with one logged reason,
-  every cache is emptied, and the items in flight and all later ones run one at a time.
+  opened once two valid items are waiting. If it cannot be created, it is tried smaller
+  (:func:`smaller_tries`: half the slots down to 2, then half ``n_ctx_seq``, first cut to
+  at most the one-at-a-time ``n_ctx``, down to what the longest waiting item needs), one
+  log line per try; if no size can be created, batching is off for good.
+- failure isolation: when a backend call of the batch path fails (a decode, a cache
+  copy, a state save or load), every cache is emptied and the items in flight are each
+  completed alone once (a failure there is that item's error); batching goes on with
+  the next items. After ``max_batch_failures`` such failures with no item completed in
+  the batch in between, batching is turned off for good with one logged reason
+  (``Stats.batch_disabled_reason``). A grammar error (refused, or a dead end) is the
+  item's own error and never counts.
 """
 
 from __future__ import annotations
@@ -21,17 +29,56 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..completion import Completion, Stats
-from ..errors import BackendError, BatchUnavailable, GrammarError
+from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BatchLimits
 from .items import Item
-from .slot_engine import BatchFailed, Seq, SlotEngine
+from .seq_errors import GrammarDeadEnd
+from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
 from .stop import Reply
 
 log = logging.getLogger("llamabatch")
 
 #: Key of :attr:`Stats.alone_reasons`: the prompt plus ``max_tokens`` exceed a slot.
 TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
+
+#: Default of ``max_batch_failures``: consecutive failures of the batch path before
+#: batching is turned off for good.
+MAX_BATCH_FAILURES = 3
+
+
+def smaller_tries(
+    slots: int, n_ctx_seq: int, min_n_ctx_seq: int, max_n_ctx_seq: int | None = None
+) -> list[tuple[int, int]]:
+    """The sizes ``(slots, n_ctx_seq)`` to try, in order, when a batch context cannot be
+    created: as asked; then half the slots (integer halving) down to 2; then, at 2
+    slots, half ``n_ctx_seq`` (the first cut goes straight to ``max_n_ctx_seq`` when
+    that is smaller: no item can use more) while it stays above ``min_n_ctx_seq``; last
+    ``min_n_ctx_seq`` itself (the longest waiting item's need). Fewer than 2 slots is
+    no batch, so ``slots < 2`` gives only the size asked.
+
+    Args:
+        slots, n_ctx_seq: the size asked for.
+        min_n_ctx_seq: the smallest useful ``n_ctx_seq`` (clamped to [1, n_ctx_seq]).
+        max_n_ctx_seq: the most tokens one item can use (the one-at-a-time context's
+            ``n_ctx``), or ``None``.
+
+    Returns:
+        distinct sizes, the one asked first.
+    """
+    tries = [(slots, n_ctx_seq)]
+    if slots < 2:
+        return tries
+    floor = max(1, min(min_n_ctx_seq, n_ctx_seq))
+    s, c = slots, n_ctx_seq
+    while s > 2:
+        s = max(2, s // 2)
+        tries.append((s, c))
+    while c > floor:
+        c = c // 2 if max_n_ctx_seq is None else min(c // 2, max(max_n_ctx_seq, floor))
+        c = max(floor, c)
+        tries.append((s, c))
+    return tries
 
 
 class Scheduler:
@@ -41,6 +88,12 @@ class Scheduler:
         backend: the backend to drive.
         config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
+        max_batch_failures: failures of the batch path in a row (no item completed in
+            the batch in between) after which batching is turned off for good, >= 1
+            (1: the first failure turns it off).
+
+    Raises:
+        ValueError: ``max_batch_failures`` is not an integer >= 1.
     """
 
     def __init__(
@@ -49,15 +102,29 @@ class Scheduler:
         config: BatchConfig,
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
+        max_batch_failures: int = MAX_BATCH_FAILURES,
     ):
+        if (
+            not isinstance(max_batch_failures, int)
+            or isinstance(max_batch_failures, bool)
+            or max_batch_failures < 1
+        ):
+            raise ValueError(
+                f"max_batch_failures={max_batch_failures!r} is out of range: valid is an "
+                "integer >= 1 (failures of the batch path in a row before batching is "
+                "turned off; 1 turns it off at the first)"
+            )
         self.backend = backend
         self.config = config
         self.min_copy_tokens = min_copy_tokens
         self.cache_ram_bytes = cache_ram_bytes
+        self.max_batch_failures = max_batch_failures
         self.stats = Stats()
         self.limits: BatchLimits | None = None
         self.engine: SlotEngine | None = None
         self._open_tried = False
+        self._failures = 0  # failures of the batch path since an item completed in it
+        self._retry: deque[Item] = deque()  # items in flight at a failure: alone, once
         if config.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
@@ -66,21 +133,49 @@ class Scheduler:
         log.warning("llamabatch: batching turned off, completing items one at a time: %s", reason)
         self.stats.batch_disabled_reason = reason
 
-    def _open(self) -> bool:
+    def _open(self, min_n_ctx_seq: int | None = None) -> bool:
+        """Create the batch context, smaller when it cannot be created
+        (:func:`smaller_tries`; ``min_n_ctx_seq``: the longest waiting item's need,
+        ``None``: only fewer slots are tried)."""
         if self.engine is not None:
             return True
         if self._open_tried or not self.stats.batching_enabled:
             return False
         self._open_tried = True
         cfg = self.config
-        try:
-            self.limits = self.backend.open_batch(cfg.slots, cfg.n_ctx_seq, cfg.n_batch)
-        except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
-            what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
-            self.limits = None
-            self._disable(f"the batch context could not be created: {what}{exc}")
+        floor = cfg.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
+        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor, self.backend.n_ctx)
+        why = ""
+        for k, (slots, n_ctx_seq) in enumerate(tries, 1):
+            try:
+                self.limits = self.backend.open_batch(slots, n_ctx_seq, cfg.n_batch)
+                break
+            except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
+                what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
+                why = f"{what}{exc}"
+                self.limits = None
+                if isinstance(exc, LibraryError) or isinstance(exc.__cause__, LibraryError):
+                    tries = tries[:k]  # a missing symbol: no smaller size can help
+                    break
+                log.warning(
+                    "llamabatch: try %d of %d: a batch context of %d sequences x %d tokens "
+                    "could not be created: %s",
+                    k,
+                    len(tries),
+                    slots,
+                    n_ctx_seq,
+                    why,
+                )
+        if self.limits is None:
+            last = tries[-1]
+            self._disable(
+                f"the batch context could not be created ({len(tries)} "
+                f"tr{'ies' if len(tries) > 1 else 'y'}, down to {last[0]} sequences x "
+                f"{last[1]} tokens): {why}"
+            )
             return False
         lim = self.limits
+        self.stats.batch_slots, self.stats.batch_n_ctx_seq = lim.n_seq_max, lim.n_ctx_seq
         log.info(
             "llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
             "requested), n_batch %d, n_ctx %d",
@@ -96,7 +191,9 @@ class Scheduler:
         return True
 
     def open(self) -> BatchLimits | None:
-        """Open the batch context now (else it opens when two valid items wait).
+        """Open the batch context now (else it opens when two valid items wait); if it
+        cannot be created, fewer slots are tried (not a shorter ``n_ctx_seq``: no item
+        is known yet).
 
         Returns:
             its limits, or ``None`` when batching is off (the reason is in
@@ -156,6 +253,7 @@ class Scheduler:
         """
         queue: deque[Item] = deque()
         open_: set[int] = set()
+        self._retry.clear()
         state = {"next": 0, "exhausted": False}
 
         def pull(n_wanted: int) -> None:
@@ -211,8 +309,10 @@ class Scheduler:
                 if len(queue) == n:
                     break
             if sum(it.error is None for it in queue) >= 2:
-                self._open()
+                self._open(self._longest_need(queue))
             engine = self.engine
+        if self._retry:  # the items in flight at a failure, alone, one per turn
+            return [self.run_alone(self._retry.popleft())]
         if engine is None or not self.batching:
             pull(1)
             return [self.run_alone(queue.popleft())] if queue else None
@@ -243,11 +343,38 @@ class Scheduler:
             return done + self._fail(exc, queue)
         return done + [self._batched(seq) for seq in finished]
 
+    def _longest_need(self, queue: deque[Item]) -> int | None:
+        """Slot tokens (prompt + budget) of the longest waiting item that fits a slot of
+        the requested size; ``None`` when none does."""
+        needs = [it.n_prompt_tokens + self.budget(it) for it in queue if it.error is None]
+        fitting = [n for n in needs if n <= self.config.n_ctx_seq]
+        return max(fitting) if fitting else None
+
     def _fail(self, exc: BatchFailed, queue: deque[Item]) -> list[Completion]:
+        """Empty every cache; the items in flight are each completed alone once
+        (:attr:`_retry`); after ``max_batch_failures`` in a row, batching is off."""
         n = len(self.engine.running)
-        self._disable(f"{exc.reason} (with {n} sequence(s) running)")
-        for item in reversed(self.engine.reset()):
-            queue.appendleft(item)
+        items = self.engine.reset()
+        self._retry.extend(items)
+        self.stats.batch_failures += 1
+        self.stats.items_retried += len(items)
+        self.stats.last_batch_failure = reason = f"{exc.reason} (with {n} sequence(s) running)"
+        if exc.counts:
+            self._failures += 1
+        if self._failures >= self.max_batch_failures:
+            self._disable(
+                f"{self._failures} failure{'s' * (self._failures != 1)} of the batch path "
+                f"in a row (max_batch_failures={self.max_batch_failures}); the last: {reason}"
+            )
+        else:
+            log.warning(
+                "llamabatch: the batch path failed (%d in a row of max_batch_failures=%d): "
+                "%s; the %d item(s) in flight are completed alone, batching goes on",
+                self._failures,
+                self.max_batch_failures,
+                reason,
+                len(items),
+            )
         return []
 
     # -- one at a time -----------------------------------------------------------------
@@ -263,6 +390,8 @@ class Scheduler:
             for token in tokens:
                 if reply.add(token, take()[0] if take is not None else None):
                     break
+        except GrammarDeadEnd as exc:
+            return self._error(item, dead_end_message(exc, reply))
         except GrammarError as exc:
             return self._error(item, str(exc))
         except BackendError as exc:
@@ -307,9 +436,28 @@ class Scheduler:
             s.items_alone += 1
 
     def _batched(self, seq: Seq) -> Completion:
+        if seq.error is not None:  # its own error (a grammar dead end): never counts
+            item = seq.item
+            return Completion(item.index, "", (), "error", seq.error, item.n_prompt_tokens, "batch")
+        self._failures = 0  # an item completed in the batch: the failures are not in a row
         return self._completion(seq.item, seq.reply, "batch")
 
     def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+        choices = item.sampling.choices
+        if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
+            n = len(reply.token_ids)
+            return Completion(
+                item.index,
+                "",
+                (),
+                "error",
+                f"max_tokens ended the reply after {n} token{'s' * (n != 1)} "
+                f"({reply.text!r}) before it was one of the choices; a choices reply needs "
+                "as many tokens as the model takes to spell its longest choice: raise "
+                "max_tokens",
+                len(item.tokens),
+                path,
+            )
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         return Completion(
             item.index,

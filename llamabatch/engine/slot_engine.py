@@ -10,7 +10,10 @@ sequences that ended. Every sampled token goes through the sequence's
 
 Any exception a backend call raises becomes :class:`BatchFailed`; the caller
 (:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache with
-:meth:`SlotEngine.reset` and completes the items in flight one at a time.
+:meth:`SlotEngine.reset` and completes the items in flight one at a time. A sequence
+whose grammar reaches a dead end in a decode
+(:class:`~llamabatch.engine.seq_errors.SampleErrors`) ends with its own error
+(``Seq.error``); the others go on.
 """
 
 from __future__ import annotations
@@ -22,20 +25,39 @@ from typing import Any
 
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
-from .backend import Backend, BatchLimits
+from .backend import Backend, BatchLimits, Span
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
+from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable
 from .stop import Reply
 
 
-class BatchFailed(Exception):
-    """A backend call of the batch path failed; ``reason`` says which and why."""
+def _logit_spans(spans: list[Span]) -> list[Span]:
+    return [s for s in spans if s.logits]
 
-    def __init__(self, reason: str) -> None:
+
+def dead_end_message(exc: Exception, reply: Reply) -> str:
+    """The error of an item whose grammar reached a dead end: what llama.cpp's grammar
+    refused and where (after how many reply tokens, and their text)."""
+    n = len(reply.token_ids)
+    return f"{exc} (after {n} reply token{'s' * (n != 1)}: {reply.text!r}; nothing accepted)"
+
+
+class BatchFailed(Exception):
+    """A backend call of the batch path failed; ``reason`` says which and why.
+
+    Attributes:
+        counts: False when the failure is an item's own (a grammar error that no
+            sequence could be blamed for): it costs the items in flight their retry
+            alone but is not a failure of batching.
+    """
+
+    def __init__(self, reason: str, counts: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.counts = counts
 
 
 class Status(IntEnum):
@@ -66,6 +88,7 @@ class Seq:
     copy: CopyPlan | None = None
     status: Status = Status.PREFILL
     breaks: set[int] = field(default_factory=set)
+    error: str | None = None  # its own error (a grammar dead end): it ended with it
 
     @property
     def tokens(self) -> list[int]:
@@ -84,6 +107,8 @@ def _guard(
         return fn(*args)
     except passthrough:
         raise
+    except GrammarError as exc:  # an item's own error, but whose is unknown here
+        raise BatchFailed(f"{what} raised GrammarError: {exc}", counts=False) from exc
     except DecodeError as exc:
         raise BatchFailed(
             f"llama_decode returned {exc.code} ({decode_meaning(exc.code)}): {exc}"
@@ -323,10 +348,21 @@ class SlotEngine:
         """
         spans = self._plan()
         self.dirty = True
-        sampled = _guard("decode", self.backend.decode, spans)
+        dead: dict[int, GrammarError] = {}
+        try:
+            sampled = _guard("decode", self.backend.decode, spans, passthrough=SampleErrors)
+        except SampleErrors as exc:  # decoded; some sequences' grammars are dead ends
+            sampled, dead = exc.sampled, exc.errors
         n_logits = sum(span.logits for span in spans)
         if not isinstance(sampled, list) or len(sampled) != n_logits:
             raise BatchFailed(f"decode returned {sampled!r} for {n_logits} sequences")
+        wrong = [
+            s.seq_id
+            for s, t in zip(_logit_spans(spans), sampled)
+            if (t is None) != (s.seq_id in dead)
+        ]
+        if wrong:
+            raise BatchFailed(f"decode returned no token for seq(s) {wrong} without an error")
         self.stats.decode_calls += 1
         it = iter(zip(sampled, self._logprobs(spans, n_logits)))
         for span in spans:
@@ -338,6 +374,10 @@ class SlotEngine:
                 seq.breaks.discard(seq.fed)
             if span.logits:
                 token, logprobs = next(it)
+                if token is None:
+                    seq.error = dead_end_message(dead[span.seq_id], seq.reply)
+                    seq.status = Status.FINISHED
+                    continue
                 reason = seq.reply.add(token, logprobs)
                 seq.status = Status.DECODE if reason is None else Status.FINISHED
         self.dirty = False

@@ -24,9 +24,18 @@ from typing import Any
 
 from .. import _ffi
 from ..engine.backend import BatchLimits, Span
-from ..errors import BackendError, BatchUnavailable, DecodeError, LibraryError, decode_meaning
+from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
+from ..errors import (
+    BackendError,
+    BatchUnavailable,
+    DecodeError,
+    GrammarError,
+    LibraryError,
+    decode_meaning,
+)
 from ..locks import llm_lock
 from ..params import SamplingParams
+from .alone_grammar import AloneGrammar
 from .batch import LlamaBatch
 from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
@@ -265,6 +274,8 @@ class LlamaBackend:
             ValueError: no tokens, more than ``n_batch`` tokens, logits for a sequence
                 that was not started (:meth:`start_seq`).
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
+            SampleErrors: decoded, but the grammars of some sequences allow no token
+                (nothing accepted into them; the others were sampled).
             BackendError: the ``Llama`` was closed.
         """
         ctx, batch = self._open()
@@ -283,8 +294,19 @@ class LlamaBackend:
         code = ctx.decode(batch)
         if code != 0:
             raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
-        sampled = [sampler.sample(ctx, i) for sampler, i in rows]
-        self._logprobs = [sampler.last_logprobs for sampler, _ in rows]
+        sampled: list[int | None] = []
+        dead: dict[int, GrammarError] = {}
+        self._logprobs = []
+        for (sampler, i), seq_id in zip(rows, (s.seq_id for s in spans if s.logits)):
+            try:
+                sampled.append(sampler.sample(ctx, i))
+                self._logprobs.append(sampler.last_logprobs)
+            except GrammarDeadEnd as exc:  # nothing accepted; the other rows go on
+                dead[seq_id] = exc
+                sampled.append(None)
+                self._logprobs.append(None)
+        if dead:
+            raise SampleErrors(sampled, dead)
         return sampled
 
     def clear(self, n_seqs: int | None = None) -> None:
@@ -306,18 +328,22 @@ class LlamaBackend:
         caller): see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
 
         A grammar (``grammar`` / ``json_schema`` / ``choices``) goes to ``Llama.generate``
-        as a ``LlamaGrammar``, which puts it after penalties over the whole vocabulary;
-        it is first built once here, since llama-cpp-python adds the stage without
-        checking llama.cpp's NULL for a grammar it refuses.
+        as a logits processor over the whole vocabulary
+        (:class:`~llamabatch.llamacpp.alone_grammar.AloneGrammar`), not as a
+        ``LlamaGrammar`` in its chain: the chain would accept a token into a grammar
+        that allows none, and llama.cpp aborts the process there.
 
         Raises:
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was
                 closed (when iterated).
             GrammarError: llama.cpp refused the grammar (when iterated).
+            GrammarDeadEnd: the grammar allows no token at some step (when iterated;
+                nothing was accepted into it).
         """
         self._check_llm()
         llm = self._llm
-        grammar = self._llama_grammar(sampling)
+        text = grammar_of(sampling)
+        grammar = AloneGrammar(llm, text) if text is not None else None
         if self._alone_guard is None:
             self._alone_guard = LlamaGuard(llm)
         guard = self._alone_guard
@@ -335,7 +361,7 @@ class LlamaBackend:
                 frequency_penalty=sampling.frequency_penalty,
                 presence_penalty=sampling.presence_penalty,
                 reset=True,
-                grammar=grammar,
+                logits_processor=None if grammar is None else [grammar],
             )
             try:
                 while True:
@@ -345,6 +371,8 @@ class LlamaBackend:
                         return
                     except (RuntimeError, ValueError) as exc:
                         raise BackendError(f"llama-cpp-python: {exc}") from exc
+                    if grammar is not None:
+                        grammar.accept(token)  # GrammarDeadEnd before any accept
                     if sampling.logprobs is not None:
                         self._logprobs.append(self._alone_logprobs(token, sampling.logprobs))
                     yield token
@@ -352,6 +380,8 @@ class LlamaBackend:
                 stream.close()
         finally:
             guard.restore_settings()
+            if grammar is not None:
+                grammar.close()
 
     def release_alone(self) -> None:
         """Cut the ``Llama``'s KV cache back to the tokens the caller had cached before
@@ -361,17 +391,6 @@ class LlamaBackend:
             guard, self._alone_guard = self._alone_guard, None
             if guard is not None:
                 guard.restore()
-
-    def _llama_grammar(self, sampling: SamplingParams) -> Any:
-        text = grammar_of(sampling)
-        if text is None:
-            return None
-        lib = _ffi.load()
-        check = lib.samplers.new_grammar(lib.vocab(_ffi.model_of(self._llm)), text)
-        lib.samplers.free(check)  # llama.cpp accepted it: Llama may build it too
-        from llama_cpp.llama_grammar import LlamaGrammar
-
-        return LlamaGrammar.from_string(text, verbose=False)
 
     def _alone_logprobs(self, token: int, n: int) -> Any:
         """The logprobs of the token ``Llama.generate`` just sampled: its context's last

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import GrammarError
+from .dead_ends import check_choices, check_literals
 
 #: Any JSON object (``response_format: {"type": "json_object"}``): the schema
 #: ``{"type": "object"}`` compiled like every other schema.
@@ -95,13 +96,19 @@ def grammar_of(params: Any) -> str | None:
     ``grammar``, or the one of its ``json_schema`` or ``choices``; ``None`` if none.
 
     Raises:
-        GrammarError: the json_schema cannot be compiled.
+        GrammarError: the json_schema cannot be compiled; a choice or a string literal
+            holds a NUL character, which no token can produce
+            (:mod:`llamabatch.llamacpp.dead_ends`).
     """
     if params.grammar is not None:
+        check_literals(params.grammar)
         return params.grammar
     if params.json_schema is not None:
-        return schema_grammar(params.json_schema)
+        text = schema_grammar(params.json_schema)
+        check_literals(text)  # e.g. a "const" holding a NUL
+        return text
     if params.choices is not None:
+        check_choices(params.choices)
         return choices_grammar(params.choices)
     return None
 

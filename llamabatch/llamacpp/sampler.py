@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import _ffi
 from .._util.closing import Closing
-from ..errors import GrammarError
+from ..engine.seq_errors import GrammarDeadEnd
 from ..params import SamplingParams
 from .constraints import grammar_of
 
@@ -75,6 +75,10 @@ class SeqSampler(Closing):
         params: the sampling parameters.
         lazy_grammar: check a grammar only on the token the chain picked (default), or
             (False) run it over the whole vocabulary at every step as ``Llama`` does.
+            Only the lazy check guards a grammar dead end (:meth:`sample` raises
+            ``GrammarDeadEnd`` before accepting anything); with False the grammar is a
+            stage of the chain, which accepts in the same C call, so a dead end there
+            aborts the process: a reference for tests, never used by the backend.
 
     Attributes:
         last_logprobs: after :meth:`sample`, the chosen token's log-probabilities when
@@ -98,6 +102,7 @@ class SeqSampler(Closing):
         self._finalizer = weakref.finalize(self, chains.free, chain)
         self._chain = chain
         self._grammar: _ffi.SamplerHandle | None = None
+        self.n_accepted = 0  # tokens accepted into the lazily checked grammar
         self._candidates = None
         chains.add_penalties(
             chain,
@@ -171,12 +176,21 @@ class SeqSampler(Closing):
         if not cand.allows(grammar.chain, token):
             cand.fill(logits)
             cand.apply(grammar.chain)  # masks what the grammar forbids with -inf
+            if not cand.any_finite():  # a dead end: accept nothing (llama.cpp aborts)
+                raise GrammarDeadEnd(
+                    "the grammar allows no token of the vocabulary here (a dead end: e.g. "
+                    "a NUL character in a literal, or an empty character class)",
+                    self.n_accepted,
+                )
             cand.apply(chain.chain)
             token, logit = cand.selected()
             if not math.isfinite(logit) or not cand.allows(grammar.chain, token):
-                raise GrammarError("the grammar allows no token of the vocabulary here")
+                raise GrammarDeadEnd(
+                    "the sampler chain kept no token the grammar allows", self.n_accepted
+                )
         chains.accept(grammar, token)  # an allowed token only: llama.cpp aborts otherwise
         chains.accept(chain, token)
+        self.n_accepted += 1
         return token
 
     def stage_names(self) -> list[str]:

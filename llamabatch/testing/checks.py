@@ -38,6 +38,7 @@ class Case:
     page_size: int | None = None
     min_copy_tokens: int = 32
     sampling: tuple[SamplingParams, ...] | None = None
+    max_batch_failures: int = 3
 
     def generator(self) -> BatchGenerator:
         """A new generator on :attr:`fake` with this configuration."""
@@ -49,6 +50,7 @@ class Case:
             max_tokens=self.max_tokens,
             page_size=self.page_size,
             min_copy_tokens=self.min_copy_tokens,
+            max_batch_failures=self.max_batch_failures,
         )
 
     def max_tokens_of(self, k: int) -> int:

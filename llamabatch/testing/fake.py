@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..engine.backend import BatchLimits, Span
-from ..errors import BackendError, BatchUnavailable, DecodeError
+from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
+from ..errors import BackendError, BatchUnavailable, DecodeError, GrammarError
 from ..params import SamplingParams
 from .records import (
     AloneCall,
@@ -87,7 +88,8 @@ class FakeBackend:
         filler: the token emitted after the reply when ``eog_ids`` is empty.
         tokenizer, detokenizer: replace the byte-level defaults.
         fail_open: ``open_batch`` raises ``BatchUnavailable``.
-        fail_decode_at, fail_code: the ``fail_decode_at``-th decode call (1-based) raises
+        fail_decode_at, fail_code: the ``fail_decode_at``-th decode call (1-based; or
+            each call whose number is in a collection of them) raises
             ``DecodeError(code=fail_code)``; with code 2 or < -1 its tokens stay in the KV
             cache (as in llama.cpp), with 1 or -1 nothing changes. Settable later.
         fail_exc: raise this exception (e.g. ``MemoryError()``) instead of
@@ -97,6 +99,17 @@ class FakeBackend:
         fail_state_at: the ``fail_state_at``-th ``save_seq`` or ``load_seq`` (1-based,
             counted together) raises ``BackendError``; a failed load leaves the cache
             unknown. Settable later.
+        max_kv_tokens: ``open_batch`` raises ``BatchUnavailable`` when ``slots *
+            n_ctx_seq`` (after padding) exceeds it, as llama.cpp returns NULL for a KV
+            cache too large for memory (``None``: no limit). Settable later.
+        refuse_grammar: ``start_seq`` and ``generate_alone`` raise ``GrammarError`` for an
+            item with a constraint (``SamplingParams.constraint``), as llama.cpp refuses a
+            bad grammar. Settable later.
+        dead_end_at: an item with a constraint reaches a grammar dead end after this many
+            reply tokens: ``decode`` raises
+            :class:`~llamabatch.engine.seq_errors.SampleErrors` for its sequence (the
+            others are sampled), ``generate_alone`` raises
+            :class:`~llamabatch.engine.seq_errors.GrammarDeadEnd`. Settable later.
         recurrent: refuse partial trims (see above).
         declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
             False); else the scheduler must learn it from a refused trim.
@@ -142,11 +155,14 @@ class FakeBackend:
         tokenizer: Callable[[str], list[int]] | None = None,
         detokenizer: Callable[[Sequence[int]], str] | None = None,
         fail_open: bool = False,
-        fail_decode_at: int | None = None,
+        fail_decode_at: int | Collection[int] | None = None,
         fail_code: int = -1,
         fail_exc: BaseException | None = None,
         fail_copy_at: int | None = None,
         fail_state_at: int | None = None,
+        max_kv_tokens: int | None = None,
+        refuse_grammar: bool = False,
+        dead_end_at: int | None = None,
         recurrent: bool = False,
         declares_recurrent: bool = True,
         fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
@@ -170,6 +186,9 @@ class FakeBackend:
         self.fail_exc = fail_exc
         self.fail_copy_at = fail_copy_at
         self.fail_state_at = fail_state_at
+        self.max_kv_tokens = max_kv_tokens
+        self.refuse_grammar = refuse_grammar
+        self.dead_end_at = dead_end_at
         self.num_states = 0
         self.recurrent = recurrent
         self.partial_trim = not (recurrent and declares_recurrent)
@@ -242,8 +261,10 @@ class FakeBackend:
             ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
                 untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
         """
-        if isinstance(prompt, bytes):
-            prompt = prompt.decode("utf-8")  # UnicodeDecodeError is a ValueError
+        if isinstance(prompt, memoryview) and prompt.format in ("B", "c"):
+            prompt = prompt.tobytes()  # the bytes of text, as the scheduler reads them
+        if isinstance(prompt, (bytes, bytearray)):
+            prompt = bytes(prompt).decode("utf-8")  # UnicodeDecodeError is a ValueError
         if isinstance(prompt, str):
             try:
                 tokens = self.tokenize(prompt)
@@ -307,16 +328,24 @@ class FakeBackend:
             BatchUnavailable: ``fail_open``, or ``slots`` above ``max_slots``.
             FakeBackendViolation: called twice, after ``close``, or with a value < 1.
         """
-        self._require(not self._open_tried, "open_batch called twice")
+        self._require(self.limits is None, "open_batch called after it created a context")
         self._require(not self.closed, "open_batch after close()")
         self._require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
         self._open_tried = True
-        if self.fail_open or slots > self.max_slots:
+        n_padded = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
+        too_big = self.max_kv_tokens is not None and slots * n_padded > self.max_kv_tokens
+        if self.fail_open or slots > self.max_slots or too_big:
             if self.check:
                 self.log.append(OpenBatchCall(slots, n_ctx_seq, n_batch, None))
-            why = "fail_open=True" if self.fail_open else f"slots > {self.max_slots}"
+            why = (
+                "fail_open=True"
+                if self.fail_open
+                else f"slots > {self.max_slots}"
+                if slots > self.max_slots
+                else f"slots * n_ctx_seq = {slots * n_padded} > max_kv_tokens={self.max_kv_tokens}"
+            )
             raise BatchUnavailable(f"fake: the batch context cannot be created ({why})")
-        n_ctx_seq = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
+        n_ctx_seq = n_padded
         n_ctx = n_ctx_seq * slots
         n_batch = min(n_batch, n_ctx, self.n_batch_cap or n_batch)
         self.limits = BatchLimits(slots, n_ctx_seq, n_batch, n_ctx)
@@ -349,6 +378,7 @@ class FakeBackend:
             FakeBackendViolation: no batch context, or ``seq_id`` out of range.
         """
         seq = self._seq(seq_id, "start_seq")
+        self._grammar_fault(sampling)
         if self.check:
             self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
         seq.restart()
@@ -472,9 +502,10 @@ class FakeBackend:
         self.num_decode_calls += 1
         if self.check:
             self._check_plan(spans)
-        if self.num_decode_calls == self.fail_decode_at:
+        if self._decode_fails(self.num_decode_calls):
             return self._fail(spans)
         seqs, sampled = self._seqs, []
+        dead: dict[int, GrammarError] = {}
         self._logprobs = []
         for span in spans:
             seq = seqs[span.seq_id]
@@ -482,6 +513,12 @@ class FakeBackend:
             if span.logits:
                 if seq.reply is None:
                     seq.reply = self.reply_of(seq.kv)
+                if self._is_dead_end(seq.sampling, seq.n_sampled):
+                    dead[span.seq_id] = self._dead_end(seq.n_sampled)
+                    seq.is_done = True  # decoding it again is a violation
+                    sampled.append(None)
+                    self._logprobs.append(None)
+                    continue
                 token = self._token_at(seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
@@ -492,7 +529,32 @@ class FakeBackend:
             self.log.append(
                 DecodeCall(self.num_decode_calls, self._records(spans), tuple(sampled), None)
             )
+        if dead:
+            raise SampleErrors(sampled, dead)
         return sampled
+
+    def _decode_fails(self, k: int) -> bool:
+        at = self.fail_decode_at
+        if at is None:
+            return False
+        return k == at if isinstance(at, int) else k in at
+
+    # -- grammar faults --------------------------------------------------------------
+    def _grammar_fault(self, sampling: SamplingParams | None) -> None:
+        if self.refuse_grammar and sampling is not None and sampling.constraint is not None:
+            raise GrammarError(f"fake: the {sampling.constraint} is refused (refuse_grammar)")
+
+    def _is_dead_end(self, sampling: SamplingParams | None, n_sampled: int) -> bool:
+        return (
+            self.dead_end_at is not None
+            and sampling is not None
+            and sampling.constraint is not None
+            and n_sampled == self.dead_end_at
+        )
+
+    @staticmethod
+    def _dead_end(n_sampled: int) -> GrammarDeadEnd:
+        return GrammarDeadEnd("fake: the grammar allows no token here (dead_end_at)", n_sampled)
 
     def _fail(self, spans: Sequence[Span]) -> list[int]:
         if self.fail_exc is not None:
@@ -604,9 +666,12 @@ class FakeBackend:
             if problem is not None:
                 call.error = f"fake: cannot complete alone ({problem})"
                 raise BackendError(call.error)
+            self._grammar_fault(call.sampling)
             reply, last = self.reply_of(prompt), None
             while True:
                 i = call.n_pulled
+                if self._is_dead_end(call.sampling, i):
+                    raise self._dead_end(i)
                 if self.check:
                     self._require(last not in self.eog_ids, "alone: pulled after an EOG")
                     self._require(

@@ -88,12 +88,15 @@ class FaultPlan:
     """Faults to inject into a :class:`FakeBackend` (``FakeBackend(**plan.kwargs())``)."""
 
     fail_open: bool = False
-    fail_decode_at: int | None = None
+    fail_decode_at: int | tuple[int, ...] | None = None
     fail_code: int = -1
     fail_alone: Callable[[Tokens], bool] | None = None
     fail_exc: BaseException | None = None
     fail_copy_at: int | None = None
     fail_state_at: int | None = None
+    max_kv_tokens: int | None = None
+    refuse_grammar: bool = False
+    dead_end_at: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """The plan as ``FakeBackend`` keyword arguments."""
@@ -105,4 +108,7 @@ class FaultPlan:
             "fail_exc": self.fail_exc,
             "fail_copy_at": self.fail_copy_at,
             "fail_state_at": self.fail_state_at,
+            "max_kv_tokens": self.max_kv_tokens,
+            "refuse_grammar": self.refuse_grammar,
+            "dead_end_at": self.dead_end_at,
         }

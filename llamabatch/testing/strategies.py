@@ -130,7 +130,7 @@ def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int 
         n_vocab = draw(st.integers(260, 300))
         eog = tuple(sorted(draw(st.sets(st.integers(256, n_vocab - 1), max_size=3))))
         reply = HashReply(
-            draw(st.integers(0, 2**32 - 1)),
+            draw(st.integers(0, 2**32 - 1)),  # the fake's reply seed, not a sampler's
             draw(st.integers(0, max_reply)),
             n_vocab,
             eog,

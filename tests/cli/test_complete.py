@@ -54,7 +54,7 @@ OPTION_HELP = {
     "--min-p": "likeliest one's probability, in [0, 1] (default: 0.05)",
     "--repeat-penalty": "penalty factor on tokens among the last 64 generated, > 0; 1 = off "
     "(default: 1.0)",
-    "--seed": "sampling seed, an integer in [0, 2**32 - 1] (default: random)",
+    "--seed": "sampling seed, an integer in [0, 2**32 - 2] (default: random)",
     "--n-gpu-layers": "model layers offloaded to the GPU, -1 = all;",
     "--threads": "CPU threads (default: llama-cpp-python's",
     "--cache-ram-mib": "0 = off (default: 1024)",

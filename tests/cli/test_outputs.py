@@ -116,7 +116,7 @@ def openai_lines() -> list[dict]:
 
 def test_openai_requests_are_read_as_items(tmp_path: Path) -> None:
     entries = read_prompts(write_jsonl(tmp_path / "b.jsonl", openai_lines()), skip_bad=True)
-    assert [e.id for e in entries] == ["r1", 2, "r3", "r4"]
+    assert [e.id for e in entries] == ["r1", "r2", "r3", "r4"]  # a rejected line keeps its own
     assert "/v1/embeddings" in entries[1].error
     assert entries[0].url == "/v1/chat/completions" and entries[0].messages
     assert entries[2].prompt == "The sky is" and entries[2].fields == {
@@ -318,7 +318,7 @@ def test_an_openai_batch_file_round_trips_and_resumes(capsys, tmp_path: Path) ->
     code, _, err = run_cli(capsys, *argv)
     assert code == 0, err
     records = read_jsonl(out)
-    assert [r["custom_id"] for r in records] == ["r1", 2, "r3", "r4"]
+    assert [r["custom_id"] for r in records] == ["r1", "r2", "r3", "r4"]  # its own id
     assert all(r["id"].startswith("batch_req_") for r in records)
     ok = {r["custom_id"]: r for r in records if r["error"] is None}
     assert set(ok) == {"r1", "r3", "r4"}
@@ -338,4 +338,4 @@ def test_an_openai_batch_file_round_trips_and_resumes(capsys, tmp_path: Path) ->
     out.write_text("".join(json.dumps(r) + "\n" for r in records[:2]), encoding="utf-8")
     code, _, err = run_cli(capsys, *argv, "--resume")
     assert code == 0, err
-    assert [r["custom_id"] for r in read_jsonl(out)] == ["r1", 2, "r3", "r4"]
+    assert [r["custom_id"] for r in read_jsonl(out)] == ["r1", "r2", "r3", "r4"]

@@ -20,6 +20,7 @@ from llamabatch.testing import (
     FakeBackend,
     FakeBackendViolation,
     HashReply,
+    OpenBatchCall,
     TrimCall,
 )
 
@@ -171,12 +172,21 @@ def test_open_batch_pads_caps_and_refuses_a_second_call() -> None:
     fake = FakeBackend(ctx_pad=256, n_batch_cap=32)
     limits = fake.open_batch(3, 300, 512)
     assert (limits.n_seq_max, limits.n_ctx_seq, limits.n_batch, limits.n_ctx) == (3, 512, 32, 1536)
-    with pytest.raises(FakeBackendViolation, match="twice"):
+    with pytest.raises(FakeBackendViolation, match="after it created a context"):
         fake.open_batch(3, 300, 512)
     with pytest.raises(BatchUnavailable):
         FakeBackend(fail_open=True).open_batch(2, 16, 8)
     with pytest.raises(BatchUnavailable):
         FakeBackend(max_slots=2).open_batch(3, 16, 8)
+
+
+def test_open_batch_fails_above_max_kv_tokens_and_may_be_tried_again_smaller() -> None:
+    fake = FakeBackend(ctx_pad=256, max_kv_tokens=1024)
+    with pytest.raises(BatchUnavailable, match="max_kv_tokens=1024"):
+        fake.open_batch(4, 300, 512)  # 4 x 512 padded
+    limits = fake.open_batch(2, 300, 512)  # a failed open may be tried again
+    assert (limits.n_seq_max, limits.n_ctx_seq) == (2, 512)
+    assert [c.limits is None for c in fake.calls(OpenBatchCall)] == [True, False]
 
 
 @pytest.mark.parametrize("code, kept", [(1, 0), (-1, 0), (2, 2), (-3, 2)])

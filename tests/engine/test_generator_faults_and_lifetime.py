@@ -47,14 +47,21 @@ def test_an_interrupt_in_the_middle_of_a_decode_leaves_no_slot_filled(at):
 
 
 @pytest.mark.parametrize("at", [1, 3])
-def test_an_exception_of_the_backend_turns_batching_off_and_loses_nothing(at):
+def test_an_exception_of_the_backend_retries_the_items_alone_and_loses_nothing(at):
     fake = InterruptedFake(REPLIES, at=at, exc=RuntimeError("a library error"))
     gen = BatchGenerator(backend=fake, slots=4, max_tokens=20)
     out = gen.complete_many(["apple", "kale", "salmon", "rye"])
     assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
-    assert {c.path for c in out} == {"alone"}
-    assert "RuntimeError: a library error" in gen.stats.batch_disabled_reason
+    assert {c.path for c in out} == {"alone"}  # all four were in flight
+    assert "RuntimeError: a library error" in gen.stats.last_batch_failure
+    assert gen.stats.batching_enabled  # one failure does not turn batching off
     assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
+    # with max_batch_failures=1 the first failure turns batching off for good
+    fake = InterruptedFake(REPLIES, at=at, exc=RuntimeError("a library error"))
+    gen = BatchGenerator(backend=fake, slots=4, max_tokens=20, max_batch_failures=1)
+    out = gen.complete_many(["apple", "kale", "salmon", "rye"])
+    assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain"]
+    assert "RuntimeError: a library error" in gen.stats.batch_disabled_reason
 
 
 def test_odd_prompt_types_are_text_or_an_error_in_place():

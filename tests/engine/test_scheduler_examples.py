@@ -12,6 +12,7 @@ import logging
 import pytest
 
 from llamabatch import BatchGenerator, Completion
+from llamabatch.engine.scheduler import smaller_tries
 from llamabatch.testing import (
     ClearCall,
     DecodeCall,
@@ -161,7 +162,7 @@ def test_a_failed_decode_completes_the_items_alone_and_turns_batching_off(
     prompts = ["apple", "kale", "salmon", "rye", "fig", "apple"]
     clean = gen_for(FakeBackend(REPLIES), slots=2).complete_many(prompts)
     fake = FakeBackend(REPLIES, fail_decode_at=2, fail_code=code)
-    gen = gen_for(fake, slots=2)
+    gen = gen_for(fake, slots=2, max_batch_failures=1)  # the first failure turns it off
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         out = gen.complete_many(prompts)
     assert [(c.text, c.finish_reason) for c in out] == [(c.text, c.finish_reason) for c in clean]
@@ -179,14 +180,14 @@ def test_a_failed_decode_completes_the_items_alone_and_turns_batching_off(
 def test_any_exception_of_a_decode_takes_the_same_fallback(exc: BaseException) -> None:
     prompts = ["apple", "kale", "salmon", "rye", "fig"]
     fake = FakeBackend(REPLIES, fail_decode_at=3, fail_exc=exc)
-    gen = gen_for(fake, slots=2)
+    gen = gen_for(fake, slots=2, max_batch_failures=1)
     out = gen.complete_many(prompts)
     assert [c.text for c in out] == ["fruit", "vegetable", "fish", "grain", "fruit"]
     assert type(exc).__name__ in gen.stats.batch_disabled_reason
     assert fake.kv_lengths == (0, 0) and fake.violations == []
 
 
-def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
+def test_batch_unavailable_completes_everything_alone_after_the_smaller_tries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake = FakeBackend(REPLIES, fail_open=True)
@@ -194,9 +195,14 @@ def test_batch_unavailable_completes_everything_alone_and_is_tried_once(
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         out = gen.complete_many(list(REPLIES) * 3)
     assert {c.path for c in out} == {"alone"} and all(c.ok for c in out)
-    assert len(fake.calls(OpenBatchCall)) == 1
+    # the longest item waiting when it opens ("apple": 5 tokens + max_tokens 20) bounds it
+    tries = smaller_tries(4, 4096, 25)
+    assert [(c.slots, c.n_ctx_seq) for c in fake.calls(OpenBatchCall)] == tries
     assert "fail_open" in gen.stats.batch_disabled_reason
-    assert len(caplog.records) == 1
+    assert len(caplog.records) == len(tries) + 1  # one line per try, one for "off"
+    assert gen.limits is None and gen.stats.batch_slots == 0
+    gen.complete_many(list(REPLIES))
+    assert len(fake.calls(OpenBatchCall)) == len(tries)  # never tried again
 
 
 def test_an_item_failing_alone_is_an_error_in_its_place_only() -> None:

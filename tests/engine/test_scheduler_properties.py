@@ -125,14 +125,19 @@ def test_per_item_sampling_and_max_tokens(case: Case) -> None:
 
 @given(cases(faults=NO_FAULTS, min_slots=2), st.data())
 def test_a_failure_in_the_batch_path_completes_the_items_alone(case: Case, data) -> None:
-    """After a failed decode (any code or exception): the same results, the items in
-    flight and after it alone, every cache emptied at once, batching off, one warning."""
+    """With ``max_batch_failures=1``, after a failed decode (any code or exception): the
+    same results, the items in flight and after it alone, every cache emptied at once,
+    batching off, one warning."""
     clean = run(case)
     n_decodes = case.fake.num_decode_calls
     at = data.draw(st.integers(1, max(n_decodes, 1)), label="fail_decode_at")
     code = data.draw(st.sampled_from(DECODE_FAULT_CODES), label="fail_code")
     exc = data.draw(st.sampled_from((None,) + BACKEND_EXCEPTIONS), label="fail_exc")
-    faulty = replace(case, fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc))
+    faulty = replace(
+        case,
+        fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc),
+        max_batch_failures=1,
+    )
     result = run(faulty)
     check_pages(faulty, result)
     check_log(faulty)
@@ -157,12 +162,17 @@ def test_a_failure_in_the_batch_path_completes_the_items_alone(case: Case, data)
 @share(3)
 @given(cases(faults=NO_FAULTS, min_slots=2))
 def test_batch_unavailable_completes_everything_alone(case: Case) -> None:
-    """The batch context cannot be created: all alone, same results, tried once."""
+    """The batch context cannot be created: all alone, same results; tried smaller
+    (fewer slots, then shorter sequences) at one time only, never below 2 slots."""
     faulty = replace(case, fake=case.fake.copy(fail_open=True))
     result = run(faulty)
     check_pages(faulty, result)
     opens = faulty.fake.calls(OpenBatchCall)
-    assert len(opens) <= 1
+    assert [(c.slots, c.n_ctx_seq) for c in opens[:1]] == [(case.slots, case.n_ctx_seq)][
+        : len(opens)
+    ]
+    assert all(c.slots >= 2 and c.n_ctx_seq <= case.n_ctx_seq for c in opens)
+    assert len(set((c.slots, c.n_ctx_seq) for c in opens)) == len(opens)
     assert all(c.path == "alone" for c in result.completions)
     if opens:
         assert result.generator.stats.batch_disabled_reason is not None
@@ -230,3 +240,32 @@ def test_closing_iter_groups_loses_and_repeats_nothing(case: Case, n_pages: int)
 
 TestSlotEngineMachine = SlotEngineMachine.TestCase
 TestSlotEngineMachine.settings = settings(max_examples=max(10, settings.default.max_examples // 3))
+
+
+@given(cases(faults=NO_FAULTS, min_slots=2), st.data())
+def test_failures_in_the_batch_path_are_isolated(case: Case, data) -> None:
+    """Any failed decodes (codes or exceptions) with the default max_batch_failures: the
+    same results in input order, the items in flight retried alone, batching on while
+    fewer than three failures came at all, off with one warning at most."""
+    clean = run(case)
+    n_decodes = case.fake.num_decode_calls
+    at = data.draw(
+        st.frozensets(st.integers(1, max(n_decodes, 1) + 3), min_size=1, max_size=5),
+        label="fail_decode_at",
+    )
+    code = data.draw(st.sampled_from(DECODE_FAULT_CODES), label="fail_code")
+    exc = data.draw(st.sampled_from((None,) + BACKEND_EXCEPTIONS), label="fail_exc")
+    faulty = replace(case, fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc))
+    result = run(faulty)
+    check_pages(faulty, result)
+    check_log(faulty)
+    assert [(c.token_ids, c.finish_reason, c.text, c.error) for c in result.completions] == [
+        (c.token_ids, c.finish_reason, c.text, c.error) for c in clean.completions
+    ]
+    stats = result.generator.stats
+    failed = [d for d in faulty.fake.calls(DecodeCall) if d.error_code is not None]
+    assert stats.batch_failures == len(failed)
+    if len(failed) < 3:
+        assert stats.batching_enabled
+    assert result.n_warnings <= 1
+    assert faulty.fake.violations == []

@@ -183,7 +183,7 @@ def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
     items = prompts(5)
     with BatchGenerator(backend=fake, slots=2, max_tokens=8) as gen:
         out = gen.complete_many(items)
-        assert "MemoryError" in gen.stats.batch_disabled_reason
+        assert "MemoryError" in gen.stats.last_batch_failure and gen.stats.batching_enabled
     assert [c.index for c in out] == list(range(5))
     assert [c.token_ids for c in out] == expected(fake, items)
     assert fake.violations == []

@@ -187,6 +187,7 @@ BAD_SAMPLING = [
     ({"presence_penalty": math.nan}, "presence_penalty=nan"),
     ({"seed": -1}, "seed=-1"),
     ({"seed": 2**32}, "seed=4294967296"),
+    ({"seed": 2**32 - 1}, r"seed=4294967295 is out of range: valid is None .* LLAMA_DEFAULT_SEED"),
     ({"penalty_last_n": -1}, "penalty_last_n=-1"),
 ]
 

@@ -129,17 +129,20 @@ def test_too_long_and_empty_prompts_keep_their_places(llm):
     assert results[3].path == "batch" and results[5].path == "batch"
 
 
-def test_a_batch_that_cannot_be_created_falls_back_once(llm, caplog):
-    huge = 1 << 22  # tokens per sequence: a KV cache of hundreds of GB, refused
-    with caplog.at_level(logging.WARNING, logger="llamabatch"):
-        results, stats = complete(
-            llm, FRUIT_PROMPTS * 2, slots=4, n_ctx_seq=huge, max_tokens=4, sampling=GREEDY
-        )
-    assert stats.items_batched == 0 and stats.items_alone == 10
-    assert "could not be created" in stats.batch_disabled_reason
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert all(c.error is None and c.path == "alone" for c in results)
+def test_a_batch_that_cannot_be_created_is_retried_smaller(llm, caplog):
+    huge = 1 << 22  # tokens per sequence: a KV cache of hundreds of GB, refused (NULL)
+    with caplog.at_level(logging.INFO, logger="llamabatch"):
+        with BatchGenerator(llm, slots=4, n_ctx_seq=huge, max_tokens=4, sampling=GREEDY) as gen:
+            results = gen.complete_many(FRUIT_PROMPTS * 2)
+            limits, stats = gen.limits, gen.stats
+    # 4 and 2 sequences of 2**22 tokens fail; then 2 of the Llama's n_ctx (2048), the
+    # most one item can use, are created: one line per try
+    tries = [r.getMessage() for r in caplog.records if "could not be created" in r.getMessage()]
+    assert len(tries) == 2 and "4 sequences x 4194304" in tries[0], tries
+    assert (limits.n_seq_max, limits.n_ctx_seq) == (2, llm.n_ctx())
+    assert (stats.batch_slots, stats.batch_n_ctx_seq) == (2, llm.n_ctx())
+    assert stats.batching_enabled and stats.items_batched == 10
+    assert all(c.error is None for c in results)
 
 
 def test_nothing_leaks_between_items_of_a_slot(llm):

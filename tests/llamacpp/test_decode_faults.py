@@ -106,7 +106,12 @@ def test_a_failed_batched_decode_clears_every_sequence_and_completes_the_rest_al
     prompts = PROMPTS if at > 3 else PROMPTS[:4]
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         with BatchGenerator(
-            backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+            backend=backend,
+            slots=2,
+            n_ctx_seq=256,
+            max_tokens=MAX_TOKENS,
+            sampling=GREEDY,
+            max_batch_failures=1,  # the first failure turns batching off
         ) as gen:
             results = gen.complete_many(prompts)
             ctx = backend.batch_context
@@ -130,6 +135,27 @@ def test_a_failed_batched_decode_clears_every_sequence_and_completes_the_rest_al
     assert stats.items_alone == len(prompts) - n_good
     assert f"llama_decode returned {code}" in stats.batch_disabled_reason
     assert len(warnings_of(caplog)) == 1
+
+
+def test_one_failed_batched_decode_costs_the_items_in_flight_a_retry_and_batching_goes_on(
+    llm, clean, caplog
+):
+    hook = FailingDecode(-3, 3)  # sequences running, none finished yet
+    backend = hook.backend = LlamaBackend(llm, decode_hook=hook)
+    with caplog.at_level(logging.WARNING, logger="llamabatch"):
+        with BatchGenerator(
+            backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+        ) as gen:
+            results = gen.complete_many(PROMPTS)
+            stats = gen.stats
+    assert [c.index for c in results] == list(range(len(PROMPTS)))
+    assert [c.path for c in results[:2]] == ["alone", "alone"]  # in flight at the failure
+    assert all(c.path == "batch" for c in results[2:]) and hook.n_after > 0
+    assert [c.token_ids for c in results[:2]] == clean["alone"][:2]
+    assert all(c.error is None and c.token_ids for c in results)
+    assert stats.batching_enabled and stats.batch_failures == 1 and stats.items_retried == 2
+    assert "llama_decode returned -3" in stats.last_batch_failure
+    assert len(warnings_of(caplog)) == 1 and "batching goes on" in warnings_of(caplog)[0]
 
 
 def test_a_batch_context_too_large_for_llama_cpp_is_refused_at_construction(llm):
@@ -208,7 +234,12 @@ def test_a_real_abort_of_llama_decode_mid_group_is_handled_like_code_2(llm, clea
     backend = LlamaBackend(llm, decode_hook=arm_abort_on_third_decode)
     with caplog.at_level(logging.WARNING, logger="llamabatch"):
         with BatchGenerator(
-            backend=backend, slots=2, n_ctx_seq=256, max_tokens=MAX_TOKENS, sampling=GREEDY
+            backend=backend,
+            slots=2,
+            n_ctx_seq=256,
+            max_tokens=MAX_TOKENS,
+            sampling=GREEDY,
+            max_batch_failures=1,
         ) as gen:
             results = gen.complete_many(PROMPTS[:4])
             ctx = backend.batch_context

@@ -76,7 +76,8 @@ class BadLine:
 
     Attributes:
         id: the line number for a malformed line; the item's own id when only the chat
-            template refused its messages.
+            template refused its messages, or when it is an OpenAI request with a
+            readable ``custom_id`` (a non-empty string).
         line: 1-based line number in the input file.
         error: what is wrong, starting with ``line N:``.
     """
@@ -90,7 +91,14 @@ Entry = PromptItem | BadLine
 
 
 class _Bad(ValueError):
-    """One line is bad; the message says why (without the path and line)."""
+    """One line is bad; the message says why (without the path and line).
+
+    Attributes:
+        id: the line's own readable id (an OpenAI request's ``custom_id``), or ``None``:
+            its error line then takes the line number as id.
+    """
+
+    id: str | None = None
 
 
 def _decoded_lines(path: Path) -> list[tuple[int, str | None, str | None]]:
@@ -145,6 +153,18 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
         raise _Bad(f"malformed JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise _Bad("not a JSON object")
+    if not openai.is_request(obj):
+        return _jsonl_object(number, obj, unknown)
+    custom_id = obj["custom_id"]
+    try:
+        return _jsonl_object(number, obj, unknown)
+    except _Bad as exc:  # matched by custom_id: keep it when it is readable text
+        if isinstance(custom_id, str) and custom_id and _is_encodable(custom_id):
+            exc.id = custom_id
+        raise
+
+
+def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> PromptItem:
     url = None
     if openai.is_request(obj):
         try:
@@ -206,7 +226,8 @@ def _entry(
         return _jsonl_item(number, text, unknown)
     except _Bad as exc:
         if skip_bad:
-            return BadLine(id=number, line=number, error=f"line {number}: {exc}")
+            item_id = number if exc.id is None else exc.id
+            return BadLine(id=item_id, line=number, error=f"line {number}: {exc}")
         raise UsageError(
             f"{path}:{number}: line {number}: {exc} (--skip-bad writes an "
             "error line in its place and goes on)"

@@ -1,0 +1,101 @@
+"""Input rules with no llama.cpp: a choices reply cut by max_tokens, the seed range, a
+memoryview prompt, NUL characters in choices and grammars, and the custom_id of a
+rejected OpenAI request line."""
+
+from __future__ import annotations
+
+import json
+from array import array
+
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.cli.job.input import BadLine, read_prompts
+from llamabatch.errors import GrammarError
+from llamabatch.llamacpp.constraints import grammar_of
+from llamabatch.llamacpp.dead_ends import check_literals
+from llamabatch.testing import FakeBackend
+
+YES = SamplingParams(choices=["yes", "no"])
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_choices_reply_cut_by_max_tokens_is_an_error_not_a_fragment(slots):
+    fake = FakeBackend({"q": "yes", "r": "no"})
+    gen = BatchGenerator(backend=fake, slots=slots, max_tokens=8)
+    short = SamplingParams(choices=["yes", "no"], max_tokens=1)
+    out = gen.complete_many(["q", "r", "q"], [short, YES, YES])
+    assert out[0].finish_reason == "error" and out[0].text == ""
+    assert "before it was one of the choices" in out[0].error and "'y'" in out[0].error
+    assert [(c.text, c.finish_reason) for c in out[1:]] == [("no", "stop"), ("yes", "stop")]
+    # a reply that is a whole choice when max_tokens ends it is kept
+    exact = SamplingParams(choices=["yes", "no"], max_tokens=2)
+    assert gen.complete_many(["r"], [exact])[0].text == "no"
+
+
+def test_seed_4294967295_is_refused_as_llama_cpps_random_seed_marker():
+    with pytest.raises(ValueError, match="LLAMA_DEFAULT_SEED") as info:
+        SamplingParams(seed=2**32 - 1)
+    assert "[0, 4294967294]" in str(info.value)
+    assert SamplingParams(seed=2**32 - 2).seed == 2**32 - 2
+    assert SamplingParams(seed=0).effective_seed == 0
+    with pytest.raises(ValueError, match="seed=4294967296"):
+        SamplingParams(seed=2**32)
+
+
+def test_a_memoryview_of_utf8_bytes_is_read_as_text_not_token_ids():
+    fake = FakeBackend({"apple": "fruit", "kale": "vegetable"})
+    gen = BatchGenerator(backend=fake, slots=2, max_tokens=16)
+    prompts = [memoryview(b"apple"), memoryview(bytearray(b"kale")), memoryview(b"\xff")]
+    out = gen.complete_many(prompts)
+    assert [c.text for c in out[:2]] == ["fruit", "vegetable"]
+    assert "not valid UTF-8" in out[2].error
+    ids = memoryview(array("i", list(b"kale")))  # integers of another format: token ids
+    assert gen.complete_many([ids])[0].text == "vegetable"
+
+
+def test_a_nul_in_a_choice_is_that_items_error_naming_the_choice():
+    with pytest.raises(GrammarError, match=r"choices\[1\]='N/A\\x00' holds a NUL") as info:
+        grammar_of(SamplingParams(choices=["ok", "N/A\x00"]))
+    assert "position 3" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "grammar, where",
+    [
+        ('root ::= "yes\\x00"', "line 1, column 14"),
+        ('root ::= "a"\nb ::= "x\\u0000y"', "line 2, column 9"),
+        ('root ::= "\\U00000000"', "line 1, column 11"),
+    ],
+)
+def test_a_nul_in_a_grammar_literal_is_refused_with_its_place(grammar, where):
+    with pytest.raises(GrammarError, match="NUL") as info:
+        grammar_of(SamplingParams(grammar=grammar))
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        'root ::= [^"\\\\\\x00-\\x1F] "ok"',  # a class may name NUL among other characters
+        'root ::= "a\\"\\x01" # a comment with "\\x00"',
+        'root ::= "\\\\x00"',  # an escaped backslash, then the text x00
+    ],
+)
+def test_grammars_without_a_nul_literal_pass(grammar):
+    check_literals(grammar)
+
+
+def test_a_rejected_openai_request_keeps_its_readable_custom_id(tmp_path):
+    lines = [
+        {"custom_id": "r1", "url": "/v1/completions", "body": {"prompt": "a"}},
+        {"custom_id": "ticket-7", "url": "/v1/embeddings", "body": {"input": "x"}},
+        {"custom_id": "r3", "url": "/v1/completions", "body": {"prompt": "b", "n": 2}},
+        {"custom_id": 5, "url": "/v1/completions", "body": {"prompt": "c"}},
+    ]
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    entries = read_prompts(path, skip_bad=True)
+    assert [type(e).__name__ for e in entries] == ["PromptItem", "BadLine", "BadLine", "BadLine"]
+    assert [e.id for e in entries] == ["r1", "ticket-7", "r3", 4]  # not a string: line number
+    assert all(e.error.startswith(f"line {e.line}:") for e in entries if isinstance(e, BadLine))
