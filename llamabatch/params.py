@@ -76,7 +76,9 @@ class SamplingParams:
             two continuations are summed. False scores each label as written only.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``
-    needs ``choices`` and ``n == 1`` (scores are deterministic: one set per prompt).
+    acts only with ``choices`` (without them the item samples a reply, so that a job's
+    ``--score-choices`` applies to the lines that carry labels), and then needs
+    ``n == 1`` (scores are deterministic: one set per prompt).
 
     Raises:
         ValueError: a parameter outside its range or of the wrong type (named in the
@@ -187,6 +189,11 @@ class SamplingParams:
         return None
 
     @property
+    def scores_labels(self) -> bool:
+        """True when the item's labels are scored (``score_choices`` with ``choices``)."""
+        return self.score_choices and self.choices is not None
+
+    @property
     def is_greedy(self) -> bool:
         """True when the chain is a plain argmax (temperature 0)."""
         return self.temperature == 0
@@ -262,9 +269,7 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
         p.choice_leading_space,
         "True or False",
     )
-    if p.score_choices and p.choices is None:
-        raise ValueError("score_choices=True needs choices (the labels to score)")
-    if p.score_choices and p.n != 1:
+    if p.scores_labels and p.n != 1:
         raise ValueError(
             f"n={p.n} with score_choices=True: label scores are deterministic, give n=1 "
             "(or score_choices=False to draw n constrained replies and count votes)"

@@ -266,7 +266,7 @@ class Scheduler:
         """Complete one item outside the batch context; failures become its error."""
         if item.error is not None:
             return self._error(item, item.error)
-        if item.sampling.score_choices:
+        if item.sampling.scores_labels:
             return self._score_alone(item)
         reply = self.reply(item)
         take = self._logprobs_taker(item)
@@ -293,7 +293,7 @@ class Scheduler:
         """The item's :class:`~llamabatch.engine.scoring.ScoreJob` (``score_choices``),
         ``None`` when it samples a reply, or why its labels cannot be scored."""
         sampling = item.sampling
-        if not sampling.score_choices:
+        if not sampling.scores_labels:
             return None
         try:
             return job_for(

@@ -3,9 +3,10 @@ an OpenAI batch request) may set for its own reply, checked before any model wor
 
 The names are :class:`~llamabatch.SamplingParams`'s (llama-cpp-python's and OpenAI's):
 ``max_tokens, temperature, top_p, top_k, min_p, seed, stop, grammar, json_schema,
-choices, response_format``. A line's fields replace the command's flags for that item;
-a line that sets one of ``grammar`` / ``json_schema`` / ``choices`` / ``response_format``
-replaces the command's constraint (``--grammar`` / ``--json-schema`` / ``--choices``).
+choices, response_format, n, score_choices``. A line's fields replace the command's flags
+for that item; a line that sets one of ``grammar`` / ``json_schema`` / ``choices`` /
+``response_format`` replaces the command's constraint (``--grammar`` / ``--json-schema`` /
+``--choices``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ LINE_FIELDS = (
     "repeat_penalty",
     "frequency_penalty",
     "presence_penalty",
+    "n",
+    "score_choices",
 )
 
 CONSTRAINTS = ("grammar", "json_schema", "choices")

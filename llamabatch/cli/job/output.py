@@ -31,8 +31,10 @@ except ImportError:  # Windows: no lock
 
 
 def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any]:
-    """The output object of one item: id, text, finish_reason, error, token counts, path."""
-    return {
+    """The output object of one item: id, text, finish_reason, error, token counts, path;
+    and when asked for, ``choice_probs`` (``score_choices``), ``samples`` (``n`` > 1:
+    text, finish_reason, n_tokens of each reply) and ``votes`` (``n`` > 1 with choices)."""
+    record: dict[str, Any] = {
         "id": item.id,
         "text": completion.text,
         "finish_reason": completion.finish_reason,
@@ -41,6 +43,16 @@ def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any
         "n_tokens": completion.n_tokens,
         "path": completion.path,
     }
+    if completion.choice_probs is not None:
+        record["choice_probs"] = completion.choice_probs
+    if completion.samples is not None:
+        record["samples"] = [
+            {"text": s.text, "finish_reason": s.finish_reason, "n_tokens": len(s.token_ids)}
+            for s in completion.samples
+        ]
+    if completion.votes is not None:
+        record["votes"] = completion.votes
+    return record
 
 
 def error_record(bad: BadLine) -> dict[str, Any]:
