@@ -8,7 +8,8 @@ Input line (OpenAI's Batch API, also read by ``vllm run-batch``)::
 ``url`` is ``/v1/chat/completions`` (``body.messages``, formatted with the model's chat
 template) or ``/v1/completions`` (``body.prompt``, a string). The body's sampling
 fields are the per-item fields of :mod:`.fields` (``max_completion_tokens`` is read as
-``max_tokens``); ``model`` is ignored (the job's model answers), ``n`` gives that many ``choices[]``.
+``max_tokens``); ``model`` is ignored (the job's model answers); ``n`` gives that many
+``choices[]``.
 
 Output line (``--output-format openai``), as the Batch API writes it::
 
