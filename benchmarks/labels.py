@@ -9,9 +9,10 @@ order each round (ABCDE, then EDCBA, ...):
   log-probability, the label with and without a leading space);
 - ``greedy``: one constrained greedy label, ``SamplingParams(temperature=0, choices=LABELS)``;
 - ``llama-cpp-python``: the way without llamabatch, a ``Llama(logits_all=True)`` and one
-  ``create_completion(prompt + label, max_tokens=1, echo=True, logprobs=1)`` per label
-  (and per leading-space form, as ``scored`` counts both), the label's token
-  log-probabilities summed (the ``Llama`` reuses the prompt prefix between calls);
+  ``eval(prompt + label)`` per label (and per leading-space form, as ``scored`` counts
+  both), the log-softmax of ``scores`` at the label's rows summed; the ``Llama`` keeps the
+  prompt prefix between calls (``create_completion(echo=True, logprobs=1)`` does the same
+  work plus a top-k of every prompt row in Python, much slower);
 - ``n=5 shared``: ``SamplingParams(n=5, temperature=0.8, seed=...)``, one prefill shared;
 - ``n=5 separate``: the same five replies as five items (seeds seed + j).
 
@@ -57,20 +58,35 @@ def fresh_prompts(round_no: int, n: int) -> list[str]:
 
 
 def llama_cpp_python_way(ref, prompt: str) -> dict[str, float]:
-    """Every label's log-probability with ``create_completion(echo=True, logprobs=1)``."""
+    """Every label's log-probability the way a llama-cpp-python user computes it: one
+    ``Llama.eval(prompt + label)`` per label and form on a ``Llama(logits_all=True)``,
+    keeping the prefix its cache already holds (as ``Llama.generate`` does: ``n_tokens``
+    cut to the common prefix), then the log-softmax of ``scores`` at the label's rows."""
     import math
 
-    n_prompt = len(ref.tokenize(prompt.encode(), add_bos=True, special=True))
+    import numpy as np
+
+    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
     scores = {}
     for label in LABELS:
         parts = []
         for written in (label, " " + label):
-            out = ref.create_completion(
-                prompt + written, max_tokens=1, echo=True, logprobs=1, temperature=0.0
-            )
-            lps = out["choices"][0]["logprobs"]["token_logprobs"]
-            n_full = len(ref.tokenize((prompt + written).encode(), add_bos=True, special=True))
-            parts.append(sum(v for v in lps[n_prompt:n_full] if v is not None))
+            full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
+            k = 0
+            while k < min(len(p), len(full)) and p[k] == full[k]:
+                k += 1
+            cached = ref.input_ids[: ref.n_tokens].tolist()
+            keep = 0
+            while keep < min(len(cached), k - 1) and cached[keep] == full[keep]:
+                keep += 1
+            ref.n_tokens = keep
+            ref.eval(full[keep:])
+            total = 0.0
+            for j in range(k, len(full)):
+                row = np.asarray(ref.scores[j - 1], dtype=np.float64)
+                top = row.max()
+                total += row[full[j]] - top - math.log(float(np.exp(row - top).sum()))
+            parts.append(total)
         top = max(parts)
         scores[label] = top + math.log(sum(math.exp(v - top) for v in parts))
     return scores
