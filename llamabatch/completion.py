@@ -10,6 +10,23 @@ Path = Literal["batch", "alone", "remote"]
 
 
 @dataclass(frozen=True, slots=True)
+class Sample:
+    """One of the ``n`` replies of a prompt (``SamplingParams(n=K)``).
+
+    Attributes:
+        text, token_ids, finish_reason, logprobs: as on :class:`Completion`; a sample
+            that failed has ``finish_reason == "error"`` and its message in ``error``.
+        error: what went wrong, else ``None``.
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    error: str | None = None
+    logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """The result of one input item.
 
@@ -31,6 +48,19 @@ class Completion:
             logits, before any sampler stage, as ``create_completion(logprobs=N)``
             reports them), likeliest first, then the chosen token if it is not among
             them; ``None`` when not asked for (or with a backend that offers none).
+        choice_logprobs: with ``SamplingParams(score_choices=True)``, label ->
+            log P(label | prompt) in nats (the natural log of the model's softmax,
+            summed over the label's tokens; with ``choice_leading_space`` the
+            probabilities of the label as written and with one leading space are
+            added), in the order of ``choices``; else ``None``.
+        choice_probs: the same normalised over the labels (they sum to 1); ``text`` is
+            the label with the highest one (the first of equal ones).
+        samples: with ``SamplingParams(n=K)``, K > 1, the K replies (:class:`Sample`),
+            reply j drawn with seed ``seed + j``; ``text``, ``token_ids``,
+            ``finish_reason`` and ``logprobs`` are reply 0's. Else ``None``.
+        votes: with ``n`` > 1 and ``choices``, label -> how many replies are that label
+            (every label present, 0 included; replies that are no label are not
+            counted); else ``None``.
     """
 
     index: int
@@ -41,6 +71,10 @@ class Completion:
     n_prompt_tokens: int
     path: Path
     logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    choice_logprobs: dict[str, float] | None = None
+    choice_probs: dict[str, float] | None = None
+    samples: tuple[Sample, ...] | None = None
+    votes: dict[str, int] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -71,6 +105,12 @@ class Stats:
             mostly thrown away (``BatchGenerator(cache_ram_mib=...)``).
         cache_ram_loads: saved states loaded into a slot for a prompt sharing their
             prefix (the tokens they saved count in ``prompt_tokens_cached``).
+        prompt_shares: replies that started from another sequence's prefilled prompt
+            and sampled their first token from its logits (``SamplingParams(n=K)``): none
+            of that prompt's tokens was decoded again for them.
+        labels_scored: items whose labels were scored (``score_choices``).
+        label_tokens_decoded: tokens decoded in the batch context beyond the prompts
+            to score labels of more than one token.
         decode_calls: successful ``llama_decode`` calls in the batch context.
         batch_disabled_reason: why batching was turned off, or ``None`` while it is on.
         batch_failures: failures of the batch path (a decode, a cache copy, a state
@@ -98,6 +138,9 @@ class Stats:
     prefix_copies: int = 0
     cache_ram_saves: int = 0
     cache_ram_loads: int = 0
+    prompt_shares: int = 0
+    labels_scored: int = 0
+    label_tokens_decoded: int = 0
     decode_calls: int = 0
     batch_disabled_reason: str | None = field(default=None)
     batch_failures: int = 0

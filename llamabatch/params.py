@@ -78,8 +78,21 @@ class SamplingParams:
             prompt give the same reply); ``None`` draws a random seed per item.
             ``2**32 - 1`` is refused: it is llama.h's ``LLAMA_DEFAULT_SEED``, which tells
             llama.cpp to draw a random seed, so it could never repeat a reply.
+        n: replies drawn for the prompt (OpenAI's and vLLM's ``n``), >= 1; the prompt is
+            prefilled once and shared. Reply ``j`` uses seed ``seed + j``; they are on
+            ``Completion.samples``, and ``Completion.text`` is reply 0.
+        score_choices: with ``choices``, score every label instead of generating:
+            ``Completion.choice_logprobs`` (log P(label | prompt), summed over the
+            label's tokens), ``Completion.choice_probs`` (normalised over the labels) and
+            ``text`` the likeliest label (:mod:`llamabatch.engine.scoring`).
+        choice_leading_space: with ``score_choices``, a label also counts as written
+            with one leading space (``" bug"`` for ``"bug"``); the probabilities of the
+            two continuations are summed. False scores each label as written only.
 
-    At most one of ``grammar``, ``json_schema``, ``choices`` is set.
+    At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``
+    acts only with ``choices`` (without them the item samples a reply, so that a job's
+    ``--score-choices`` applies to the lines that carry labels), and then needs
+    ``n == 1`` (scores are deterministic: one set per prompt).
 
     Raises:
         ValueError: a parameter outside its range or of the wrong type (named in the
@@ -103,9 +116,13 @@ class SamplingParams:
     json_schema: Mapping[str, object] | str | None = None
     choices: tuple[str, ...] | None = None
     logprobs: int | None = None
+    n: int = 1
+    score_choices: bool = False
+    choice_leading_space: bool = True
 
     def __post_init__(self) -> None:
         _normalize_reply_fields(self)
+        _check_samples_and_scores(self)
         _check(
             _is_real(self.temperature) and self.temperature >= 0,
             "temperature",
@@ -193,6 +210,11 @@ class SamplingParams:
         return None
 
     @property
+    def scores_labels(self) -> bool:
+        """True when the item's labels are scored (``score_choices`` with ``choices``)."""
+        return self.score_choices and self.choices is not None
+
+    @property
     def is_greedy(self) -> bool:
         """True when the chain is a plain argmax (temperature 0)."""
         return self.temperature == 0
@@ -248,6 +270,35 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
     if len(given) > 1:
         raise ValueError(
             f"{' and '.join(given)} are both set: give at most one of grammar, json_schema, choices"
+        )
+
+
+def _check_samples_and_scores(p: SamplingParams) -> None:
+    """Check ``n``, ``score_choices`` and ``choice_leading_space`` (and ``seed + n - 1``,
+    the seed of the last reply, which must stay below ``LLAMA_DEFAULT_SEED``: that value
+    asks llama.cpp for a random seed)."""
+    _check(_is_int(p.n) and 1 <= p.n <= 1024, "n", p.n, "an integer in [1, 1024]")
+    _check(
+        isinstance(p.score_choices, bool),
+        "score_choices",
+        p.score_choices,
+        "True or False",
+    )
+    _check(
+        isinstance(p.choice_leading_space, bool),
+        "choice_leading_space",
+        p.choice_leading_space,
+        "True or False",
+    )
+    if p.scores_labels and p.n != 1:
+        raise ValueError(
+            f"n={p.n} with score_choices=True: label scores are deterministic, give n=1 "
+            "(or score_choices=False to draw n constrained replies and count votes)"
+        )
+    if p.seed is not None and p.n > 1 and p.seed + p.n - 1 >= LLAMA_DEFAULT_SEED:
+        raise ValueError(
+            f"seed={p.seed} with n={p.n}: reply j uses seed + j, which must stay below "
+            f"{LLAMA_DEFAULT_SEED} (LLAMA_DEFAULT_SEED asks for a random seed)"
         )
 
 

@@ -220,6 +220,20 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
         metavar="STR",
         help="end a reply before this string; repeat for several (default: none)",
     )
+    p.add_argument(
+        "--score-choices",
+        action="store_true",
+        help="with --choices (or a line's choices), score every label instead of "
+        "generating: output lines get choice_probs, text is the likeliest label",
+    )
+    p.add_argument(
+        "--n",
+        type=int,
+        default=1,
+        metavar="K",
+        help="replies per prompt from one prefill, reply j with seed + j; output lines "
+        "get samples (and votes with choices) (default: 1)",
+    )
     rule = p.add_mutually_exclusive_group()
     rule.add_argument(
         "--choices",
@@ -305,6 +319,8 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
         repeat_penalty=args.repeat_penalty,
         seed=args.seed,
         stop=tuple(args.stop or ()),
+        n=args.n,
+        score_choices=args.score_choices,
         **_constraint(args),
     )
 

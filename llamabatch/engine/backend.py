@@ -20,6 +20,24 @@ the protocol):
     (``llama_state_seq_set_data``); both raise ``BackendError`` on failure (a failed load
     leaves the sequence unknown). Without both (or with ``can_copy`` False), no state is
     kept in host memory (``BatchGenerator(cache_ram_mib=...)`` has no effect).
+
+``take_scores() -> list[tuple[tuple[float, ...], ...]]``
+    label scores (``SamplingParams(score_choices=True)``): one entry per span of the
+    last ``decode`` with ``targets`` (in span order), one tuple per token of the span,
+    holding ``log_softmax(logits of that row)[t]`` for each ``t`` of that row's
+    targets (empty where a row has none). Its presence says that ``decode`` honours
+    ``Span.targets``; without it, scored items are completed alone.
+
+``score_alone(tokens, targets) -> list[tuple[float, ...]]``
+    the same outside the batch context: evaluate ``tokens`` from position 0 (a prefix
+    the one-at-a-time context already holds may be reused) and return, per position,
+    the log-softmax of that position's logits at each id of ``targets[j]`` (``targets``
+    as long as ``tokens``). Without it, a scored item that cannot run in a slot fails
+    with an error naming the backend.
+
+``can_share_rows: bool``
+    True when ``decode`` honours ``Span.share`` (absent means False: then the ``n``
+    replies of a prompt run as separate sequences, each reusing the cache as usual).
 """
 
 from __future__ import annotations
@@ -41,12 +59,21 @@ class Span:
         tokens: token ids, at least one.
         logits: request logits on the last token only (then the backend samples the
             sequence's next token from them).
+        targets: label scoring (``logits`` is then False): one tuple of token ids per
+            token of the span; a row with ids gets logits, and the backend reports
+            their log-softmax (the optional ``take_scores``). ``None``: no scores.
+        share: with ``logits``, more sequences whose chains also sample their first
+            token from this span's last row (the ``n`` replies of one prompt; the
+            optional ``can_share_rows``): ``decode`` returns, for this span, its own
+            token and then one per id of ``share``, in that order.
     """
 
     seq_id: int
     pos: int
     tokens: Sequence[int]
     logits: bool
+    targets: tuple[tuple[int, ...], ...] | None = None
+    share: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +175,7 @@ class Backend(Protocol):
         Returns:
             one sampled token id per span with ``logits=True``, in span order; each is
             sampled by that span's sequence's chain (:meth:`start_seq`) from the logits
-            of its last token.
+            of its last token (followed by one per id of ``Span.share``).
 
         Raises:
             DecodeError: ``llama_decode`` returned non-zero (``.code``).

@@ -30,12 +30,18 @@ class Item:
         tokens: prompt token ids, or ``None`` when ``error`` is set.
         error: why the prompt cannot be completed, or ``None``.
         sampling: the item's sampler chain and optional ``max_tokens``.
+        text: the prompt's text when it was given as text (label scoring tokenizes
+            prompt + label), else ``None``.
+        sample: which of the ``SamplingParams.n`` replies of its prompt this item
+            draws (0 for the first, and for an item with ``n == 1``).
     """
 
     index: int
     tokens: list[int] | None
     error: str | None = None
     sampling: SamplingParams = SamplingParams()
+    text: str | None = None
+    sample: int = 0
 
     @property
     def n_prompt_tokens(self) -> int:
@@ -98,4 +104,4 @@ def _prepare(index: int, prompt: object, backend: Backend) -> Item:
             f"(n_ctx={backend.n_ctx}) holds at most "
             f"{backend.n_ctx - 1} prompt tokens",
         )
-    return Item(index, tokens)
+    return Item(index, tokens, text=prompt if isinstance(prompt, str) else None)

@@ -28,11 +28,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from ..completion import Completion, Stats
+from ..completion import Completion, Path, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BatchLimits
 from .items import Item
+from .samples import SampleGroups
+from .scoring import LabelScores, ScoreJob, job_for, score_alone
 from .seq_errors import GrammarDeadEnd
 from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
 from .stop import Reply
@@ -125,6 +127,7 @@ class Scheduler:
         self._open_tried = False
         self._failures = 0  # failures of the batch path since an item completed in it
         self._retry: deque[Item] = deque()  # items in flight at a failure: alone, once
+        self.samples = SampleGroups()
         if config.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
@@ -267,7 +270,7 @@ class Scheduler:
                     return
                 state["next"] = item.index + 1
                 open_.add(item.index)
-                queue.append(item)
+                queue.extend(self.samples.expand(item))  # the n replies of its prompt
 
         try:
             while True:
@@ -275,6 +278,7 @@ class Scheduler:
                     done = self._turn(queue, pull)
                 if done is None:
                     return
+                done = self.samples.merge(done)
                 for c in done:
                     open_.discard(c.index)
                 yield done
@@ -329,8 +333,15 @@ class Scheduler:
                 done.append(self.run_alone(item))
                 return done
             else:
+                score = self._score_job(item)
+                if isinstance(score, str):
+                    done.append(self._error(item, score))
+                    continue
+                if score is not None and not hasattr(self.backend, "take_scores"):
+                    done.append(self.run_alone(item))  # this backend scores alone only
+                    return done
                 try:
-                    engine.place(item, self.reply(item))
+                    engine.place(item, self.reply(item), score)
                 except GrammarError as exc:  # the item's own error; batching goes on
                     done.append(self._error(item, str(exc)))
                 except BatchFailed as exc:
@@ -382,6 +393,8 @@ class Scheduler:
         """Complete one item outside the batch context; failures become its error."""
         if item.error is not None:
             return self._error(item, item.error)
+        if item.sampling.scores_labels:
+            return self._score_alone(item)
         reply = self.reply(item)
         take = self._logprobs_taker(item)
         tokens = iter(())
@@ -403,6 +416,56 @@ class Scheduler:
         if not reply.is_finished:
             return self._error(item, "the backend stopped generating without a reason")
         return self._completion(item, reply, "alone")
+
+    # -- label scores ------------------------------------------------------------------
+    def _score_job(self, item: Item) -> ScoreJob | str | None:
+        """The item's :class:`~llamabatch.engine.scoring.ScoreJob` (``score_choices``),
+        ``None`` when it samples a reply, or why its labels cannot be scored."""
+        sampling = item.sampling
+        if not sampling.scores_labels:
+            return None
+        try:
+            return job_for(
+                item.tokens,
+                item.text,
+                sampling.choices,
+                sampling.choice_leading_space,
+                self.backend.tokenize,
+            )
+        except (ValueError, BackendError) as exc:
+            return f"cannot score the labels: {exc}"
+
+    def _score_alone(self, item: Item) -> Completion:
+        job = self._score_job(item)
+        if isinstance(job, str):
+            return self._error(item, job)
+        score = getattr(self.backend, "score_alone", None)
+        if score is None:
+            return self._error(
+                item,
+                f"{type(self.backend).__name__} cannot score labels outside the batch "
+                "context (no score_alone)",
+            )
+        try:
+            scores = score_alone(job, score)
+        except (BackendError, ValueError) as exc:
+            return self._error(item, f"failed even alone: {exc}")
+        return self._scored(item, scores, "alone")
+
+    def _scored(self, item: Item, scores: LabelScores, path: Path) -> Completion:
+        self.stats.labels_scored += 1
+        c = Completion(
+            item.index,
+            scores.label,
+            scores.tokens,
+            "stop",
+            None,
+            len(item.tokens),
+            path,
+            choice_logprobs=scores.logprobs,
+            choice_probs=scores.probs,
+        )
+        return self.samples.note(item, c)
 
     def reply(self, item: Item) -> Reply:
         """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.Reply`): at most
@@ -428,7 +491,9 @@ class Scheduler:
         """Add a completion given back to the caller to :attr:`stats`."""
         s = self.stats
         s.prompt_tokens += c.n_prompt_tokens
-        s.generated_tokens += c.n_tokens
+        s.generated_tokens += (
+            c.n_tokens if c.samples is None else sum(len(x.token_ids) for x in c.samples)
+        )
         s.items_failed += c.error is not None
         if c.path == "batch":
             s.items_batched += 1
@@ -440,9 +505,14 @@ class Scheduler:
             item = seq.item
             return Completion(item.index, "", (), "error", seq.error, item.n_prompt_tokens, "batch")
         self._failures = 0  # an item completed in the batch: the failures are not in a row
+        if seq.score is not None:
+            try:
+                return self._scored(seq.item, seq.score.result(), "batch")
+            except KeyError:
+                return self._error(seq.item, "label scoring ended before every row was scored")
         return self._completion(seq.item, seq.reply, "batch")
 
-    def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+    def _completion(self, item: Item, reply: Reply, path: Path) -> Completion:
         choices = item.sampling.choices
         if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
             n = len(reply.token_ids)
@@ -459,7 +529,7 @@ class Scheduler:
                 path,
             )
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
-        return Completion(
+        c = Completion(
             item.index,
             reply.text,
             tuple(reply.token_ids),
@@ -469,6 +539,8 @@ class Scheduler:
             path,
             logprobs,
         )
+        return self.samples.note(item, c)
 
     def _error(self, item: Item, message: str) -> Completion:
-        return Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")
+        c = Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")
+        return self.samples.note(item, c)

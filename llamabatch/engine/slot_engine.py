@@ -29,13 +29,10 @@ from .backend import Backend, BatchLimits, Span
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
+from .scoring import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
-from .slots import CopyPlan, Slot, SlotTable
+from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import Reply
-
-
-def _logit_spans(spans: list[Span]) -> list[Span]:
-    return [s for s in spans if s.logits]
 
 
 def dead_end_message(exc: Exception, reply: Reply) -> str:
@@ -79,6 +76,11 @@ class Seq:
         fed: prompt tokens in the slot's cache (reused, copied or prefilled).
         breaks: prompt lengths at which a prefill call must stop, so that another
             slot can copy the cache exactly there (recurrent models only).
+        score: label scoring (``SamplingParams.score_choices``): the rows to score;
+            the sequence samples nothing and ends once every row is scored.
+        followers: sequences waiting (``Status.COPY``, no ``copy``) to sample their
+            first token from this sequence's last prompt row and copy its cache then
+            (the ``n`` replies of one prompt, :mod:`llamabatch.engine.samples`).
     """
 
     item: Item
@@ -89,6 +91,9 @@ class Seq:
     status: Status = Status.PREFILL
     breaks: set[int] = field(default_factory=set)
     error: str | None = None  # its own error (a grammar dead end): it ended with it
+    score: ScoreJob | None = None
+    followers: list[Seq] = field(default_factory=list)
+    snapshot: tuple[Any, list[int]] | None = None  # (state, its tokens): recurrent scoring
 
     @property
     def tokens(self) -> list[int]:
@@ -200,8 +205,13 @@ class SlotEngine:
         return items
 
     # -- placing an item ---------------------------------------------------------------
-    def place(self, item: Item, reply: Reply) -> None:
+    def place(self, item: Item, reply: Reply, score: ScoreJob | None = None) -> None:
         """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
+
+        With ``score``, the item's labels are scored instead of a reply sampled
+        (:mod:`llamabatch.engine.scoring`). A later reply of a prompt already
+        prefilling here (``item.sample`` > 0, same ``index``) shares its prefill when
+        the backend can (``can_share_rows``).
 
         Raises:
             GrammarError: llama.cpp refused the item's grammar (the item's own error;
@@ -214,7 +224,7 @@ class SlotEngine:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
         slot.busy = True
-        seq = Seq(item, slot, reply)
+        seq = Seq(item, slot, reply, score=score)
         self.running[slot.seq_id] = seq  # from here a failure hands the item back
         try:
             _guard(
@@ -228,6 +238,11 @@ class SlotEngine:
             del self.running[slot.seq_id]
             slot.busy = False
             raise
+        leader = self._leader_for(seq)
+        if leader is not None:  # samples its first token from the leader's last row
+            seq.status = Status.COPY
+            leader.followers.append(seq)
+            return
         planned = {
             sid: s.tokens
             for sid, s in self.running.items()
@@ -296,6 +311,8 @@ class SlotEngine:
     def _keep(self, seq: Seq, n: int) -> None:
         """Keep the first ``n`` cached tokens of ``seq``'s slot and prefill the rest."""
         slot = seq.slot
+        if seq.score is not None:  # its last row is scored in a run of MIN_RUN tokens
+            n = min(n, max(0, len(seq.tokens) - MIN_RUN))
         if n < len(slot.cached):
             ok = False
             if n > 0 and not self.exact:
@@ -323,6 +340,10 @@ class SlotEngine:
         have = len(src.cached)
         if have < plan.n_tokens:
             return False
+        if src.cached[: plan.n_tokens] != seq.tokens[: plan.n_tokens]:
+            seq.copy = None  # the source moved on (label scoring): prefill instead
+            self._keep(seq, reusable(dst.cached, seq.tokens))
+            return True
         if self.exact and have > plan.n_tokens:  # cannot cut back: prefill instead
             seq.copy = None
             self._keep(seq, 0)
@@ -353,36 +374,62 @@ class SlotEngine:
             sampled = _guard("decode", self.backend.decode, spans, passthrough=SampleErrors)
         except SampleErrors as exc:  # decoded; some sequences' grammars are dead ends
             sampled, dead = exc.sampled, exc.errors
-        n_logits = sum(span.logits for span in spans)
+        n_logits = sum(span.logits + len(span.share) for span in spans)
         if not isinstance(sampled, list) or len(sampled) != n_logits:
             raise BatchFailed(f"decode returned {sampled!r} for {n_logits} sequences")
-        wrong = [
-            s.seq_id
-            for s, t in zip(_logit_spans(spans), sampled)
-            if (t is None) != (s.seq_id in dead)
-        ]
+        rows = [sid for span in spans if span.logits for sid in (span.seq_id, *span.share)]
+        wrong = [sid for sid, t in zip(rows, sampled) if (t is None) != (sid in dead)]
         if wrong:
             raise BatchFailed(f"decode returned no token for seq(s) {wrong} without an error")
         self.stats.decode_calls += 1
         it = iter(zip(sampled, self._logprobs(spans, n_logits)))
+        scores = iter(self._scores(spans))
+        shared: list[tuple[Seq, Seq]] = []
         for span in spans:
             seq = self.running[span.seq_id]
+            if span.targets is not None and seq.score is not None:
+                record = seq.score.record
+                _guard(
+                    "take_scores",
+                    record,
+                    seq.slot.cached,
+                    span.pos,
+                    span.tokens,
+                    span.targets,
+                    next(scores, ()),
+                )
             seq.slot.cached.extend(span.tokens)
             if seq.status == Status.PREFILL:
-                seq.fed += len(span.tokens)
-                self.stats.prompt_tokens_prefilled += len(span.tokens)
+                n = min(len(span.tokens), len(seq.tokens) - seq.fed)
+                seq.fed += n
+                self.stats.prompt_tokens_prefilled += n
+                self.stats.label_tokens_decoded += len(span.tokens) - n
                 seq.breaks.discard(seq.fed)
             if span.logits:
                 token, logprobs = next(it)
                 if token is None:
                     seq.error = dead_end_message(dead[span.seq_id], seq.reply)
                     seq.status = Status.FINISHED
-                    continue
-                reason = seq.reply.add(token, logprobs)
-                seq.status = Status.DECODE if reason is None else Status.FINISHED
+                else:
+                    reason = seq.reply.add(token, logprobs)
+                    seq.status = Status.DECODE if reason is None else Status.FINISHED
+                for sid in span.share:
+                    follower = self.running[sid]
+                    token, logprobs = next(it)
+                    if token is None:  # the same row and grammar: the same dead end
+                        follower.error = dead_end_message(dead[sid], follower.reply)
+                        follower.status = Status.FINISHED
+                        continue
+                    reason = follower.reply.add(token, logprobs)
+                    follower.status = Status.DECODE if reason is None else Status.FINISHED
+                    shared.append((seq, follower))
         self.dirty = False
+        self._after_shares(shared)
+        for seq in [s for s in self.running.values() if s.score is not None]:
+            self._advance_score(seq)
         if self._n_waiting:  # running is in placement order (a dict)
-            for seq in [s for s in self.running.values() if s.status == Status.COPY]:
+            waiting = [s for s in self.running.values() if s.status == Status.COPY]
+            for seq in [s for s in waiting if s.copy is not None]:
                 if self._try_copy(seq):
                     self._n_waiting -= 1
         done = [s for s in self.running.values() if s.status == Status.FINISHED]
@@ -390,6 +437,86 @@ class SlotEngine:
             seq.slot.busy = False
             del self.running[seq.slot.seq_id]
         return done
+
+    # -- shared prefills and label scores (engine/samples.py, engine/scoring.py) ------
+    def _leader_for(self, seq: Seq) -> Seq | None:
+        """The running sequence whose prefill ``seq`` (a later reply of the same prompt)
+        can share: same item index and tokens, still prefilling, sampling a reply."""
+        if seq.item.sample == 0 or seq.score is not None:
+            return None
+        if not getattr(self.backend, "can_share_rows", False):
+            return None
+        for other in self.running.values():
+            if (
+                other is not seq
+                and other.item.index == seq.item.index
+                and other.status == Status.PREFILL
+                and other.score is None
+                and other.tokens == seq.tokens
+            ):
+                return other
+        return None
+
+    def _after_shares(self, shared: list[tuple[Seq, Seq]]) -> None:
+        """Give each follower that sampled from its leader's row a copy of the leader's
+        cache (the prompt), so that it decodes on from there."""
+        for leader, seq in shared:
+            if seq.status == Status.FINISHED:
+                continue  # its first token ended it: its cache is not needed
+            self._save(seq.slot, 0)
+            self.dirty = True
+            _guard("copy_seq", self.backend.copy_seq, leader.slot.seq_id, seq.slot.seq_id)
+            self.dirty = False
+            seq.slot.cached[:] = leader.slot.cached
+            seq.fed = len(seq.tokens)
+            self.stats.prefix_copies += 1
+            self.stats.prompt_shares += 1
+            self.stats.prompt_tokens_cached += len(seq.tokens)
+        for leader, _ in shared:
+            leader.followers.clear()
+
+    def _scores(self, spans: list) -> list:
+        """The backend's label scores of the spans with targets (``take_scores``)."""
+        if not any(span.targets is not None for span in spans):
+            return []
+        return list(_guard("take_scores", self.backend.take_scores))
+
+    def _advance_score(self, seq: Seq) -> None:
+        """Once a scoring sequence's cache holds its goal, start its next run (cutting
+        the cache back) or end it when every row is scored."""
+        job, slot = seq.score, seq.slot
+        if seq.status != Status.PREFILL or seq.fed < len(seq.tokens):
+            return
+        if len(slot.cached) < len(job.goal):
+            return
+        can_save = hasattr(self.backend, "save_seq") and getattr(self.backend, "can_copy", True)
+        if seq.snapshot is None and self.exact and can_save:
+            if not job.done:
+                state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
+                seq.snapshot = (state, list(slot.cached))
+        keep = job.next_run(slot.cached, 1 if seq.snapshot is not None else MIN_RUN)
+        if keep is None:
+            seq.status = Status.FINISHED
+            return
+        if keep >= len(slot.cached):
+            return
+        if not self.exact:
+            if self._trim(slot, keep):
+                del slot.cached[keep:]
+                return
+            self.exact = True  # a recurrent / hybrid memory: learned now
+        snapshot = seq.snapshot
+        if snapshot is not None and len(snapshot[1]) <= keep:
+            state, tokens = snapshot
+            if common_prefix(tokens, job.goal) == len(tokens):
+                self.dirty = True
+                _guard("load_seq", self.backend.load_seq, slot.seq_id, state)
+                self.dirty = False
+                slot.cached[:] = tokens
+                return
+        if not self._trim(slot, 0):
+            raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
+        slot.cached.clear()
 
     def _logprobs(self, spans: list, n: int) -> list:
         """The backend's logprobs of the ``n`` tokens just sampled (the optional
@@ -418,11 +545,28 @@ class SlotEngine:
         for s in seqs:
             if s.status != Status.PREFILL:
                 continue
+            if s.score is not None and s.fed >= len(s.tokens):  # a label run
+                n = len(s.slot.cached)
+                prefilling.append(Prefilling(s.slot.seq_id, n, s.score.goal[n:]))
+                continue
             later = [b - s.fed for b in s.breaks if b > s.fed]
             prefilling.append(
                 Prefilling(s.slot.seq_id, s.fed, s.tokens[s.fed :], min(later) if later else None)
             )
         spans = plan_step(decoding, prefilling, self.limits.n_batch)
+        spans = [self._special(span) for span in spans]
         if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running sequence waits for a copy")
         return spans
+
+    def _special(self, span: Span) -> Span:
+        """A scoring sequence's span gets its rows' targets instead of sampling logits;
+        a leader's last prompt span names the followers that sample from its row."""
+        seq = self.running[span.seq_id]
+        if seq.score is not None:
+            targets = seq.score.targets(seq.slot.cached, span.pos, span.tokens)
+            return Span(span.seq_id, span.pos, span.tokens, False, targets)
+        if span.logits and seq.followers:
+            share = tuple(f.slot.seq_id for f in seq.followers)
+            return Span(span.seq_id, span.pos, span.tokens, True, share=share)
+        return span

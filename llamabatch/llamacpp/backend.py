@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _ffi
 from ..engine.backend import BatchLimits, Span
+from ..engine.scoring import MIN_RUN
 from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
 from ..errors import (
     BackendError,
@@ -41,8 +42,8 @@ from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
-from .llm_state import LlamaGuard
-from .sampler import SeqSampler, top_logprobs
+from .llm_state import LlamaGuard, common_prefix
+from .sampler import SeqSampler, token_logsoftmax, top_logprobs
 
 log = logging.getLogger("llamabatch")
 
@@ -80,6 +81,8 @@ class LlamaBackend:
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
         self._logprobs: list = []
+        self._scores: list = []
+        self.can_share_rows = True  # decode samples Span.share from the same row
         self.lock = llm_lock(llm)
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
@@ -285,19 +288,37 @@ class LlamaBackend:
         samplers = self._samplers
         batch.clear()
         rows: list[tuple[SeqSampler, int]] = []
+        row_seqs: list[int] = []  # the seq id each row is sampled for
+        scored: list[tuple[int, tuple[tuple[int, ...], ...]]] = []  # (first row, targets)
         for span in spans:
-            if span.logits and span.seq_id not in samplers:
-                raise ValueError(f"seq_id={span.seq_id} has no sampler: call start_seq first")
+            for sid in ((span.seq_id,) if span.logits else ()) + tuple(span.share):
+                if sid not in samplers:
+                    raise ValueError(f"seq_id={sid} has no sampler: call start_seq first")
+            if span.targets is not None and len(span.targets) != len(span.tokens):
+                raise ValueError(
+                    f"seq_id={span.seq_id}: {len(span.targets)} targets for "
+                    f"{len(span.tokens)} tokens; give one tuple per token"
+                )
             last = batch.add_run(span.tokens, span.pos, span.seq_id, span.logits)
+            if span.targets is not None:
+                first = last + 1 - len(span.tokens)
+                for r, ids in enumerate(span.targets):
+                    if ids:
+                        _check_ids(ids, self.n_vocab)
+                        batch.request_logits(first + r)
+                scored.append((first, span.targets))
             if span.logits:
+                row_seqs.append(span.seq_id)
                 rows.append((samplers[span.seq_id], last))
+                row_seqs.extend(span.share)
+                rows.extend((samplers[sid], last) for sid in span.share)
         code = ctx.decode(batch)
         if code != 0:
             raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
         sampled: list[int | None] = []
         dead: dict[int, GrammarError] = {}
         self._logprobs = []
-        for (sampler, i), seq_id in zip(rows, (s.seq_id for s in spans if s.logits)):
+        for (sampler, i), seq_id in zip(rows, row_seqs):
             try:
                 sampled.append(sampler.sample(ctx, i))
                 self._logprobs.append(sampler.last_logprobs)
@@ -305,9 +326,74 @@ class LlamaBackend:
                 dead[seq_id] = exc
                 sampled.append(None)
                 self._logprobs.append(None)
+        self._scores = [
+            tuple(
+                token_logsoftmax(ctx.logits(first + r), ids) if ids else ()
+                for r, ids in enumerate(targets)
+            )
+            for first, targets in scored
+        ]
         if dead:
             raise SampleErrors(sampled, dead)
         return sampled
+
+    def take_scores(self) -> list:
+        """The label scores of the last :meth:`decode` (the optional
+        ``Backend.take_scores``): for each span with ``targets``, per row the
+        ``log_softmax`` of that row's logits at each target id
+        (:func:`~llamabatch.llamacpp.sampler.token_logsoftmax`)."""
+        taken, self._scores = self._scores, []
+        return taken
+
+    def score_alone(self, tokens: Sequence[int], targets: Sequence[Sequence[int]]) -> list:
+        """Label scores through the ``Llama`` itself (the optional
+        ``Backend.score_alone``): for each row with targets, the ``Llama``'s cache is
+        cut back to what it shares with ``tokens`` but at most to the token before that
+        row, the rest up to the row is evaluated with ``Llama.eval`` (at least two tokens,
+        :data:`~llamabatch.engine.scoring.MIN_RUN`) and the last row's logits read; the
+        ``Llama``'s settings are put back, its cache is cut back like
+        :meth:`generate_alone`'s (:meth:`release_alone`).
+
+        Returns:
+            per position of ``tokens``, ``log_softmax`` of its logits at each id of
+            ``targets[j]``.
+
+        Raises:
+            ValueError: ``targets`` is not one tuple per token, or an id is outside
+                [0, n_vocab).
+            BackendError: the ``Llama`` was closed, or llama.cpp failed to decode.
+        """
+        self._check_llm()
+        tokens = [int(t) for t in tokens]
+        if len(targets) != len(tokens) or not tokens:
+            raise ValueError(f"{len(targets)} targets for {len(tokens)} tokens; give one each")
+        for ids in targets:
+            _check_ids(ids, self.n_vocab)
+        wanted = [j for j, ids in enumerate(targets) if ids]
+        if not wanted:
+            return [() for _ in tokens]
+        llm = self._llm
+        if self._alone_guard is None:
+            self._alone_guard = LlamaGuard(llm)
+        guard = self._alone_guard
+        out: list[tuple[float, ...]] = [() for _ in tokens]
+        try:
+            for j in wanted:  # each row in an eval of MIN_RUN tokens (scoring.MIN_RUN)
+                start = max(0, j + 1 - MIN_RUN)
+                cached = _ffi.llm_cached_tokens(llm)
+                keep = min(common_prefix(cached, tokens), start)
+                if keep < len(cached):
+                    _ffi.cut_llm_cache(llm, keep)
+                llm.eval(tokens[int(llm.n_tokens) : j + 1])
+                row = _ffi.load().logits(_ffi.context_of(llm), -1, self.n_vocab)
+                if row is None:
+                    raise BackendError("cannot read the Llama's logits for label scores")
+                out[j] = token_logsoftmax(row, targets[j])
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"llama-cpp-python: {exc}") from exc
+        finally:
+            guard.restore_settings()
+        return out
 
     def clear(self, n_seqs: int | None = None) -> None:
         """Remove sequences [0, n_seqs) (all when ``None``) from the cache (no-op
@@ -417,3 +503,8 @@ class LlamaBackend:
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
+
+
+def _check_ids(ids: Sequence[int], n_vocab: int) -> None:
+    if any(not 0 <= t < n_vocab for t in ids):
+        raise ValueError(f"target ids {tuple(ids)!r} out of range: valid is [0, {n_vocab})")

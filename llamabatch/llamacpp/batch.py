@@ -125,6 +125,16 @@ class LlamaBatch(Closing):
         buf.set_n_tokens(j)
         return j - 1
 
+    def request_logits(self, i: int) -> None:
+        """Have row ``i`` (already filled) output logits too (label scoring reads the
+        log-softmax of several rows of one run).
+
+        Raises:
+            ValueError: ``i`` is not a filled row.
+        """
+        i = _check_int("i", i, 0, self._n)
+        self._buf.logits[i] = 1
+
     def clear(self) -> None:
         """Forget every row; the allocation is kept for the next decode."""
         self._n = 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,15 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
     if token not in {t for t, _ in pairs}:
         pairs.append((token, float(row[token] - logz)))
     return tuple(pairs)
+
+
+def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[float, ...]:
+    """``log_softmax(logits)[t]`` for each ``t`` of ``ids`` (natural log, float64 sums
+    over the whole row; ``Llama.logits_to_logprobs`` computes the same)."""
+    row = logits.astype(np.float64)
+    top = row.max()
+    logz = top + math.log(float(np.exp(row - top).sum()))
+    return tuple(float(row[t] - logz) for t in ids)
 
 
 class SeqSampler(Closing):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import operator
+import random
 from array import array
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,6 +205,9 @@ class FakeBackend:
         self._seqs: list[_Seq] = []
         self._open_tried = False
         self._logprobs: list = []
+        self._scores: list = []
+        self._rows: dict[Tokens, tuple[list[float], float]] = {}
+        self.can_share_rows = True
 
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__
@@ -384,6 +389,67 @@ class FakeBackend:
         seq.restart()
         seq.sampling = sampling
 
+    # -- label scores (a deterministic model of log-probabilities) -------------------
+    def token_logprob(self, context: Sequence[int], token: int) -> float:
+        """The fake model's ``log_softmax(logits)[token]`` after ``context`` (every token
+        before it, from position 0): logits drawn uniformly in [0, 4) by a generator
+        seeded with the context, so every path (batched, alone, cached) gives the same
+        value for the same context, and a wrong cache gives another."""
+        key = tuple(context)
+        row = self._rows.get(key)
+        if row is None:
+            rng = random.Random(hash(key))
+            logits = [rng.uniform(0.0, 4.0) for _ in range(self.n_vocab)]
+            top = max(logits)
+            row = (logits, top + math.log(sum(math.exp(v - top) for v in logits)))
+            if len(self._rows) > 4096:
+                self._rows.clear()
+            self._rows[key] = row
+        logits, logz = row
+        return logits[token] - logz
+
+    def take_scores(self) -> list:
+        """The optional ``Backend.take_scores``: for each span of the last decode with
+        ``targets``, per row the :meth:`token_logprob` of each target id."""
+        taken, self._scores = self._scores, []
+        return taken
+
+    def _span_scores(self, kv: Sequence[int], span: Span) -> tuple[tuple[float, ...], ...]:
+        """``kv`` holds the sequence's cache before ``span``."""
+        self._require(
+            len(span.targets) == len(span.tokens) and not span.logits,
+            f"seq {span.seq_id}: targets need one tuple per token and logits=False",
+        )
+        path = list(kv) + list(span.tokens)
+        out = []
+        for r, ids in enumerate(span.targets):
+            self._require(
+                all(0 <= t < self.n_vocab for t in ids),
+                f"seq {span.seq_id}: a target outside [0, {self.n_vocab})",
+            )
+            context = path[: span.pos + r + 1]
+            out.append(tuple(self.token_logprob(context, t) for t in ids))
+        return tuple(out)
+
+    def score_alone(self, tokens: Sequence[int], targets: Sequence[Sequence[int]]) -> list:
+        """The optional ``Backend.score_alone``: per position of ``tokens``, the
+        :meth:`token_logprob` of each id of ``targets[j]`` after ``tokens[:j + 1]``.
+
+        Raises:
+            BackendError: ``fail_alone`` matches ``tokens``, or they do not fit ``n_ctx``.
+            FakeBackendViolation: ``targets`` is not one tuple per token.
+        """
+        tokens = tuple(tokens)
+        self._require(len(targets) == len(tokens), "score_alone: one targets tuple per token")
+        if self.fails_alone(tokens) or not tokens or len(tokens) >= self.n_ctx:
+            raise BackendError("fake: cannot score alone")
+        if self.check:
+            self.log.append(AloneCall(tokens, SamplingParams(temperature=0.0)))
+        return [
+            tuple(self.token_logprob(tokens[: j + 1], t) for t in ids)
+            for j, ids in enumerate(targets)
+        ]
+
     def take_logprobs(self) -> list:
         """The optional ``Backend.take_logprobs``: one entry per token sampled since the
         last call; the fake's replies are certain, so each is ``((token, 0.0),)`` (the
@@ -506,9 +572,11 @@ class FakeBackend:
             return self._fail(spans)
         seqs, sampled = self._seqs, []
         dead: dict[int, GrammarError] = {}
-        self._logprobs = []
+        self._logprobs, self._scores = [], []
         for span in spans:
             seq = seqs[span.seq_id]
+            if span.targets is not None:
+                self._scores.append(self._span_scores(seq.kv, span))
             seq.kv.extend(span.tokens)
             if span.logits:
                 if seq.reply is None:
@@ -518,13 +586,25 @@ class FakeBackend:
                     seq.is_done = True  # decoding it again is a violation
                     sampled.append(None)
                     self._logprobs.append(None)
+                    for sid in span.share:  # the same row: the same dead end
+                        dead[sid] = self._dead_end(seq.n_sampled)
+                        sampled.append(None)
+                        self._logprobs.append(None)
                     continue
+                first = seq.n_sampled == 0
                 token = self._token_at(seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
                 seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
                 sampled.append(token)
                 self._note_logprobs(seq.sampling, token)
+                for sid in span.share:  # the same row, another chain: the same reply
+                    self._require(first, f"seq {span.seq_id}: share after its first token")
+                    other = seqs[sid]
+                    other.reply, other.n_sampled, other.last = seq.reply, 1, token
+                    other.is_done = seq.is_done
+                    sampled.append(token)
+                    self._note_logprobs(other.sampling, token)
         if self.check:
             self.log.append(
                 DecodeCall(self.num_decode_calls, self._records(spans), tuple(sampled), None)
@@ -625,6 +705,15 @@ class FakeBackend:
                 )
             if span.logits:
                 waiting.add(s)
+            for f in span.share:
+                self._require(
+                    span.logits and isinstance(f, int) and 0 <= f < n_seq_max and f != s,
+                    f"seq {s}: share with seq {f!r} (needs logits and another valid seq id)",
+                )
+                self._require(self._seqs[f].started, f"seq {f} shared without start_seq")
+                self._require(
+                    self._seqs[f].reply is None, f"seq {f} shared after it sampled already"
+                )
 
     # -- one at a time ---------------------------------------------------------------
     def fails_alone(self, prompt: Sequence[int]) -> bool:

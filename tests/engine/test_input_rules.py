@@ -90,7 +90,7 @@ def test_a_rejected_openai_request_keeps_its_readable_custom_id(tmp_path):
     lines = [
         {"custom_id": "r1", "url": "/v1/completions", "body": {"prompt": "a"}},
         {"custom_id": "ticket-7", "url": "/v1/embeddings", "body": {"input": "x"}},
-        {"custom_id": "r3", "url": "/v1/completions", "body": {"prompt": "b", "n": 2}},
+        {"custom_id": "r3", "url": "/v1/completions", "body": {"max_tokens": 4}},  # no prompt
         {"custom_id": 5, "url": "/v1/completions", "body": {"prompt": "c"}},
     ]
     path = tmp_path / "requests.jsonl"

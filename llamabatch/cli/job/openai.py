@@ -8,7 +8,8 @@ Input line (OpenAI's Batch API, also read by ``vllm run-batch``)::
 ``url`` is ``/v1/chat/completions`` (``body.messages``, formatted with the model's chat
 template) or ``/v1/completions`` (``body.prompt``, a string). The body's sampling
 fields are the per-item fields of :mod:`.fields` (``max_completion_tokens`` is read as
-``max_tokens``); ``model`` is ignored (the job's model answers), ``n`` must be 1.
+``max_tokens``); ``model`` is ignored (the job's model answers); ``n`` gives that many
+``choices[]``.
 
 Output line (``--output-format openai``), as the Batch API writes it::
 
@@ -40,7 +41,7 @@ URLS = (CHAT_URL, COMPLETIONS_URL)
 
 #: Body keys read besides the sampling fields, and those accepted without effect.
 _BODY_PROMPTS = {CHAT_URL: "messages", COMPLETIONS_URL: "prompt"}
-_BODY_IGNORED = frozenset({"model", "n", "stream", "user", "max_completion_tokens"})
+_BODY_IGNORED = frozenset({"model", "stream", "user", "max_completion_tokens"})
 
 
 def is_request(obj: Mapping[str, Any]) -> bool:
@@ -72,10 +73,6 @@ def request_parts(
     body = obj["body"]
     if not isinstance(body, Mapping):
         raise ValueError('"body" must be a JSON object')
-    if body.get("n", 1) != 1:
-        raise ValueError(
-            f'"body"."n" is {body["n"]!r}; llamabatch makes one reply per request (n = 1)'
-        )
     if body.get("stream"):
         raise ValueError('"body"."stream" is true; batch replies are not streamed')
     prompt_key = _BODY_PROMPTS[url]
@@ -101,6 +98,7 @@ def response_record(
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
     created = int(time.time())
+    replies = completion.samples or (completion,)  # ``n`` replies: one choice each
     if url == CHAT_URL:
         body = {
             "id": f"chatcmpl-{_request_id()}",
@@ -109,11 +107,12 @@ def response_record(
             "model": model,
             "choices": [
                 {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": completion.text},
+                    "index": j,
+                    "message": {"role": "assistant", "content": r.text},
                     "logprobs": None,
-                    "finish_reason": completion.finish_reason,
+                    "finish_reason": r.finish_reason,
                 }
+                for j, r in enumerate(replies)
             ],
         }
     else:
@@ -124,18 +123,23 @@ def response_record(
             "model": model,
             "choices": [
                 {
-                    "index": 0,
-                    "text": completion.text,
+                    "index": j,
+                    "text": r.text,
                     "logprobs": None,
-                    "finish_reason": completion.finish_reason,
+                    "finish_reason": r.finish_reason,
                 }
+                for j, r in enumerate(replies)
             ],
         }
+    n_tokens = sum(len(r.token_ids) for r in replies)
     body["usage"] = {
         "prompt_tokens": completion.n_prompt_tokens,
-        "completion_tokens": completion.n_tokens,
-        "total_tokens": completion.n_prompt_tokens + completion.n_tokens,
+        "completion_tokens": n_tokens,
+        "total_tokens": completion.n_prompt_tokens + n_tokens,
     }
+    for key in ("choice_probs", "votes"):  # llamabatch's own, when asked for
+        if getattr(completion, key) is not None:
+            body[key] = getattr(completion, key)
     return {
         "id": f"batch_req_{_request_id()}",
         "custom_id": custom_id,

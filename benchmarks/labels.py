@@ -1,0 +1,168 @@
+"""Label scores and n replies per prompt: what they cost per item, side by side.
+
+SmolLM2-135M-Instruct (the default model, or ``--model``), 4 labels, ``--slots`` slots,
+``--items`` fresh ticket prompts per round (the example tickets with a round and item
+number in front, so no round replays a cached prompt), the methods run in alternating
+order each round (ABCDE, then EDCBA, ...):
+
+- ``scored``: ``SamplingParams(choices=LABELS, score_choices=True)`` (every label's
+  log-probability, the label with and without a leading space);
+- ``greedy``: one constrained greedy label, ``SamplingParams(temperature=0, choices=LABELS)``;
+- ``llama-cpp-python``: the way without llamabatch, a ``Llama(logits_all=True)`` and one
+  ``eval(prompt + label)`` per label (and per leading-space form, as ``scored`` counts
+  both), the log-softmax of ``scores`` at the label's rows summed; the ``Llama`` keeps the
+  prompt prefix between calls (``create_completion(echo=True, logprobs=1)`` does the same
+  work plus a top-k of every prompt row in Python, much slower);
+- ``n=5 shared``: ``SamplingParams(n=5, temperature=0.8, seed=...)``, one prefill shared;
+- ``n=5 separate``: the same five replies as five items (seeds seed + j).
+
+    python benchmarks/labels.py [--rounds 6] [--items 16] [--slots 4] [--threads 2]
+        [--model GGUF] [--json OUT]
+
+Targets: ``scored`` at most 1.5x ``greedy`` per item, and at least 2x faster than
+``llama-cpp-python``. Prints seconds per item for each method and round, their medians
+and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "tag_prompts.jsonl"
+LABELS = ["billing", "bug", "account", "feature_request"]
+METHODS = ("scored", "greedy", "llama-cpp-python", "n=5 shared", "n=5 separate")
+
+
+def tickets() -> list[str]:
+    """The example prompts whose labels are :data:`LABELS`."""
+    rows = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
+    return [r["prompt"] for r in rows if r["choices"] == LABELS]
+
+
+def fresh_prompts(round_no: int, n: int) -> list[str]:
+    """``n`` prompts no earlier round saw: a ticket number in front of the user's text."""
+    base = tickets()
+    marker = "<|im_start|>user\n"
+    out = []
+    for i in range(n):
+        p = base[i % len(base)]
+        at = p.index(marker) + len(marker)
+        out.append(f"{p[:at]}Ticket {round_no}-{i}. {p[at:]}")
+    return out
+
+
+def llama_cpp_python_way(ref, prompt: str) -> dict[str, float]:
+    """Every label's log-probability the way a llama-cpp-python user computes it: one
+    ``Llama.eval(prompt + label)`` per label and form on a ``Llama(logits_all=True)``,
+    keeping the prefix its cache already holds (as ``Llama.generate`` does: ``n_tokens``
+    cut to the common prefix), then the log-softmax of ``scores`` at the label's rows."""
+    import math
+
+    import numpy as np
+
+    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+    scores = {}
+    for label in LABELS:
+        parts = []
+        for written in (label, " " + label):
+            full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
+            k = 0
+            while k < min(len(p), len(full)) and p[k] == full[k]:
+                k += 1
+            cached = ref.input_ids[: ref.n_tokens].tolist()
+            keep = 0
+            while keep < min(len(cached), k - 1) and cached[keep] == full[keep]:
+                keep += 1
+            ref.n_tokens = keep
+            ref.eval(full[keep:])
+            total = 0.0
+            for j in range(k, len(full)):
+                row = np.asarray(ref.scores[j - 1], dtype=np.float64)
+                top = row.max()
+                total += row[full[j]] - top - math.log(float(np.exp(row - top).sum()))
+            parts.append(total)
+        top = max(parts)
+        scores[label] = top + math.log(sum(math.exp(v - top) for v in parts))
+    return scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--items", type=int, default=16)
+    ap.add_argument("--slots", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    import llama_cpp
+
+    from llamabatch import BatchGenerator, SamplingParams
+    from llamabatch.model import default_model_path
+
+    model = str(args.model or default_model_path())
+    kw = {"n_ctx": 2048, "n_threads": args.threads, "n_threads_batch": args.threads}
+    llm = llama_cpp.Llama(model_path=model, verbose=False, **kw)
+    ref = llama_cpp.Llama(model_path=model, verbose=False, logits_all=True, **kw)
+    gen = BatchGenerator(llm, slots=args.slots, n_ctx_seq=512, max_tokens=16)
+    scored = SamplingParams(choices=LABELS, score_choices=True)
+    greedy = SamplingParams(temperature=0.0, choices=LABELS)
+
+    def run(method: str, prompts: list[str], round_no: int) -> None:
+        seed = 1000 * round_no
+        if method == "scored":
+            gen.complete_many(prompts, scored)
+        elif method == "greedy":
+            gen.complete_many(prompts, greedy)
+        elif method == "llama-cpp-python":
+            for p in prompts:
+                llama_cpp_python_way(ref, p)
+        elif method == "n=5 shared":
+            gen.complete_many(prompts, SamplingParams(n=5, temperature=0.8, seed=seed))
+        else:
+            many = [p for p in prompts for _ in range(5)]
+            sampling = [
+                SamplingParams(temperature=0.8, seed=seed + j) for _ in prompts for j in range(5)
+            ]
+            gen.complete_many(many, sampling)
+
+    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    for r in range(args.rounds):
+        order = METHODS if r % 2 == 0 else tuple(reversed(METHODS))
+        for k, method in enumerate(order):
+            prompts = fresh_prompts(r * len(METHODS) + k, args.items)  # fresh per method
+            t0 = time.perf_counter()
+            run(method, prompts, r)
+            times[method].append((time.perf_counter() - t0) / args.items)
+        print(
+            f"round {r + 1}: " + ", ".join(f"{m} {times[m][-1] * 1000:.1f} ms" for m in METHODS),
+            flush=True,
+        )
+    med = {m: statistics.median(v) for m, v in times.items()}
+    ratios = {
+        "scored / greedy": med["scored"] / med["greedy"],
+        "llama-cpp-python / scored": med["llama-cpp-python"] / med["scored"],
+        "n=5 separate / n=5 shared": med["n=5 separate"] / med["n=5 shared"],
+    }
+    print("median ms per item: " + ", ".join(f"{m} {med[m] * 1000:.1f}" for m in METHODS))
+    print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print(f"stats: {gen.stats}")
+    if args.json is not None:
+        report = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds_per_item": times}
+        report |= {"median": med, "ratios": ratios}
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    gen.close()
+    ref.close()
+    llm.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

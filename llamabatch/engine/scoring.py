@@ -1,0 +1,361 @@
+"""Label scores: log P(label | prompt) for every label of ``SamplingParams(choices=...,
+score_choices=True)``, from one prefill of the prompt.
+
+Pure Python over the :class:`~llamabatch.engine.backend.Backend`'s ``tokenize`` and its
+optional ``take_scores`` / ``score_alone``.
+
+**A label's tokens** are the ones that follow the exact prompt: ``prompt + label`` is
+tokenized and what follows the prompt's own tokens is the label's continuation. Where
+the prompt's last token(s) merge with the label (``"Category: "`` + ``"bug"`` may become
+``"Category:"`` + ``" bug"``), the continuation starts at the last token boundary the two
+share (``n_keep`` < the prompt's length) and is scored from there. A prompt given as
+token ids has no text: its labels are tokenized alone (what ``tokenize("")`` puts in
+front, a BOS, removed) and follow the whole prompt.
+
+**The score** of a continuation ``c`` after ``prompt[:k]`` is
+``sum_j log_softmax(logits(prefix + c[:j]))[c[j]]``; a label's score adds (in
+probability) its continuations: the label as written and, with
+``choice_leading_space`` (the default), the label with one leading space, which strips
+to the same label (a label that already starts with a space, or whose spaced form is
+another label, has one form). ``choice_probs`` is ``softmax`` over the labels' scores.
+The reference is llama-cpp-python's ``Llama(logits_all=True)``: ``eval(prompt + c)``
+then the log-softmax of ``scores`` at the continuation's rows.
+
+**The work** (:class:`ScoreJob`): every continuation needs the logits of the rows
+``n_keep - 1 ... n_keep + len(c) - 2`` of its path ``prompt[:n_keep] + c``; the last
+token of a path is never decoded. The rows are keyed by their context, so paths
+sharing a prefix share its rows; the prompt's prefill gives the row of its last token
+(every one-token label is scored from that row alone), and each remaining path is one
+run: the sequence's cache is cut back to what the path shares with it
+(``llama_memory_seq_rm``; a state snapshot, or an empty cache, for recurrent memories)
+and the rest of the path is decoded with logits on its rows, in the same decode calls
+as the other slots' work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .slots import common_prefix
+
+#: Fewest tokens of a sequence decoded in the call that scores a row. llama.cpp's CPU
+#: matrix products take another kernel for a batch of one token (``ggml_vec_dot_*``)
+#: than for several (tiled, e.g. llamafile's sgemm), and the two round differently:
+#: measured on SmolLM2-135M Q4_1, a label's log-probability from a one-token decode
+#: differs from ``Llama(logits_all=True)``'s whole-prompt evaluation by up to 0.28
+#: nats, from a decode of two or more tokens by 0.00. So a scored row is always decoded
+#: together with the token before it (a cached prompt gives back its last two tokens).
+MIN_RUN = 2
+
+#: A row of a path: (its position, the path's tokens from the first shared position up
+#: to and including it).
+RowKey = tuple[int, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """One way of writing a label after the prompt.
+
+    Attributes:
+        label: the label it counts for.
+        written: the text scored (the label, or the label with a leading space).
+        n_keep: prompt tokens it follows (< the prompt's length where they merge).
+        tokens: its token ids after ``prompt[:n_keep]``, at least one.
+    """
+
+    label: str
+    written: str
+    n_keep: int
+    tokens: tuple[int, ...]
+
+
+def forms(labels: Sequence[str], leading_space: bool) -> list[tuple[str, str]]:
+    """``(label, written)`` pairs: each label (duplicates dropped) as written, then with
+    one leading space when ``leading_space`` and that form is neither the label itself
+    nor another label."""
+    unique = list(dict.fromkeys(labels))
+    taken = set(unique)
+    out = []
+    for label in unique:
+        out.append((label, label))
+        spaced = " " + label
+        if leading_space and not label.startswith(" ") and spaced not in taken:
+            out.append((label, spaced))
+    return out
+
+
+def continuations(
+    prompt: Sequence[int],
+    text: str | None,
+    labels: Sequence[str],
+    leading_space: bool,
+    tokenize: Callable[[str], list[int]],
+) -> list[Continuation]:
+    """The continuations to score for ``labels`` after ``prompt`` (see the module doc).
+
+    Args:
+        prompt: the prompt's token ids.
+        text: the prompt's text, or ``None`` when it was given as token ids.
+        labels: the labels (``SamplingParams.choices``).
+        leading_space: also score each label with one leading space.
+        tokenize: the backend's ``tokenize`` (special tokens parsed, BOS as the model
+            wants).
+
+    Raises:
+        ValueError: a label adds no token after the prompt, or merges with the whole
+            prompt (it shares no token with it).
+    """
+    out = []
+    base: list[int] | None = None
+    for label, written in forms(labels, leading_space):
+        if text is not None:
+            full = tokenize(text + written)
+            k = common_prefix(full, prompt)
+            if k == 0:
+                raise ValueError(
+                    f"label {written!r} merges with the prompt's first token: "
+                    "no token boundary of the prompt is left to score it from"
+                )
+        else:
+            if base is None:
+                base = tokenize("")
+            full = tokenize(written)
+            full = full[common_prefix(full, base) :]
+            full, k = list(prompt) + full, len(prompt)
+        tokens = tuple(full[k:])
+        if not tokens:
+            raise ValueError(f"label {written!r} adds no token after the prompt")
+        out.append(Continuation(label, written, k, tokens))
+    return out
+
+
+def logsumexp(values: Sequence[float]) -> float:
+    """``log(sum(exp(v)))``, stable; ``-inf`` for no values."""
+    if not values:
+        return -math.inf
+    top = max(values)
+    if top == -math.inf:
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+@dataclass(slots=True)
+class ScoreJob:
+    """The rows one prompt's continuations need, the scores got so far, and the next run.
+
+    Args:
+        prompt: the prompt's token ids.
+        conts: its continuations (:func:`continuations`), at least one.
+
+    Attributes:
+        goal: what the sequence's cache holds once the current run is decoded: the
+            prompt first, then one continuation's path (its last token left out).
+    """
+
+    prompt: list[int]
+    conts: list[Continuation]
+    goal: list[int] = field(default_factory=list)
+    _paths: list[tuple[int, ...]] = field(default_factory=list)
+    _k_min: int = 0
+    _got: dict[tuple[RowKey, int], float] = field(default_factory=dict)
+    _wanted: dict[RowKey, set[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.conts:
+            raise ValueError("a ScoreJob needs at least one continuation")
+        self._k_min = min(c.n_keep for c in self.conts)
+        self._paths = [tuple(self.prompt[: c.n_keep]) + c.tokens for c in self.conts]
+        for path, cont in zip(self._paths, self.conts):
+            for j, target in self._rows(path, cont):
+                self._wanted.setdefault(self._key(path, j), set()).add(target)
+        self.goal = list(self.prompt)
+
+    # -- rows --------------------------------------------------------------------------
+    @staticmethod
+    def _rows(path: Sequence[int], cont: Continuation) -> list[tuple[int, int]]:
+        """``(row, target)``: the positions whose logits score the continuation."""
+        return [(j, path[j + 1]) for j in range(cont.n_keep - 1, len(path) - 1)]
+
+    def _key(self, path: Sequence[int], j: int) -> RowKey:
+        return (j, tuple(path[self._k_min : j + 1]))
+
+    def targets(
+        self, cached: Sequence[int], pos: int, tokens: Sequence[int]
+    ) -> tuple[tuple[int, ...], ...] | None:
+        """The ids whose log-softmax each row of a span needs (``Span.targets``).
+
+        Args:
+            cached: what the sequence's cache holds before the span (``pos`` tokens).
+            pos, tokens: the span.
+
+        Returns:
+            one tuple per token (empty for rows with nothing wanted), or ``None`` when
+            no row wants anything.
+        """
+        first = max(pos, self._k_min - 1)
+        if first >= pos + len(tokens):
+            return None
+        path = list(cached[:pos]) + list(tokens)
+        out: list[tuple[int, ...]] = [()] * len(tokens)
+        for j in range(first, pos + len(tokens)):
+            key = self._key(path, j)
+            wanted = self._wanted.get(key)
+            if wanted:
+                out[j - pos] = tuple(sorted(t for t in wanted if (key, t) not in self._got))
+        return tuple(out) if any(out) else None
+
+    def record(
+        self,
+        cached: Sequence[int],
+        pos: int,
+        tokens: Sequence[int],
+        targets: Sequence[Sequence[int]],
+        scores: Sequence[Sequence[float]],
+    ) -> None:
+        """Keep the scores a decode returned for a span (``targets`` as sent).
+
+        Raises:
+            ValueError: ``scores`` does not match ``targets`` row for row.
+        """
+        if len(scores) != len(targets) or any(len(s) != len(t) for s, t in zip(scores, targets)):
+            raise ValueError(f"scores {scores!r} do not match targets {targets!r}")
+        path = list(cached[:pos]) + list(tokens)
+        for r, (ids, values) in enumerate(zip(targets, scores)):
+            if ids:
+                key = self._key(path, pos + r)
+                for t, v in zip(ids, values):
+                    self._got[(key, t)] = float(v)
+
+    # -- runs --------------------------------------------------------------------------
+    def next_run(self, cached: Sequence[int], min_run: int = MIN_RUN) -> int | None:
+        """Choose the next path with rows not scored yet and make it :attr:`goal`.
+
+        Args:
+            cached: what the sequence's cache holds now.
+            min_run: tokens the run decodes at least (1 where the cache cannot be cut
+                back, so that a state snapshot of the prompt can be reused).
+
+        Returns:
+            how many cached tokens the run may keep (the cache must be cut back to at
+            most that many; the run then decodes ``goal[len(cache):]``), or ``None``
+            when every row is scored. A run decodes at least two tokens (its first
+            scored row and the token before it): see :data:`MIN_RUN`.
+        """
+        best: tuple[int, int] | None = None  # (keep, index): the most kept first
+        for i, (path, cont) in enumerate(zip(self._paths, self.conts)):
+            missing = [
+                j for j, t in self._rows(path, cont) if (self._key(path, j), t) not in self._got
+            ]
+            if not missing:
+                continue
+            keep = min(common_prefix(cached, path), max(0, missing[0] + 1 - min_run))
+            if best is None or keep > best[0]:
+                best = (keep, i)
+        if best is None:
+            return None
+        path = self._paths[best[1]]
+        self.goal = list(path[:-1])
+        return best[0]
+
+    @property
+    def done(self) -> bool:
+        """True once every row of every continuation is scored."""
+        return all(
+            (self._key(path, j), t) in self._got
+            for path, cont in zip(self._paths, self.conts)
+            for j, t in self._rows(path, cont)
+        )
+
+    def paths(self) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
+        """The continuations' paths without their last token, each with the targets of
+        its rows (for ``Backend.score_alone``); equal paths are merged, sorted so that
+        paths sharing a prefix follow each other."""
+        merged: dict[tuple[int, ...], list[set[int]]] = {}
+        for path, cont in zip(self._paths, self.conts):
+            rows = merged.setdefault(path[:-1], [set() for _ in range(len(path) - 1)])
+            for j, t in self._rows(path, cont):
+                rows[j].add(t)
+        return [
+            (path, tuple(tuple(sorted(r)) for r in rows)) for path, rows in sorted(merged.items())
+        ]
+
+    # -- the result --------------------------------------------------------------------
+    def continuation_logprob(self, i: int) -> float:
+        """log P(continuation ``i`` | ``prompt[:n_keep]``): its rows' scores summed.
+
+        Raises:
+            KeyError: a row is not scored yet.
+        """
+        path, cont = self._paths[i], self.conts[i]
+        return sum(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
+
+    def result(self) -> LabelScores:
+        """Every label's log-probability and probability, and the winner.
+
+        Raises:
+            KeyError: a row is not scored yet (:attr:`done` is False).
+        """
+        by_label: dict[str, list[float]] = {}
+        best: dict[str, tuple[float, int]] = {}
+        for i, cont in enumerate(self.conts):
+            lp = self.continuation_logprob(i)
+            by_label.setdefault(cont.label, []).append(lp)
+            if cont.label not in best or lp > best[cont.label][0]:
+                best[cont.label] = (lp, i)
+        logprobs = {label: logsumexp(v) for label, v in by_label.items()}
+        z = logsumexp(list(logprobs.values()))
+        probs = {
+            label: (math.exp(lp - z) if z > -math.inf else 1.0 / len(logprobs))
+            for label, lp in logprobs.items()
+        }
+        winner = max(logprobs, key=lambda label: (probs[label], -list(logprobs).index(label)))
+        tokens = self.conts[best[winner][1]].tokens
+        return LabelScores(logprobs, probs, winner, tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelScores:
+    """What a :class:`ScoreJob` found.
+
+    Attributes:
+        logprobs: label -> log P(label | prompt), nats, in the order of the labels.
+        probs: label -> the same normalised over the labels (sum 1).
+        label: the likeliest label (the first of equal ones).
+        tokens: the tokens of its likeliest written form after the prompt.
+    """
+
+    logprobs: dict[str, float]
+    probs: dict[str, float]
+    label: str
+    tokens: tuple[int, ...]
+
+
+def job_for(
+    prompt: list[int],
+    text: str | None,
+    labels: Sequence[str],
+    leading_space: bool,
+    tokenize: Callable[[str], list[int]],
+) -> ScoreJob:
+    """The :class:`ScoreJob` of one item.
+
+    Raises:
+        ValueError: see :func:`continuations`.
+    """
+    return ScoreJob(list(prompt), continuations(prompt, text, labels, leading_space, tokenize))
+
+
+def score_alone(job: ScoreJob, score: Callable[..., list]) -> LabelScores:
+    """Score ``job`` outside the batch context with ``Backend.score_alone``, one call
+    per continuation path.
+
+    Raises:
+        ValueError: the backend returned scores that do not match the targets.
+        BackendError: from the backend.
+    """
+    for path, targets in job.paths():
+        scores = score(list(path), targets)
+        job.record(path, 0, path, targets, scores)
+    return job.result()

@@ -1,0 +1,71 @@
+"""``llamabatch complete`` with label scores and n replies: --score-choices, --n and the
+line fields ``score_choices`` / ``n``; ``choice_probs``, ``samples``, ``votes`` in the
+output; OpenAI's ``n`` as ``choices[]``; --resume over such lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_util import EXAMPLES, FAST, read_jsonl, run_cli, write_jsonl
+
+from llamabatch.cli.job.input import read_prompts
+
+
+def example_lines(n: int) -> list[dict]:
+    return [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()[:n]]
+
+
+def test_n_and_score_choices_are_line_fields(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [{"prompt": "a", "n": 3}, {"prompt": "b", "choices": ["x"], "score_choices": True}],
+    )
+    entries = read_prompts(path)
+    assert entries[0].fields == {"n": 3}
+    assert entries[1].fields == {"choices": ["x"], "score_choices": True}
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a", "n": 0}])
+    (entry,) = read_prompts(bad, skip_bad=True)
+    assert "n=0" in entry.error
+
+
+@pytest.mark.real_model
+def test_score_choices_and_n_in_output_lines_and_resume(capsys, tmp_path: Path) -> None:
+    lines = example_lines(3)
+    lines[2]["n"] = 2  # a line's own n: two constrained replies and their votes
+    lines[2]["score_choices"] = False
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    out = tmp_path / "out.jsonl"
+    args = ("complete", path, "-o", out, *FAST, "--slots", "4", "--quiet", "--score-choices")
+    code, _, err = run_cli(capsys, *args, "--max-tokens", "8")
+    assert code == 0, err
+    records = read_jsonl(out)
+    for line, rec in zip(lines[:2], records[:2]):
+        probs = rec["choice_probs"]
+        assert list(probs) == line["choices"] and abs(sum(probs.values()) - 1) < 1e-9
+        assert rec["text"] == max(probs, key=probs.get)
+    assert "choice_probs" not in records[2]
+    assert len(records[2]["samples"]) == 2 and sum(records[2]["votes"].values()) == 2
+    code, _, err = run_cli(capsys, *args, "--max-tokens", "8", "--resume")
+    assert code == 0, err
+    assert read_jsonl(out) == records  # nothing left to do, nothing rewritten
+
+
+@pytest.mark.real_model
+def test_openai_n_becomes_choices(capsys, tmp_path: Path) -> None:
+    request = {
+        "custom_id": "r1",
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"model": "any", "prompt": "The sky is", "max_tokens": 4, "n": 3, "seed": 1},
+    }
+    path = write_jsonl(tmp_path / "b.jsonl", [request])
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(
+        capsys, "complete", path, "-o", out, *FAST, "--output-format", "openai", "--quiet"
+    )
+    assert code == 0, err
+    (rec,) = read_jsonl(out)
+    choices = rec["response"]["body"]["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]

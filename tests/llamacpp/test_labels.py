@@ -1,0 +1,147 @@
+"""Label scores and n replies on the real model: scores agree with an independent
+computation (``Llama(logits_all=True)``: eval prompt + label, log-softmax of ``scores``),
+alone and batched, cold and from cached slots; n replies share one prefill."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tag_prompts.jsonl"
+ROWS = [json.loads(line) for line in EXAMPLES.read_text().splitlines() if line.strip()]
+
+#: The label a reader gives each example (the file carries none); a set where two fit.
+EXPECTED = {
+    "t01": {"billing"},
+    "t02": {"bug"},
+    "t03": {"account"},
+    "t04": {"feature_request"},
+    "t05": {"billing", "account"},
+    "t06": {"bug"},
+    "t07": {"work"},
+    "t08": {"spam"},
+    "t09": {"personal"},
+    "t10": {"newsletter"},
+    "t11": {"work"},
+    "t12": {"todo", "reminder"},
+    "t13": {"idea"},
+    "t14": {"shopping"},
+    "t15": {"reminder", "todo"},
+    "t16": {"idea"},
+    "t17": {"positive"},
+    "t18": {"negative"},
+    "t19": {"neutral"},
+    "t20": {"neutral", "positive"},
+}
+
+
+@pytest.fixture(scope="module")
+def reference(model_path):
+    import llama_cpp
+
+    ref = llama_cpp.Llama(
+        model_path=str(model_path), n_ctx=2048, n_threads=2, logits_all=True, verbose=False
+    )
+    yield ref
+    ref.close()
+
+
+def _log_softmax(row) -> np.ndarray:
+    row = np.asarray(row, dtype=np.float64)
+    top = row.max()
+    return row - (top + math.log(float(np.exp(row - top).sum())))
+
+
+def reference_logprob(ref, prompt: str, label: str) -> float:
+    """log P(label | prompt): the label as written and with one leading space, each the
+    sum of log-softmax over its tokens after the prompt's, from one eval of the whole."""
+    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+    parts = []
+    for written in (label, " " + label):
+        full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
+        k = 0
+        while k < min(len(p), len(full)) and p[k] == full[k]:
+            k += 1
+        ref.reset()
+        ref.eval(full)
+        parts.append(sum(_log_softmax(ref.scores[j - 1])[full[j]] for j in range(k, len(full))))
+    top = max(parts)
+    return top + math.log(sum(math.exp(v - top) for v in parts))
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= max(0.05, 0.01 * abs(b))
+
+
+def scored(row) -> SamplingParams:
+    return SamplingParams(choices=row["choices"], score_choices=True)
+
+
+def test_scores_agree_with_logits_all_alone_batched_cold_and_cached(llm, reference) -> None:
+    rows = ROWS[:6]
+    want = [
+        {lab: reference_logprob(reference, r["prompt"], lab) for lab in r["choices"]} for r in rows
+    ]
+    prompts, sampling = [r["prompt"] for r in rows], [scored(r) for r in rows]
+    runs = {}
+    with BatchGenerator(llm, slots=4, n_ctx_seq=512) as gen:
+        runs["batch cold"] = gen.complete_many(prompts, sampling)
+        runs["batch cached"] = gen.complete_many(prompts, sampling)
+        assert gen.stats.prompt_tokens_cached > 0
+    with BatchGenerator(llm, slots=1) as gen:
+        runs["alone"] = gen.complete_many(prompts, sampling)
+    bad = []
+    for name, out in runs.items():
+        for r, c, w in zip(rows, out, want):
+            assert c.error is None, (name, c.error)
+            assert c.text == max(c.choice_probs, key=c.choice_probs.get)
+            assert sum(c.choice_probs.values()) == pytest.approx(1.0)
+            bad += [
+                (name, r["id"], lab, c.choice_logprobs[lab], w[lab])
+                for lab in w
+                if not close(c.choice_logprobs[lab], w[lab])
+            ]
+    assert not bad, bad
+
+
+def nearest(text: str, labels: list[str]) -> str:
+    words = text.strip().lower()
+    return max(labels, key=lambda lab: difflib.SequenceMatcher(None, words, lab).ratio())
+
+
+def test_scored_accuracy_is_no_lower_than_the_free_reply_matched_to_a_label(llm) -> None:
+    prompts = [r["prompt"] for r in ROWS]
+    with BatchGenerator(llm, slots=4, n_ctx_seq=512) as gen:
+        labels = gen.complete_many(prompts, [scored(r) for r in ROWS])
+        free = gen.complete_many(prompts, SamplingParams(temperature=0.0, max_tokens=8))
+    right_scored = sum(c.text in EXPECTED[r["id"]] for r, c in zip(ROWS, labels))
+    right_free = sum(nearest(c.text, r["choices"]) in EXPECTED[r["id"]] for r, c in zip(ROWS, free))
+    assert right_scored >= right_free, (right_scored, right_free)
+
+
+def test_n_replies_are_reproducible_differ_vote_and_prefill_once(llm) -> None:
+    prompt = ROWS[2]["prompt"]
+    n_prompt = len(llm.tokenize(prompt.encode(), add_bos=True, special=True))
+    free = SamplingParams(n=3, temperature=0.8, seed=42, max_tokens=12)
+    voted = SamplingParams(n=3, temperature=0.8, seed=42, choices=ROWS[2]["choices"])
+    results = []
+    for _ in range(2):
+        with BatchGenerator(llm, slots=4, n_ctx_seq=512) as gen:
+            (c,) = gen.complete_many([prompt], free)
+            assert gen.stats.prompt_shares == 2
+            assert gen.stats.prompt_tokens_prefilled == n_prompt  # the prompt, once
+            (v,) = gen.complete_many([prompt], voted)
+        results.append(c)
+        assert c.error is None and len(c.samples) == 3
+        assert c.text == c.samples[0].text
+        assert sum(v.votes.values()) == 3
+        assert all(s.text in v.votes for s in v.samples)
+    assert [s.token_ids for s in results[0].samples] == [s.token_ids for s in results[1].samples]
+    assert len({s.token_ids for s in results[0].samples}) > 1
