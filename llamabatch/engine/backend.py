@@ -20,6 +20,16 @@ the protocol):
     (``llama_state_seq_set_data``); both raise ``BackendError`` on failure (a failed load
     leaves the sequence unknown). Without both (or with ``can_copy`` False), no state is
     kept in host memory (``BatchGenerator(cache_ram_mib=...)`` has no effect).
+
+``n_swa: int`` and ``seq_pos_min(seq_id) -> int``
+    the sliding window of the batch context's window layers, in positions
+    (``llama_model_n_swa``; 0 when the model has none or its cache keeps every position,
+    ``swa_full``), and the oldest position sequence ``seq_id`` still holds in every layer
+    (``llama_memory_seq_pos_min``; -1 when it holds nothing). With ``n_swa`` > 0 a cache
+    is cut back to a prefix (own, copied or loaded from host memory) only where its
+    window still holds that prefix's end (:func:`llamabatch.engine.window.window_holds`);
+    without ``seq_pos_min`` only a cache the prompt continues whole is reused. Without
+    ``n_swa`` (or 0) no window is assumed.
 """
 
 from __future__ import annotations
