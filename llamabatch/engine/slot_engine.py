@@ -246,9 +246,10 @@ class SlotEngine:
         if query is None:
             return None
         try:
-            return int(query(seq_id))
+            value = query(seq_id)
         except Exception:  # noqa: BLE001 - an unknown window only costs a prefill
             return None
+        return None if value is None else int(value)
 
     def _holds(self, slot: Slot, n: int) -> bool:
         """``slot``'s cache can be cut back to its first ``n`` tokens and decoded on."""
