@@ -205,3 +205,42 @@ def test_logprobs_are_the_models_top_tokens_batched_and_alone(llm) -> None:
             assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
         assert b.logprobs[0][0][0] == a.logprobs[0][0][0]
         assert b.logprobs[0][0][1] == pytest.approx(a.logprobs[0][0][1], abs=0.05)
+
+
+#: Schemas whose replies are JSON strings; each bounded, so every reply ends in the grammar.
+STRING_SCHEMAS = [
+    {"type": "string", "maxLength": 10},
+    {
+        "type": "object",
+        "properties": {"poem": {"type": "string", "maxLength": 40}},
+        "required": ["poem"],
+    },
+    {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3},
+]
+#: Prompts that ask for line breaks: llama-cpp-python's converter let the model write
+#: them raw inside a string (``"The waves\n"``), which ``json.loads`` refuses.
+LINE_PROMPTS = [
+    "<|im_start|>user\nWrite a short poem about the sea, one line per verse.<|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "<|im_start|>user\nList three colors, one per line.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nSend me three emojis on three lines.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+def test_strings_of_a_schema_grammar_exclude_control_characters() -> None:
+    from llamabatch.llamacpp.constraints import JSON_STRING_CHAR, schema_grammar
+
+    for schema in STRING_SCHEMAS:
+        rules = dict(line.split(" ::= ", 1) for line in schema_grammar(schema).splitlines())
+        assert rules["char"] == JSON_STRING_CHAR
+    assert "\\x00-\\x1F" in JSON_STRING_CHAR and "\\x7F" in JSON_STRING_CHAR
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+@pytest.mark.parametrize("schema", STRING_SCHEMAS, ids=["string", "object", "array"])
+def test_json_string_replies_parse_and_validate(llm, slots: int, schema) -> None:
+    done = complete(llm, LINE_PROMPTS, slots, json_schema=schema, max_tokens=120)
+    assert {c.path for c in done} == ({"alone"} if slots == 1 else {"batch"})
+    for c in done:
+        assert c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(c.text), schema)
