@@ -170,3 +170,66 @@ def assert_replies_agree(
     ]
     assert len(found) <= max_divergent * len(prompts), found
     return found
+
+
+def prompt_ids(llm: Any, prompt: object) -> list[int]:
+    """The token ids llamabatch makes of ``prompt`` (a string: ``Llama.tokenize`` with
+    BOS and special tokens, as ``create_completion``; else token ids as they are)."""
+    if isinstance(prompt, str):
+        return list(llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+    return [int(t) for t in prompt]
+
+
+def assert_completions_agree(
+    reference: Reference,
+    llm: Any,
+    prompts: Sequence[object],
+    got: Sequence[Any],
+    want: Sequence[Any],
+    n: int | None = None,
+    tolerance: float = TIE_TOLERANCE,
+    max_divergent: float = 0.5,
+) -> list[Divergence]:
+    """:func:`assert_replies_agree` on two lists of :class:`~llamabatch.Completion`
+    (their first ``n`` reply tokens, or all), after checking neither is an error."""
+    for g, w in zip(got, want):
+        assert g.error is None and w.error is None, (g.index, g.error, w.error)
+    return assert_replies_agree(
+        reference,
+        [prompt_ids(llm, p) for p in prompts],
+        [list(g.token_ids)[:n] for g in got],
+        [list(w.token_ids)[:n] for w in want],
+        _eog_ids(llm),
+        tolerance,
+        max_divergent,
+    )
+
+
+def pick_is_near_best(
+    reference: Reference,
+    prefix: Sequence[int],
+    pick: int,
+    tolerance: float = TIE_TOLERANCE,
+    label: object = None,
+) -> float:
+    """Assert ``pick``'s logit after ``prefix`` is within ``tolerance`` of the likeliest
+    token's (the reference's): a greedy pick that another path did not make is then one
+    side of a near tie. Returns the gap."""
+    row = reference.logits_after(prefix)
+    gap = float(row.max()) - float(row[pick])
+    assert gap <= tolerance, (
+        f"{label}: token {pick} is {gap:.4g} below the likeliest one: not a near tie"
+    )
+    return gap
+
+
+_EOG_IDS: dict[int, frozenset[int]] = {}
+
+
+def _eog_ids(llm: Any) -> frozenset[int]:
+    """The model's end-of-generation ids (``llama_vocab_is_eog``), once per ``Llama``."""
+    if id(llm) not in _EOG_IDS:
+        from llamabatch.llamacpp.backend import LlamaBackend
+
+        _EOG_IDS[id(llm)] = frozenset(LlamaBackend(llm).eog_ids)
+    return _EOG_IDS[id(llm)]
