@@ -33,6 +33,17 @@ def llm(model_path):
     model.close()
 
 
+@pytest.fixture(scope="session")
+def reference(model_path):
+    """A ``Llama(logits_all=True)`` on the test model, made only when a cross-path
+    comparison meets a divergence (``tests/agreement.py``)."""
+    from agreement import Reference
+
+    ref = Reference(model_path, n_ctx=2048)
+    yield ref
+    ref.close()
+
+
 # -- hypothesis profiles for the property tests (tests/test_properties.py) -------------
 # HYPOTHESIS_PROFILE=ci (default: all property tests in under a minute on 2 cores) or
 # dev (more examples and longer stateful runs, for a local hunt: about 3 minutes).

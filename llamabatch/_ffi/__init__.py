@@ -15,16 +15,22 @@ from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle
 from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load
 from .llm import (
     SHARED_CONTEXT_FIELDS,
+    LlmSnapshot,
     context_of,
     context_params_of,
     cut_llm_cache,
     is_loaded,
     llm_cached_tokens,
+    llm_prefix_kept,
+    llm_seq_pos_min,
     llm_settings,
     model_of,
     on_model_close,
+    restore_llm,
     set_llm_settings,
+    snapshot_llm,
     threads_of,
+    window_of,
 )
 from .memory import MemoryOps
 from .views import BatchBuffers
@@ -44,10 +50,16 @@ __all__ = [
     "cut_llm_cache",
     "is_loaded",
     "llm_cached_tokens",
+    "llm_prefix_kept",
+    "llm_seq_pos_min",
     "llm_settings",
     "load",
     "model_of",
+    "LlmSnapshot",
     "on_model_close",
+    "restore_llm",
+    "snapshot_llm",
     "set_llm_settings",
     "threads_of",
+    "window_of",
 ]

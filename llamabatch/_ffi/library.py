@@ -211,6 +211,14 @@ class Library:
         ]
         return any(found) if found else None
 
+    def model_n_swa(self, model: ModelHandle) -> int:
+        """``llama_model_n_swa(model)``: the sliding window of the model's window layers
+        in positions, 0 when it has none (or the binding cannot say)."""
+        expect(model, ModelHandle)
+        if not self.symbols.has("model_n_swa"):
+            return 0
+        return max(0, int(self.symbols.fn["model_n_swa"](model.model)))
+
     def decode(self, ctx: ContextHandle, buffers: BatchBuffers) -> int:
         """``llama_decode(ctx, batch)``: 0 ok, 1 no KV slot, 2 aborted, -1 invalid, < -1 fatal."""
         return int(self._decode(ctx.ctx, buffers.struct))

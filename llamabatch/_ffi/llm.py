@@ -12,10 +12,12 @@ llamabatch's batch context (:func:`on_model_close`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BatchUnavailable, LibraryError
 from .handles import ContextHandle, ModelHandle
+from .library import load
 
 #: ``llama_context_params`` fields copied from the ``Llama``'s own context so that both
 #: contexts compute the same way (RoPE, attention kernel, KV types, offloading).
@@ -134,6 +136,25 @@ def llm_cached_tokens(llm: Any) -> list[int]:
     return [int(t) for t in llm.input_ids[: llm.n_tokens]]
 
 
+def llm_prefix_kept(llm: Any, tokens: list[int]) -> int:
+    """How many of the ``Llama``'s cached tokens ``Llama.generate(tokens, reset=True)``
+    keeps (llama-cpp-python 0.3.x): the common prefix of ``input_ids[:n_tokens]`` and
+    ``tokens``, less one when it covers all of ``tokens`` (the last one is decoded again
+    for fresh logits), unless the whole prompt is cached with live logits
+    (``_requires_eval`` False: then nothing is decoded and all are kept)."""
+    cached = llm_cached_tokens(llm)
+    n = 0
+    for a, b in zip(cached, tokens):
+        if a != b:
+            break
+        n += 1
+    if n == len(tokens):
+        if len(cached) == n and not getattr(llm, "_requires_eval", True):
+            return n
+        return max(n - 1, 0)
+    return n
+
+
 def cut_llm_cache(llm: Any, n_keep: int) -> None:
     """Keep only the first ``n_keep`` cached tokens of the ``Llama``: remove positions
     ``>= n_keep`` from its KV cache (``llama_memory_seq_rm(mem, 0, n_keep, -1)``, as
@@ -146,3 +167,85 @@ def cut_llm_cache(llm: Any, n_keep: int) -> None:
         llm.reset()
         llm._ctx.kv_cache_seq_rm(-1, 0, -1)
     llm._requires_eval = True
+
+
+def window_of(llm: Any) -> int:
+    """The sliding window (in positions) of the window layers of the ``Llama``'s
+    contexts: ``llama_model_n_swa`` of its model, 0 when the model has none or its
+    context keeps every position (``Llama(swa_full=True)``, the default). A batch context
+    copies ``swa_full`` from the ``Llama`` (:data:`SHARED_CONTEXT_FIELDS`), so this holds
+    for it too."""
+    params = context_params_of(llm)
+    if params is not None and bool(getattr(params, "swa_full", False)):
+        return 0
+    return load().model_n_swa(model_of(llm))
+
+
+def llm_seq_pos_min(llm: Any) -> int | None:
+    """``llama_memory_seq_pos_min`` of sequence 0 of the ``Llama``'s own context (the
+    oldest position it holds in every layer; -1 when empty), ``None`` when unknown."""
+    ctx = context_of(llm)
+    memory = None if ctx is None else load().memory(ctx)
+    return None if memory is None else memory.seq_pos_min(0)
+
+
+@dataclass(frozen=True, slots=True)
+class LlmSnapshot:
+    """What a ``Llama``'s own context held, exactly: the cells of its sequence 0
+    (``llama_state_seq_get_data``; ``None`` when it held nothing), the token ids they
+    stand for (``input_ids[:n_tokens]``) and, for a ``Llama(logits_all=True)``, the rows
+    of ``scores`` of those tokens."""
+
+    state: Any
+    tokens: tuple[int, ...]
+    scores: Any = None
+
+
+def snapshot_llm(llm: Any) -> LlmSnapshot | None:
+    """An exact copy of the ``Llama``'s cache (see :class:`LlmSnapshot`); ``None`` when it
+    cannot be taken (no context, no ``llama_state_seq_*`` in the binding, llama.cpp
+    saved nothing of a non-empty cache)."""
+    lib = load()
+    ctx = context_of(llm)
+    if ctx is None or not lib.can_copy_seq():
+        return None
+    tokens = tuple(llm_cached_tokens(llm))
+    state = None
+    if tokens:
+        state = lib.save_seq(ctx, 0)
+        if state is None:
+            return None
+    scores = None
+    if getattr(llm, "_logits_all", False) and tokens:
+        scores = llm.scores[: len(tokens)].copy()
+    return LlmSnapshot(state, tokens, scores)
+
+
+def restore_llm(llm: Any, snap: LlmSnapshot) -> bool:
+    """Put :func:`snapshot_llm`'s copy back: sequence 0's cells replaced
+    (``llama_state_seq_set_data``, which empties the sequence first), ``n_tokens`` and
+    ``input_ids`` (and ``scores``) as they were.
+
+    The context's logits are not the snapshot's: ``_requires_eval`` is set, so the
+    ``Llama`` decodes its last token again before sampling (as after ``load_state``).
+
+    Returns:
+        False when llama.cpp refused the state (the cache is then emptied:
+        ``n_tokens`` 0).
+    """
+    ctx = context_of(llm)
+    if ctx is None:
+        return False
+    n = len(snap.tokens)
+    if snap.state is None:
+        cut_llm_cache(llm, 0)
+        return True
+    if load().load_seq(ctx, 0, snap.state) == 0:
+        cut_llm_cache(llm, 0)
+        return False
+    llm.input_ids[:n] = snap.tokens
+    llm.n_tokens = n
+    if snap.scores is not None:
+        llm.scores[:n] = snap.scores
+    llm._requires_eval = True
+    return True

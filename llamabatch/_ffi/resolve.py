@@ -61,6 +61,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     # optional: memories that cannot be cut back to a position
     "model_is_recurrent": ("llama_model_is_recurrent",),
     "model_is_hybrid": ("llama_model_is_hybrid",),
+    # optional: sliding-window models (which cached prefixes the window still holds)
+    "model_n_swa": ("llama_model_n_swa",),
+    "memory_seq_pos_min": ("llama_memory_seq_pos_min",),
+    "kv_self_seq_pos_min": ("llama_kv_self_seq_pos_min",),
     "init_grammar": ("llama_sampler_init_grammar",),  # optional: grammar / json / choices
     "sampler_apply": ("llama_sampler_apply",),  # optional: grammar checked lazily
     "sampler_accept": ("llama_sampler_accept",),  # optional: idem

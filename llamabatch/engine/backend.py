@@ -38,6 +38,16 @@ the protocol):
 ``can_share_rows: bool``
     True when ``decode`` honours ``Span.share`` (absent means False: then the ``n``
     replies of a prompt run as separate sequences, each reusing the cache as usual).
+
+``n_swa: int`` and ``seq_pos_min(seq_id) -> int``
+    the sliding window of the batch context's window layers, in positions
+    (``llama_model_n_swa``; 0 when the model has none or its cache keeps every position,
+    ``swa_full``), and the oldest position sequence ``seq_id`` still holds in every layer
+    (``llama_memory_seq_pos_min``; -1 when it holds nothing). With ``n_swa`` > 0 a cache
+    is cut back to a prefix (own, copied or loaded from host memory) only where its
+    window still holds that prefix's end (:func:`llamabatch.engine.window.window_holds`);
+    without ``seq_pos_min`` only a cache the prompt continues whole is reused. Without
+    ``n_swa`` (or 0) no window is assumed.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from .scoring import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import Reply
+from .window import window_holds
 
 
 def dead_end_message(exc: Exception, reply: Reply) -> str:
@@ -140,6 +141,10 @@ class SlotEngine:
         exact: True once the memory is known to refuse trims to a position > 0
             (``backend.partial_trim`` False, or a refused trim): caches are then only
             reused up to their very end.
+        n_swa: the model's sliding window (the optional ``backend.n_swa``; 0 without
+            one): a cache is cut back to a prefix only where its window layers still
+            hold that prefix's end (``backend.seq_pos_min``,
+            :func:`~llamabatch.engine.window.window_holds`); else it is prefilled again.
         dirty: True while a backend call that changes caches is in progress (an
             exception escaping it leaves the caches unknown: :meth:`reset`).
     """
@@ -159,7 +164,8 @@ class SlotEngine:
         if not can_copy:  # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
         can_save = can_copy and hasattr(backend, "save_seq") and hasattr(backend, "load_seq")
-        self.host = HostCache(cache_ram_bytes if can_save else 0)
+        self.n_swa = max(0, int(getattr(backend, "n_swa", 0) or 0))
+        self.host = HostCache(cache_ram_bytes if can_save else 0, self.n_swa)
         self.exact = not getattr(backend, "partial_trim", True)
         self.running: dict[int, Seq] = {}  # seq id -> Seq, in placement order
         self.dirty = False
@@ -219,7 +225,7 @@ class SlotEngine:
             BatchFailed: a backend call failed.
             ValueError: no slot is free.
         """
-        best = self.table.best_free(item.tokens)
+        best = self.table.best_free(item.tokens, self._holds)
         if best is None:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
@@ -252,7 +258,7 @@ class SlotEngine:
         for sid in waiting:
             planned[sid] = ()  # its cache is not its own yet: no source
         copy = self.table.copy_source(
-            item.tokens, slot, n_own, planned, self.min_copy_tokens, self.exact
+            item.tokens, slot, n_own, planned, self.min_copy_tokens, self.exact, self._holds
         )
         saved = self._saved_for(item.tokens, n_own)
         if saved is not None and copy is not None and saved[1] < copy.n_tokens:
@@ -271,6 +277,25 @@ class SlotEngine:
             src.breaks.add(copy.n_tokens)
         if not self._try_copy(seq):
             self._n_waiting += 1
+
+    # -- sliding windows ---------------------------------------------------------------
+    def _pos_min(self, seq_id: int) -> int | None:
+        """The backend's ``seq_pos_min(seq_id)`` (oldest position held in every layer),
+        ``None`` when it has none or the query failed."""
+        query = getattr(self.backend, "seq_pos_min", None)
+        if query is None:
+            return None
+        try:
+            value = query(seq_id)
+        except Exception:  # noqa: BLE001 - an unknown window only costs a prefill
+            return None
+        return None if value is None else int(value)
+
+    def _holds(self, slot: Slot, n: int) -> bool:
+        """``slot``'s cache can be cut back to its first ``n`` tokens and decoded on."""
+        if self.n_swa <= 0 or n <= 0 or n >= len(slot.cached):
+            return True
+        return window_holds(n, len(slot.cached), self._pos_min(slot.seq_id), self.n_swa)
 
     # -- host memory -------------------------------------------------------------------
     def _saved_for(self, prompt: list[int], n_own: int) -> tuple[SavedState, int] | None:
@@ -294,8 +319,9 @@ class SlotEngine:
             or self.host.covers(slot.cached)
         ):
             return
+        pos_min = self._pos_min(slot.seq_id) if self.n_swa > 0 else 0
         state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
-        if self.host.add(slot.cached, state, len(state)):
+        if self.host.add(slot.cached, state, len(state), pos_min):
             self.stats.cache_ram_saves += 1
 
     def _load(self, seq: Seq, saved: SavedState, n: int) -> None:
@@ -347,6 +373,11 @@ class SlotEngine:
         if self.exact and have > plan.n_tokens:  # cannot cut back: prefill instead
             seq.copy = None
             self._keep(seq, 0)
+            return True
+        if not self._holds(src, plan.n_tokens):  # its window moved on: own cache only
+            seq.copy = None
+            n_own = reusable(dst.cached, seq.tokens)
+            self._keep(seq, n_own if self._holds(dst, n_own) else 0)
             return True
         self.dirty = True
         _guard("copy_seq", self.backend.copy_seq, src.seq_id, dst.seq_id)

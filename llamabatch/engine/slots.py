@@ -10,8 +10,13 @@ other slot holds (or will soon hold) a longer shared prefix worth copying.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+#: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
+#: and decoded on (a sliding-window model may have lost their window:
+#: :func:`llamabatch.engine.window.window_holds`).
+Holds = Callable[["Slot", int], bool]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -77,12 +82,21 @@ class SlotTable:
             slot.cached.clear()
             slot.busy = False
 
-    def best_free(self, prompt: Sequence[int]) -> tuple[Slot, int] | None:
+    def best_free(
+        self, prompt: Sequence[int], holds: Holds | None = None
+    ) -> tuple[Slot, int] | None:
         """The free slot whose cache saves ``prompt`` the most tokens, and how many
-        (ties: the lowest seq id); ``None`` when every slot is busy."""
+        (ties: the lowest seq id); ``None`` when every slot is busy.
+
+        Args:
+            holds: when given, a cache that cannot be cut back to the shared prefix
+                (``holds(slot, n)`` False) saves nothing.
+        """
         best: tuple[Slot, int] | None = None
         for slot in self.free():
             n = reusable(slot.cached, prompt)
+            if 0 < n < len(slot.cached) and holds is not None and not holds(slot, n):
+                n = 0
             if best is None or n > best[1]:
                 best = (slot, n)
         return best
@@ -95,6 +109,7 @@ class SlotTable:
         planned: Mapping[int, Sequence[int]],
         min_gain: int,
         exact: bool,
+        holds: Holds | None = None,
     ) -> CopyPlan | None:
         """A slot other than ``dst`` worth copying for ``prompt``, or ``None``.
 
@@ -107,6 +122,9 @@ class SlotTable:
             exact: the memory cannot be cut back (recurrent / hybrid models): only a
                 source that holds, or will hold at some point, exactly the shared
                 prefix and nothing beyond it qualifies.
+            holds: when given, an idle source whose cache cannot be cut back to the
+                shared prefix (``holds(slot, n)`` False) does not qualify (a busy one is
+                checked when the copy is made).
 
         Returns:
             the source with the longest shared prefix (ties: the lowest seq id).
@@ -121,6 +139,9 @@ class SlotTable:
                 continue
             if exact and len(slot.cached) > n:
                 continue  # already past the shared prefix: cannot cut back
+            idle = not slot.busy and slot.seq_id not in planned
+            if idle and holds is not None and n < len(slot.cached) and not holds(slot, n):
+                continue  # its window moved past the shared prefix
             if best is None or n > best.n_tokens:
                 best = CopyPlan(slot.seq_id, n)
         return best

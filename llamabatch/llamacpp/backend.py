@@ -42,7 +42,7 @@ from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
-from .llm_state import LlamaGuard, common_prefix
+from .llm_state import LlamaGuard, common_prefix, forget_stale_window
 from .sampler import SeqSampler, token_logsoftmax, top_logprobs
 
 log = logging.getLogger("llamabatch")
@@ -59,6 +59,10 @@ class LlamaBackend:
         n_vocab, n_ctx, max_slots, eog_ids, partial_trim: see
             :class:`~llamabatch.engine.backend.Backend` (``partial_trim`` is read from the
             model when the batch context opens).
+        n_swa: the sliding window of the model's window layers in positions
+            (``llama_model_n_swa``), 0 without one or with ``Llama(swa_full=True)`` (the
+            batch context copies ``swa_full`` from the ``Llama``); the optional
+            ``Backend.n_swa``.
 
     Raises:
         LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
@@ -78,6 +82,7 @@ class LlamaBackend:
         self._batch: LlamaBatch | None = None
         self._samplers: dict[int, SeqSampler] = {}
         self.partial_trim = True  # set from the model when the context opens
+        self.n_swa = _ffi.window_of(llm)
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
         self._logprobs: list = []
@@ -216,6 +221,19 @@ class LlamaBackend:
         """
         ctx, _ = self._open()
         return ctx.trim(seq_id, n_keep)
+
+    def seq_pos_min(self, seq_id: int) -> int | None:
+        """The oldest position ``seq_id`` holds in every layer of the batch context
+        (``llama_memory_seq_pos_min``; for a sliding-window model, in its window layers),
+        -1 when empty, ``None`` when the binding cannot say (the optional
+        ``Backend.seq_pos_min``).
+
+        Raises:
+            ValueError: no batch context, an id out of range.
+            BackendError: the ``Llama`` was closed.
+        """
+        ctx, _ = self._open()
+        return ctx.seq_pos_min(seq_id)
 
     def copy_seq(self, src: int, dst: int) -> None:
         """Copy ``src``'s cache onto ``dst`` (``llama_state_seq_get_data`` /
@@ -408,10 +426,12 @@ class LlamaBackend:
 
         The ``Llama``'s settings are put back (seed, sampler, penalty window) once the
         iterator ends or is closed; its KV cache keeps this item's tokens, so that the
-        next item alone reuses the prefix they share (a system prompt), until
-        :meth:`release_alone` cuts it back to the caller's own cached tokens (the
-        scheduler calls it at the end of a run and before a page goes back to the
-        caller): see :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
+        next item alone reuses the prefix they share (a system prompt; on a
+        sliding-window model only where the window still holds it:
+        :func:`~llamabatch.llamacpp.llm_state.forget_stale_window`), until
+        :meth:`release_alone` puts back the caller's own cache exactly (the scheduler
+        calls it at the end of a run and before a page goes back to the caller): see
+        :class:`~llamabatch.llamacpp.llm_state.LlamaGuard`.
 
         A grammar (``grammar`` / ``json_schema`` / ``choices``) goes to ``Llama.generate``
         as a logits processor over the whole vocabulary
@@ -434,6 +454,8 @@ class LlamaBackend:
             self._alone_guard = LlamaGuard(llm)
         guard = self._alone_guard
         try:
+            # Llama.generate reuses its cached prefix without asking the window
+            forget_stale_window(llm, list(tokens), self.n_swa)
             llm.set_seed(sampling.effective_seed)
             llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
             stream = llm.generate(
@@ -470,9 +492,9 @@ class LlamaBackend:
                 grammar.close()
 
     def release_alone(self) -> None:
-        """Cut the ``Llama``'s KV cache back to the tokens the caller had cached before
-        the first item completed alone since the last call, and put its settings back
-        (no-op when no item ran alone since)."""
+        """Put back the ``Llama``'s KV cache (cells, ``n_tokens``, ``input_ids``) and
+        settings as they were before the first item completed alone since the last
+        call (no-op when no item ran alone since)."""
         with self.lock:  # may come from outside a generator's turn
             guard, self._alone_guard = self._alone_guard, None
             if guard is not None:

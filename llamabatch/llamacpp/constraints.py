@@ -7,7 +7,10 @@ Pure Python; nothing here loads llama.cpp. The grammar text goes to llama.cpp's
   reply is exactly one of them followed by the end of generation.
 - ``json_schema``: compiled by llama-cpp-python's own converter,
   ``llama_cpp.llama_grammar.json_schema_to_gbnf`` (what ``LlamaGrammar.from_json_schema``
-  and its chat handlers use), imported only when a schema is given.
+  and its chat handlers use), imported only when a schema is given; then its rule for a
+  character of a JSON string is replaced by llama.cpp's (:data:`JSON_STRING_CHAR`): the
+  converter's ``[^"\\]`` lets raw control characters (a newline) into strings, which
+  JSON forbids (RFC 8259 section 7) and ``json.loads`` refuses.
 - ``response_format`` (OpenAI's chat completion field, as llama-cpp-python reads it):
   ``{"type": "text"}`` nothing, ``{"type": "json_object"}`` any JSON object,
   ``{"type": "json_schema", "json_schema": {"schema": {...}}}`` that schema.
@@ -26,6 +29,22 @@ from .dead_ends import check_choices, check_literals
 #: Any JSON object (``response_format: {"type": "json_object"}``): the schema
 #: ``{"type": "object"}`` compiled like every other schema.
 JSON_OBJECT_SCHEMA = {"type": "object"}
+
+#: One character of a JSON string, as current llama.cpp's converter writes it
+#: (``common/json-schema-to-grammar.cpp``, ``PRIMITIVE_RULES`` "char", in the llama.cpp
+#: vendored by llama-cpp-python 0.3.36): anything but a quote, a backslash, DEL and the
+#: control characters U+0000-U+001F, or an escape. The escapes are llama-cpp-python's
+#: (``\/`` included, which JSON allows).
+JSON_STRING_CHAR = (
+    r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | '
+    r'"u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+)
+
+#: llama-cpp-python's rule body for it (``PRIMITIVE_RULES["char"]`` of 0.3.x), used when
+#: its module does not expose the table.
+_LOOSE_STRING_CHAR = (
+    r'[^"\\] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+)
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -65,13 +84,30 @@ def _schema_gbnf(schema_json: str) -> str:
             f"json_schema needs llama-cpp-python's llama_grammar module ({exc})"
         ) from exc
     try:
-        return json_schema_to_gbnf(schema_json)
+        return strict_strings(json_schema_to_gbnf(schema_json))
     except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
         raise GrammarError(
             f"json_schema cannot be compiled to a grammar "
             f"(llama_cpp.llama_grammar.json_schema_to_gbnf): "
             f"{type(exc).__name__}: {exc}"
         ) from None
+
+
+def strict_strings(gbnf: str) -> str:
+    """``gbnf`` (the converter's output, one rule per line) with every rule whose body is
+    llama-cpp-python's loose string character replaced by :data:`JSON_STRING_CHAR`; the
+    rule keeps its name (``char``, or ``char0`` when a property took that name)."""
+    try:
+        from llama_cpp.llama_grammar import PRIMITIVE_RULES
+
+        loose = PRIMITIVE_RULES["char"].content
+    except (ImportError, KeyError, AttributeError):
+        loose = _LOOSE_STRING_CHAR
+    lines = []
+    for line in gbnf.split("\n"):
+        name, sep, body = line.partition(" ::= ")
+        lines.append(f"{name} ::= {JSON_STRING_CHAR}" if sep and body == loose else line)
+    return "\n".join(lines)
 
 
 def schema_grammar(schema: Mapping[str, Any] | str) -> str:

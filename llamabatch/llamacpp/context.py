@@ -240,6 +240,13 @@ class BatchContext(Closing):
         self._check_open()
         return self._memory.seq_pos_max(self._seq(seq_id))
 
+    def seq_pos_min(self, seq_id: int) -> int | None:
+        """Smallest position of ``seq_id`` held in every layer of the KV cache (for a
+        sliding-window model: in its window layers; ``llama_memory_seq_pos_min``), -1
+        when empty, ``None`` when the binding cannot say."""
+        self._check_open()
+        return self._memory.seq_pos_min(self._seq(seq_id))
+
     @property
     def graphs_reused(self) -> int | None:
         """Ubatches so far that reused llama.cpp's previous compute graph (each of the

@@ -55,6 +55,8 @@ class _Seq:
     last: int = -1  # the last sampled token (to be decoded next)
     is_done: bool = False  # sampled an EOG token or its max_tokens-th token
     sampling: SamplingParams | None = None  # of the item started in it
+    win_min: int = -1  # oldest position its window layers hold (n_swa > 0), -1: none
+    hole: tuple[int, int] | None = None  # positions [a, b) its window lacked when decoded
 
     def restart(self) -> None:
         self.started, self.reply, self.n_sampled = True, None, 0
@@ -76,6 +78,15 @@ class FakeBackend:
     With ``recurrent=True`` it behaves like a recurrent / hybrid memory: ``trim`` to a
     position inside the cache (other than 0) is refused (returns False) and leaves the
     cache unknown until it is emptied.
+
+    With ``n_swa`` > 0 it models a sliding-window model whose window layers keep only
+    the last ``n_swa`` positions (llama.cpp with ``swa_full=False``): after each decode a
+    slot's window layers hold the positions ``> len(cache) - n_swa`` (the oldest first
+    out), ``seq_pos_min`` says the oldest one held, and ``trim``, ``copy_seq`` and the
+    saved states keep that. A sequence decoded at a position whose window (the
+    ``n_swa - 1`` positions before it) is not all held sees a hole, as llama.cpp does:
+    its reply is then the reply of its cache without the missing positions (another
+    reply, no error).
 
     Args:
         reply: see :data:`Reply`; default :class:`HashReply` ``(seed=0, max_len=12)``.
@@ -115,6 +126,8 @@ class FakeBackend:
         recurrent: refuse partial trims (see above).
         declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
             False); else the scheduler must learn it from a refused trim.
+        n_swa: the sliding window in positions (see above; 0: every position kept).
+            ``Backend.n_swa`` is this.
         fail_alone: prompts (token tuples) or a predicate on them whose
             ``generate_alone`` raises ``BackendError`` when iterated. Settable later.
         check: check every call against llama.cpp's rules and log it. ``False`` is a fast
@@ -167,6 +180,7 @@ class FakeBackend:
         dead_end_at: int | None = None,
         recurrent: bool = False,
         declares_recurrent: bool = True,
+        n_swa: int = 0,
         fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
         check: bool = True,
     ) -> None:
@@ -194,6 +208,7 @@ class FakeBackend:
         self.num_states = 0
         self.recurrent = recurrent
         self.partial_trim = not (recurrent and declares_recurrent)
+        self.n_swa = n_swa
         self.num_copies = 0
         self.fail_alone = fail_alone
         self.check = check
@@ -364,6 +379,38 @@ class FakeBackend:
         """Tokens in each slot's cache (empty before ``open_batch``)."""
         return tuple(len(s.kv) for s in self._seqs)
 
+    def seq_pos_min(self, seq_id: int) -> int:
+        """The optional ``Backend.seq_pos_min``: the oldest position slot ``seq_id`` holds
+        in every layer (its window layers' with ``n_swa`` > 0), -1 when it holds none.
+
+        Raises:
+            FakeBackendViolation: no batch context, ``seq_id`` out of range.
+        """
+        seq = self._seq(seq_id, "seq_pos_min")
+        if not seq.kv:
+            return -1
+        return seq.win_min if self.n_swa > 0 else 0
+
+    def _slide(self, seq: _Seq, pos: int) -> None:
+        """Tokens were appended at ``pos`` ..: note a hole in the window they see, then
+        let the window layers drop what no later position sees."""
+        if self.n_swa <= 0:
+            return
+        need = max(0, pos - self.n_swa + 1)  # the first position ``pos`` attends to
+        held = seq.win_min if seq.win_min >= 0 else pos
+        if pos > 0 and held > need and seq.hole is None:
+            seq.hole = (need, held)
+        if seq.win_min < 0:
+            seq.win_min = pos
+        seq.win_min = max(seq.win_min, len(seq.kv) - self.n_swa + 1, 0)
+
+    def _seen(self, seq: _Seq) -> Tokens:
+        """The prompt a sequence's first logits see: its cache, less any hole."""
+        if seq.hole is None:
+            return tuple(seq.kv)
+        a, b = seq.hole
+        return tuple(seq.kv[:a] + seq.kv[b:])
+
     def cached(self, seq_id: int) -> Tokens:
         """The tokens slot ``seq_id``'s cache holds, positions 0, 1, ..."""
         return tuple(self._seqs[seq_id].kv)
@@ -479,6 +526,10 @@ class FakeBackend:
             del seq.kv[n_keep:]
             if n_keep == 0:
                 seq.corrupt = False
+            if seq.win_min >= n_keep:
+                seq.win_min = -1  # the window layers held only removed positions
+            if seq.hole is not None and seq.hole[0] >= n_keep:
+                seq.hole = None  # what was computed over the hole is gone
         else:
             seq.corrupt = True
         return ok
@@ -500,6 +551,7 @@ class FakeBackend:
             self.log.append(CopyCall(src, dst, len(a.kv)))
         b.kv[:] = a.kv
         b.corrupt = a.corrupt
+        b.win_min, b.hole = a.win_min, a.hole
 
     def save_seq(self, seq_id: int) -> bytes:
         """The optional ``Backend.save_seq``: the slot's cache as bytes (its tokens, and
@@ -511,7 +563,7 @@ class FakeBackend:
         """
         seq = self._seq(seq_id, "save_seq")
         self._state_fault("save_seq")
-        return bytes([seq.corrupt]) + array("q", seq.kv).tobytes()
+        return bytes([seq.corrupt]) + array("q", [seq.win_min, *seq.kv]).tobytes()
 
     def load_seq(self, seq_id: int, state: bytes) -> None:
         """The optional ``Backend.load_seq``: the slot's cache becomes ``state``.
@@ -524,7 +576,7 @@ class FakeBackend:
         """
         seq = self._seq(seq_id, "load_seq")
         self._require(
-            isinstance(state, bytes) and len(state) % 8 == 1,
+            isinstance(state, bytes) and len(state) % 8 == 1 and len(state) > 1,
             f"load_seq of {type(state).__name__}, not a saved state",
         )
         try:
@@ -533,7 +585,8 @@ class FakeBackend:
             seq.corrupt = True
             raise
         seq.corrupt = bool(state[0])
-        seq.kv[:] = array("q", state[1:])
+        win_min, *kv = array("q", state[1:])
+        seq.kv[:], seq.win_min, seq.hole = kv, win_min, None
         if self.check:
             self.log.append(LoadSeqCall(seq_id, tuple(seq.kv)))
 
@@ -578,9 +631,10 @@ class FakeBackend:
             if span.targets is not None:
                 self._scores.append(self._span_scores(seq.kv, span))
             seq.kv.extend(span.tokens)
+            self._slide(seq, span.pos)
             if span.logits:
                 if seq.reply is None:
-                    seq.reply = self.reply_of(seq.kv)
+                    seq.reply = self.reply_of(self._seen(seq))
                 if self._is_dead_end(seq.sampling, seq.n_sampled):
                     dead[span.seq_id] = self._dead_end(seq.n_sampled)
                     seq.is_done = True  # decoding it again is a violation
@@ -645,6 +699,7 @@ class FakeBackend:
         if code == 2 or code < -1:  # processed ubatches stay in memory
             for span in spans:
                 self._seqs[span.seq_id].kv.extend(span.tokens)
+                self._slide(self._seqs[span.seq_id], span.pos)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
         raise DecodeError(

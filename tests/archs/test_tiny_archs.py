@@ -20,13 +20,12 @@ before and after other prompts ran; nothing fails, nothing leaks between passes.
 
 Near ties. A random model's logits can be nearly tied, and llama.cpp's CPU kernels are
 not batch-invariant (summation order depends on the batch), so two paths may pick
-different tokens where two logits differ by rounding. Replies are compared token by
-token; where they first differ, the logits of the reference path at that point are
-computed by a separate ``Llama(logits_all=True)`` on the same file, and the divergence
-is accepted only if the two chosen tokens' logits are within :data:`TIE_TOLERANCE` of
-each other (the rest of the reply is then not compared: it continues a different text).
-Every divergence is reported in the assertion data; at least half of the replies must
-match in full, so the comparison cannot pass vacuously.
+different tokens where two logits differ by rounding. Replies are compared with the
+suite's rule (``tests/agreement.py``): token by token; where they first differ, the
+logits at that point are computed by a separate ``Llama(logits_all=True)`` on the same
+file, and the divergence is accepted only if the two chosen tokens' logits are within
+:data:`TIE_TOLERANCE` of each other (the rest of the reply is then not compared).
+At least half of the replies must match in full, so the comparison cannot pass vacuously.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
+from agreement import Reference, assert_replies_agree
 
 from llamabatch import BatchGenerator, Completion, SamplingParams
 
@@ -59,7 +59,7 @@ LENGTHS = (5, 700, 37, 513, 260, 12, 650, 129)
 class Arch:
     name: str
     llm: object  # the Llama the generators run on
-    reference: object  # a Llama(logits_all=True) on the same file, for near ties
+    reference: Reference  # a Llama(logits_all=True) on the same file, for near ties
     n_vocab: int
     eog_ids: frozenset  # end-of-generation ids (llama_vocab_is_eog)
 
@@ -72,9 +72,7 @@ def arch(request, tiny_models_dir):
     if not path.is_file():
         pytest.fail(f"{path} is missing: scripts/make-tiny-models writes it")
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=2, verbose=False)
-    reference = llama_cpp.Llama(
-        model_path=str(path), n_ctx=2048, n_threads=2, logits_all=True, verbose=False
-    )
+    reference = Reference(path, n_ctx=2048)
     assert llm.metadata["general.architecture"] == request.param
     with BatchGenerator(llm) as gen:
         eog_ids = frozenset(gen.backend.eog_ids)
@@ -88,41 +86,18 @@ def random_prompts(n_vocab: int, lengths, seed: int, prefix: list[int] = ()) -> 
     return [list(prefix) + [rng.randrange(n_vocab) for _ in range(n)] for n in lengths]
 
 
-def logits_after(arch: Arch, tokens: list[int]):
-    ref = arch.reference
-    ref.reset()
-    ref.eval(tokens)
-    return ref.scores[ref.n_tokens - 1]
-
-
 def compare(arch: Arch, prompts, got: list[Completion], want: list[Completion]) -> list:
-    """Assert ``got`` equals ``want`` up to near ties; return the divergences found.
-
-    A reply that stopped (end of generation) where the other went on picked an EOG
-    token there: the likeliest EOG token stands for it in the logit comparison.
-    """
-    divergences = []
-    for prompt, g, w in zip(prompts, got, want):
+    """Assert ``got`` agrees with ``want`` up to near ties; return the divergences."""
+    for g, w in zip(got, want):
         assert g.error is None and w.error is None, (g.error, w.error)
-        a, b = list(g.token_ids), list(w.token_ids)
-        if a == b:
-            continue
-        k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        row = logits_after(arch, list(prompt) + b[:k])
-        # a random model may have no EOG id at all: then replies never end early
-        assert arch.eog_ids, (g.index, "replies of different lengths without EOG ids")
-        likeliest_eog = max(arch.eog_ids, key=lambda t: float(row[t]))
-        pick_a = a[k] if k < len(a) else likeliest_eog
-        pick_b = b[k] if k < len(b) else likeliest_eog
-        gap = abs(float(row[pick_a]) - float(row[pick_b]))
-        divergences.append((g.index, k, pick_a, pick_b, gap))
-        assert gap <= TIE_TOLERANCE, (
-            f"{arch.name}: item {g.index} differs at reply token {k} ({pick_a} vs "
-            f"{pick_b}) where their logits differ by {gap:.4g} > {TIE_TOLERANCE}: "
-            "not a near tie"
-        )
-    assert len(divergences) <= len(prompts) // 2, divergences
-    return divergences
+    return assert_replies_agree(
+        arch.reference,
+        prompts,
+        [g.token_ids for g in got],
+        [w.token_ids for w in want],
+        arch.eog_ids,
+        TIE_TOLERANCE,
+    )
 
 
 def assert_no_leak(gen: BatchGenerator, results: list[Completion]) -> None:

@@ -13,6 +13,7 @@ version of the matrix; the fakes of tests/llamacpp/test_context.py only check th
 from __future__ import annotations
 
 import pytest
+from agreement import assert_completions_agree
 
 from llamabatch import BatchGenerator, SamplingParams, _ffi
 from llamabatch.llamacpp.batch import LlamaBatch
@@ -52,7 +53,7 @@ def test_each_sequence_holds_the_n_ctx_seq_reported(llm, slots, n_ctx_seq):
         assert [ctx.seq_pos_max(s) for s in range(slots)] == [-1] + [held - 1] * (slots - 1)
 
 
-def test_penalties_give_the_same_greedy_replies_batched_and_alone(llm):
+def test_penalties_give_the_same_greedy_replies_batched_and_alone(llm, reference):
     prompts = [
         chat(q)
         for q in (
@@ -73,7 +74,6 @@ def test_penalties_give_the_same_greedy_replies_batched_and_alone(llm):
     with BatchGenerator(llm, slots=1, max_tokens=16, sampling=plain) as gen:
         unpenalized = gen.complete_many(prompts)
     assert [c.path for c in batched] == ["batch"] * 4
-    for b, a in zip(batched, alone):
-        assert b.error is None and b.token_ids[:6] == a.token_ids[:6], (b.text, a.text)
+    assert_completions_agree(reference, llm, prompts, batched, alone, n=6)  # to a near tie
     # the penalties took part: some reply differs from the unpenalized one
     assert [c.token_ids for c in alone] != [c.token_ids for c in unpenalized]

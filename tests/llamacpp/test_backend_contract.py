@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from agreement import divergence
 
 from llamabatch.engine.backend import Backend, BatchLimits, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
@@ -46,7 +47,7 @@ def test_tokenize_parses_special_tokens(backend, llm):
     assert backend.detokenize(backend.tokenize("héllo wörld")).endswith("héllo wörld")
 
 
-def test_batched_greedy_equals_alone(backend):
+def test_batched_greedy_equals_alone(backend, reference):
     prompts = [
         backend.tokenize(chat("Name a fruit.")),
         backend.tokenize(chat("Write one word about the sea, then a short poem.")),
@@ -85,7 +86,7 @@ def test_batched_greedy_equals_alone(backend):
     backend.clear(2)
     for tokens, reply in zip(prompts, replies):
         alone = list(itertools.islice(backend.generate_alone(tokens, GREEDY), 8))
-        assert reply == alone
+        divergence(reference, tokens, reply, alone, label="alone")  # up to a near tie
 
 
 def greedy_after(backend, seq, pos, tokens, n=8):
@@ -98,7 +99,7 @@ def greedy_after(backend, seq, pos, tokens, n=8):
     return out
 
 
-def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend):
+def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend, reference):
     a = backend.tokenize(chat("Name a fruit."))
     b = backend.tokenize(chat("Name a vegetable."))
     shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
@@ -118,9 +119,12 @@ def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend):
     reply_b_reused = greedy_after(backend, 0, shared, b[shared:])
     backend.clear()
     assert backend.batch_context.seq_pos_max(0) == -1
-    assert reply_a == list(itertools.islice(backend.generate_alone(a, GREEDY), 8))
+    # the same cells fed the same split: bit for bit the same; alone: up to a near tie
+    assert reply_b_copied == reply_b_reused
+    alone_a = list(itertools.islice(backend.generate_alone(a, GREEDY), 8))
+    divergence(reference, a, reply_a, alone_a, label="a")
     alone_b = list(itertools.islice(backend.generate_alone(b, GREEDY), 8))
-    assert reply_b_copied == alone_b and reply_b_reused == alone_b
+    divergence(reference, b, reply_b_copied, alone_b, label="b")
 
 
 def test_decode_failure_raises_with_its_code(llm):

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from agreement import divergence
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.llamacpp.backend import LlamaBackend
@@ -117,7 +118,7 @@ def test_prompts_longer_than_the_model_context_are_errors_in_place(llm):
 
 
 # -- size boundaries --------------------------------------------------------------------
-def test_a_prompt_of_n_ctx_seq_minus_max_tokens_is_batched_one_more_goes_alone(llm):
+def test_a_prompt_of_n_ctx_seq_minus_max_tokens_is_batched_one_more_goes_alone(llm, reference):
     max_tokens, n_ctx_seq = 6, 256
     fits, over = (
         long_tokens(llm, n_ctx_seq - max_tokens),
@@ -134,7 +135,8 @@ def test_a_prompt_of_n_ctx_seq_minus_max_tokens_is_batched_one_more_goes_alone(l
     assert [c.path for c in results] == ["batch", "batch", "alone", "batch"]
     assert all(c.error is None for c in results)
     alone, _ = complete(llm, [fits], slots=1, max_tokens=max_tokens)
-    assert results[0].token_ids == alone[0].token_ids  # the last slot position is usable
+    # the last slot position is usable: the reply agrees with alone (up to a near tie)
+    divergence(reference, fits, results[0].token_ids, alone[0].token_ids, label="fits")
 
 
 def test_prompts_of_512_and_513_tokens_never_exceed_n_batch(llm):

@@ -1,6 +1,9 @@
 """Issue 2 on the real model (SmolLM2-135M-Instruct Q4_1): batching keeps results right.
 
-Each test builds its own BatchGenerator on the session's ``llm`` and closes it.
+Each test builds its own BatchGenerator on the session's ``llm`` and closes it. Replies of
+two paths (batched and alone, a cache hit and a prefill) are compared until their first
+near tie (``tests/agreement.py``): llama.cpp's logits depend on the ubatch split and the
+CPU, so no exact equality past a near tie is promised.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from agreement import assert_completions_agree
 
 from llamabatch import BatchGenerator, SamplingParams
 
@@ -81,18 +85,18 @@ def test_fruit_prompts_name_a_fruit_in_a_batch_and_alone(llm, slots):
         assert stats.items_batched == 0 and {c.path for c in results} == {"alone"}
 
 
-def test_greedy_batch_equals_alone_on_the_first_8_tokens(llm):
+def test_greedy_batch_equals_alone_on_the_first_8_tokens(llm, reference):
     batched, stats = complete(
         llm, FRUIT_PROMPTS, slots=4, n_ctx_seq=512, max_tokens=8, sampling=GREEDY
     )
     alone, _ = complete(llm, FRUIT_PROMPTS, slots=1, max_tokens=8, sampling=GREEDY)
     assert stats.items_batched == 5
-    for b, a in zip(batched, alone):
-        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+    assert_completions_agree(reference, llm, FRUIT_PROMPTS, batched, alone, n=8)
+    for b in batched:
         assert b.text == llm.detokenize(list(b.token_ids)).decode("utf-8", "replace")
 
 
-def test_mixed_lengths_keep_input_order(llm):
+def test_mixed_lengths_keep_input_order(llm, reference):
     padding = "Here is some context that makes the prompt longer. " * 30
     questions = [q if k % 2 else padding + q for k, q in enumerate(QUESTIONS * 2)]
     prompts = [chat(q) for q in questions]
@@ -104,8 +108,7 @@ def test_mixed_lengths_keep_input_order(llm):
     assert stats.items_batched == len(prompts)
     lengths = [c.n_prompt_tokens for c in results]
     assert lengths == [len(llm.tokenize(p.encode(), special=True)) for p in prompts]
-    for b, a in zip(results, alone):
-        assert b.token_ids[:4] == a.token_ids[:4], b.index
+    assert_completions_agree(reference, llm, prompts, results, alone, n=4)
 
 
 def test_too_long_and_empty_prompts_keep_their_places(llm):
@@ -145,7 +148,7 @@ def test_a_batch_that_cannot_be_created_is_retried_smaller(llm, caplog):
     assert all(c.error is None for c in results)
 
 
-def test_nothing_leaks_between_items_of_a_slot(llm):
+def test_nothing_leaks_between_items_of_a_slot(llm, reference):
     probe = FRUIT_PROMPTS[4]
     fresh, _ = complete(
         llm, [probe, FRUIT_PROMPTS[0]], slots=2, n_ctx_seq=512, max_tokens=12, sampling=GREEDY
@@ -160,7 +163,8 @@ def test_nothing_leaks_between_items_of_a_slot(llm):
     )
     assert stats.items_batched == 6 and stats.prompt_tokens_cached > 0  # slots reused
     assert after[4].path == "batch"
-    assert after[4].token_ids == fresh[0].token_ids
+    # a leak would change the reply; a near tie may (the cache path differs)
+    assert_completions_agree(reference, llm, [probe], after[4:5], fresh[:1], max_divergent=1)
 
 
 SYSTEM = (
@@ -187,10 +191,10 @@ def ticket(text: str) -> str:
     return f"{SYSTEM}<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reuse(llm):
+def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reuse(llm, reference):
     """Issue 11: the shared prefix is prefilled once and copied, slots are refilled as
-    items end and reuse their caches; every reply's first 8 tokens equal the reply
-    completed alone."""
+    items end and reuse their caches; every reply's first 8 tokens agree with the reply
+    completed alone (up to a near tie)."""
     prompts = [ticket(t) for t in TICKETS]
     with BatchGenerator(
         llm, slots=3, n_ctx_seq=512, n_batch=128, max_tokens=8, sampling=GREEDY, min_copy_tokens=16
@@ -204,10 +208,8 @@ def test_greedy_equals_alone_with_a_shared_system_prompt_across_refills_and_reus
     n_prompt = sum(c.n_prompt_tokens for c in batched + again)
     assert stats.prompt_tokens_cached > n_prompt / 2
     assert stats.prompt_tokens_cached + stats.prompt_tokens_prefilled == n_prompt
-    for b, a in zip(batched, alone):
-        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
-    for b, a in zip(again, alone[::-1]):
-        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+    assert_completions_agree(reference, llm, prompts, batched, alone, n=8)
+    assert_completions_agree(reference, llm, prompts[::-1], again, alone[::-1], n=8)
 
 
 OTHER = (
@@ -216,10 +218,10 @@ OTHER = (
 )
 
 
-def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm):
+def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm, reference):
     """A second template takes every slot, then the first comes back: its slots' states
     were saved in host memory (``cache_ram_mib``) and are loaded, not prefilled again;
-    every reply's first 8 tokens equal the reply completed alone."""
+    every reply's first 8 tokens agree with the reply completed alone (up to a near tie)."""
     first = [ticket(t) for t in TICKETS[:3]]
     other = [
         f"{OTHER}<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n" for t in TICKETS[3:6]
@@ -241,5 +243,4 @@ def test_greedy_equals_alone_when_a_template_comes_back_from_host_memory(llm):
     alone, _ = complete(llm, prompts, slots=1, max_tokens=8, sampling=GREEDY)
     assert {c.path for c in batched} == {"batch"}
     assert stats.cache_ram_saves >= 1 and stats.cache_ram_loads >= 1
-    for b, a in zip(batched, alone):
-        assert b.token_ids[:8] == a.token_ids[:8], (b.index, b.text, a.text)
+    assert_completions_agree(reference, llm, prompts, batched, alone, n=8)

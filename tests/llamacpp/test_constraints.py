@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from agreement import SPLIT_NOISE, assert_completions_agree, pick_is_near_best, prompt_ids
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.llamacpp.backend import LlamaBackend
@@ -77,15 +78,14 @@ def test_json_schema_replies_parse_and_validate(llm, slots: int) -> None:
         jsonschema.validate(json.loads(c.text), SCHEMA)
 
 
-def test_the_batched_grammar_picks_what_the_full_grammar_chain_picks_alone(llm) -> None:
+def test_the_batched_grammar_picks_what_the_full_grammar_chain_picks_alone(llm, reference) -> None:
     # batched: grammar checked lazily; alone: Llama.generate's chain with the grammar
-    # over the whole vocabulary. Greedy, so the two must agree on confident prompts.
+    # over the whole vocabulary. Greedy, so the two agree up to a near tie.
     prompts = [prompt for prompt, _ in example_tickets()[::4]]
     batched = complete(llm, prompts, 5, json_schema=SCHEMA)
     alone = complete(llm, prompts, 1, json_schema=SCHEMA)
     assert [c.path for c in batched] == ["batch"] * 5
-    same = [b.token_ids[:8] == a.token_ids[:8] for b, a in zip(batched, alone)]
-    assert sum(same) >= 4, [(b.text, a.text) for b, a in zip(batched, alone)]
+    assert_completions_agree(reference, llm, prompts, batched, alone, n=8)
 
 
 def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
@@ -175,15 +175,36 @@ def spanning_stop(llm, prompt: str) -> str:
     )
 
 
+def agrees_with_create_completion(llm, reference, prompt: str, c, stop) -> bool:
+    """True when our reply (text, finish reason) is ``create_completion``'s; else the
+    two must have parted at a near tie before the stop rule acted (our token there is
+    within the tie tolerance of the likeliest one), and False is returned."""
+    text, reason = create_completion(llm, prompt, stop)
+    if (c.text, c.finish_reason) == (text, reason):
+        return True
+    ids = list(c.token_ids)
+    k = 0  # our tokens whose text is also the start of create_completion's
+    while k < len(ids) and text.startswith(llm.detokenize(ids[: k + 1]).decode("utf-8", "replace")):
+        k += 1
+    assert k < len(ids), (c.index, c.text, text, "same tokens, other stop handling")
+    pick_is_near_best(reference, prompt_ids(llm, prompt) + ids[:k], ids[k], label=c.index)
+    return False
+
+
 @pytest.mark.parametrize("stop", [["\n"], [".", ","], "spanning"])
-def test_stop_strings_equal_create_completion_greedy(llm, stop) -> None:
+def test_stop_strings_equal_create_completion_greedy(llm, reference, stop) -> None:
+    """Our stop rule cuts where ``create_completion``'s does; the two paths' greedy
+    replies are compared until their first near tie (another ubatch split can part
+    them), and most must agree in full."""
     if stop == "spanning":
         stop = [spanning_stop(llm, STOP_PROMPTS[0])]
         assert len(stop[0]) == 4
+    agreed = []
     for slots in (1, 3):
         ours = complete(llm, STOP_PROMPTS, slots, stop=stop, max_tokens=24)
         for prompt, c in zip(STOP_PROMPTS, ours):
-            assert (c.text, c.finish_reason) == create_completion(llm, prompt, stop), stop
+            agreed.append(agrees_with_create_completion(llm, reference, prompt, c, stop))
+    assert sum(agreed) >= len(agreed) // 2, agreed
     if len(stop[0]) == 4:
         assert ours[0].finish_reason == "stop"  # the spanning stop string was found
 
@@ -193,9 +214,12 @@ def test_per_item_max_tokens_caps_the_reply(llm) -> None:
         assert c.n_tokens == 3 and c.finish_reason == "length"
 
 
-def test_logprobs_are_the_models_top_tokens_batched_and_alone(llm) -> None:
+def test_logprobs_are_the_models_top_tokens_batched_and_alone(llm, reference) -> None:
+    """Batched and alone agree up to a near tie, and where the first token is the same,
+    its log-probability is the same within the measured split noise."""
     batched = complete(llm, STOP_PROMPTS, 3, logprobs=3, max_tokens=5)
     alone = complete(llm, STOP_PROMPTS, 1, logprobs=3, max_tokens=5)
+    assert_completions_agree(reference, llm, STOP_PROMPTS, batched, alone)
     for b, a in zip(batched, alone):
         assert len(b.logprobs) == b.n_tokens and len(a.logprobs) == a.n_tokens
         for token, entry in zip(b.token_ids, b.logprobs):
@@ -203,5 +227,44 @@ def test_logprobs_are_the_models_top_tokens_batched_and_alone(llm) -> None:
             values = [lp for _, lp in entry]
             assert len(entry) == 3 and ids[0] == token  # greedy: the chosen is the top
             assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
-        assert b.logprobs[0][0][0] == a.logprobs[0][0][0]
-        assert b.logprobs[0][0][1] == pytest.approx(a.logprobs[0][0][1], abs=0.05)
+        if b.token_ids[0] == a.token_ids[0]:
+            assert b.logprobs[0][0][1] == pytest.approx(a.logprobs[0][0][1], abs=SPLIT_NOISE)
+
+
+#: Schemas whose replies are JSON strings; each bounded, so every reply ends in the grammar.
+STRING_SCHEMAS = [
+    {"type": "string", "maxLength": 10},
+    {
+        "type": "object",
+        "properties": {"poem": {"type": "string", "maxLength": 40}},
+        "required": ["poem"],
+    },
+    {"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3},
+]
+#: Prompts that ask for line breaks: llama-cpp-python's converter let the model write
+#: them raw inside a string (``"The waves\n"``), which ``json.loads`` refuses.
+LINE_PROMPTS = [
+    "<|im_start|>user\nWrite a short poem about the sea, one line per verse.<|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "<|im_start|>user\nList three colors, one per line.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nSend me three emojis on three lines.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+def test_strings_of_a_schema_grammar_exclude_control_characters() -> None:
+    from llamabatch.llamacpp.constraints import JSON_STRING_CHAR, schema_grammar
+
+    for schema in STRING_SCHEMAS:
+        rules = dict(line.split(" ::= ", 1) for line in schema_grammar(schema).splitlines())
+        assert rules["char"] == JSON_STRING_CHAR
+    assert "\\x00-\\x1F" in JSON_STRING_CHAR and "\\x7F" in JSON_STRING_CHAR
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+@pytest.mark.parametrize("schema", STRING_SCHEMAS, ids=["string", "object", "array"])
+def test_json_string_replies_parse_and_validate(llm, slots: int, schema) -> None:
+    done = complete(llm, LINE_PROMPTS, slots, json_schema=schema, max_tokens=120)
+    assert {c.path for c in done} == ({"alone"} if slots == 1 else {"batch"})
+    for c in done:
+        assert c.finish_reason == "stop", c
+        jsonschema.validate(json.loads(c.text), schema)

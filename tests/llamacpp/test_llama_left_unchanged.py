@@ -101,3 +101,45 @@ def test_a_cached_prompt_is_still_reused_correctly(pair):
         for llm in pair
     ]
     assert again[0] == again[1]
+
+
+#: The caller's prompt (multi-token, chat-formatted); ours shares only its first three
+#: tokens (``<|im_start|>user\n``).
+CAT = chat("Write two sentences about cats.")
+
+
+def test_the_callers_next_sampled_call_is_the_one_it_would_have_made(model_path):
+    """A sampled call, one item alone through the same ``Llama``, the same call again:
+    the ``Llama``'s cache comes back as it was (``n_tokens``, ``input_ids``, the cells),
+    not cut back to the three tokens the prompts share, so its next call decodes the
+    same tokens in the same split as an untouched ``Llama``'s and gives the same reply
+    with the same log-probabilities, bit for bit (llama.cpp's logits depend on the
+    split: a cut-back cache would decode the rest of the prompt in one longer batch)."""
+    import llama_cpp
+
+    def make():
+        return llama_cpp.Llama(
+            model_path=str(model_path),
+            n_ctx=512,
+            n_threads=1,
+            seed=123,
+            logits_all=True,
+            verbose=False,
+        )
+
+    def call(llm):
+        choice = llm.create_completion(CAT, max_tokens=16, temperature=0.8, logprobs=3)
+        return choice["choices"][0]["text"], choice["choices"][0]["logprobs"]["top_logprobs"]
+
+    used, untouched = make(), make()
+    try:
+        assert call(used) == call(untouched)
+        n = untouched.n_tokens
+        with BatchGenerator(used, slots=1, max_tokens=6, sampling=OURS) as gen:
+            assert gen.complete_many([chat("Label this: the app crashes.")])[0].path == "alone"
+        assert used.n_tokens == n
+        assert list(used.input_ids[:n]) == list(untouched.input_ids[:n])
+        assert call(used) == call(untouched)
+    finally:
+        used.close()
+        untouched.close()
