@@ -40,7 +40,17 @@ class BatchUnavailable(BackendError):
 
 
 class LibraryError(LlamaBatchError):
-    """llama-cpp-python's shared library or one of its essential symbols is missing."""
+    """llama-cpp-python's shared library or one of its essential symbols is missing.
+
+    Its message ends with :attr:`HINT`: ``llamabatch doctor`` checks the installation.
+    """
+
+    #: Appended to every message: where to look next.
+    HINT = "run `llamabatch doctor` to check llama-cpp-python and llama.cpp on this machine"
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return text if self.HINT in text else f"{text} ({self.HINT})"
 
 
 class GrammarError(LlamaBatchError, ValueError):

@@ -1,8 +1,8 @@
 """Which llama-cpp-python versions llamabatch supports, checked before llama.cpp is used.
 
-:data:`SUPPORTED` is exactly the range ``scripts/compat-matrix`` passed (the table in
-README.md, "Compatibility"); ``pyproject.toml`` declares the same range. Reading the
-installed version uses the package metadata only (``importlib.metadata``): it loads no
+:data:`SUPPORTED` is exactly the range ``scripts/compat-matrix`` passed
+(docs/compatibility.md); ``pyproject.toml`` declares the same range. Reading the installed
+version uses the package metadata only (``importlib.metadata``): it loads no
 shared library, so the check runs when the real backend is imported
 (``llamabatch.llamacpp``; ``import llamabatch`` does not import it) and again when the
 binding is loaded.

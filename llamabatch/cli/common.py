@@ -21,6 +21,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+#: Added to the CLI's model errors: the command that checks the model and llama.cpp.
+DOCTOR_HINT = "`llamabatch doctor --model GGUF` checks a model and llama.cpp on this machine"
+
 
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose errors raise :class:`UsageError`.
@@ -43,12 +46,16 @@ def guarded(
 ) -> int:
     """Run a subcommand's ``work(args)``; turn its expected errors into exit statuses.
 
-    Bad usage or a bad model file → one line on stderr and 2; a runtime failure (model
+    Bad usage or a bad model file → one line on stderr and 2 (a model error adds
+    :data:`DOCTOR_HINT`); a runtime failure (model
     fetch, llama.cpp, I/O) → one line and 1; Ctrl-C → ``interrupted`` and 130.
     """
     try:
         return work(args)
-    except (UsageError, ModelFileError) as exc:
+    except ModelFileError as exc:
+        error_line(prog, f"{exc} ({DOCTOR_HINT})")
+        return EXIT_USAGE
+    except UsageError as exc:
         error_line(prog, exc)
         return EXIT_USAGE
     except (ModelFetchError, LlamaBatchError, OSError) as exc:

@@ -13,11 +13,22 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import bench, complete, tune
-from .common import EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
+from ..errors import LibraryError
+from . import doctor
+from .common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
 
-#: Modules that each add one subcommand, in the order they appear in ``--help``.
-SUBCOMMANDS = (complete, bench, tune)
+#: Why ``complete``, ``bench`` and ``tune`` cannot run: their modules import the real
+#: backend, which refuses an unsupported llama-cpp-python (``None`` when they loaded).
+#: ``doctor`` and ``--version`` still work then, to say what is installed.
+UNAVAILABLE: str | None = None
+try:
+    from . import bench, complete, tune
+except LibraryError as exc:
+    UNAVAILABLE = str(exc)
+    #: Modules that each add one subcommand, in the order they appear in ``--help``.
+    SUBCOMMANDS: tuple = (doctor,)
+else:
+    SUBCOMMANDS = (complete, bench, tune, doctor)
 
 
 def _version() -> str:
@@ -50,6 +61,10 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``llamabatch`` command; return its exit status (see the module doc)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if UNAVAILABLE is not None and argv[:1] in (["complete"], ["bench"], ["tune"]):
+        error_line(f"llamabatch {argv[0]}", UNAVAILABLE)
+        return EXIT_FAILURE
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

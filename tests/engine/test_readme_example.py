@@ -1,4 +1,4 @@
-"""The example of README.md (Testing your tagger with FakeBackend), verbatim: a downstream
+"""The example of docs/testing.md (Testing your tagger with FakeBackend), verbatim: a downstream
 tagger's tests on FakeBackend. ``test_the_readme_example_is_this_file`` keeps them equal.
 """
 
@@ -48,10 +48,10 @@ def test_the_readme_example_is_this_file():
     root = Path(__file__).resolve().parents[2]
     docs = [
         p
-        for p in (root / "README.md",)
+        for p in (root / "docs" / "testing.md",)
         if p.exists() and "def tag_all(" in p.read_text(encoding="utf-8")
     ]
-    assert docs, "the example is not in README.md"
+    assert docs, "the example is not in docs/testing.md"
     mine = Path(__file__).read_text(encoding="utf-8")
     for doc in docs:
         text = doc.read_text(encoding="utf-8")

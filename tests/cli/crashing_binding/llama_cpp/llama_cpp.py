@@ -1,0 +1,3 @@
+"""The stand-in's low-level binding: no shared library (system queries answer None)."""
+
+_lib = None

@@ -1,0 +1,74 @@
+"""The README and the documentation site: the README stays short and names the test
+command `.ci/run` runs, no page speaks of issues or deadlines (history belongs in
+CHANGELOG.md), the site builds with ``mkdocs build --strict``, and every public name of
+``llamabatch`` is in its API reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import llamabatch
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_COMMAND = ".venv/bin/python -m pytest -ra"
+PAGES = sorted((ROOT / "docs").glob("**/*.md")) + [ROOT / "README.md"]
+
+#: Words of the project's history, not of the software: "issue 11", "issue #3",
+#: "before the deadline".
+HISTORY = re.compile(r"\bissues? #?\d+|\bdeadline", re.IGNORECASE)
+
+
+def test_the_readme_is_at_most_200_lines():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    assert TEST_COMMAND in (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert ci[-1] == TEST_COMMAND
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_speaks_of_issues_or_deadlines(page):
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        found = HISTORY.search(line)
+        assert found is None, f"{page.name}:{number}: {found.group(0)!r} belongs in CHANGELOG.md"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    if importlib.util.find_spec("mkdocs") is None:
+        message = "mkdocs is not installed: pip install -e '.[docs]'"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must build the documentation, but {message}")
+        pytest.skip(message)
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NO_MKDOCS_2_WARNING="1"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def test_the_site_builds_strictly_with_every_public_name_in_the_reference(site):
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    missing = [n for n in llamabatch.__all__ if f'id="llamabatch.{n}"' not in reference]
+    assert missing == []
+    assert (site / "index.html").is_file() and (site / "doctor" / "index.html").is_file()
