@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import constraints
+from ..llamacpp import constraints
 from ..errors import GrammarError
 from ..params import SamplingParams
 
