@@ -51,7 +51,7 @@ class Recorder:
 
     def __init__(self, fake: FakeBackend) -> None:
         self.fake, self.calls = fake, []
-        for name in ("n_vocab", "n_ctx", "max_slots", "eog_ids"):
+        for name in ("n_vocab", "n_ctx", "eog_ids", "kv_bytes", "llm_closed"):
             setattr(self, name, getattr(fake, name))
 
     def __getattr__(self, name: str):

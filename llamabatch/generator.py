@@ -129,10 +129,11 @@ class BatchGenerator(Closing):
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
             backend = LlamaBackend(llm)
-        if slots > backend.max_slots:
+        caps = backend.capabilities()
+        if slots > caps.max_slots:
             raise ValueError(
                 f"slots={slots} is out of range: valid is 1 to "
-                f"{backend.max_slots} (llama_max_parallel_sequences())"
+                f"{caps.max_slots} (llama_max_parallel_sequences())"
             )
         if n_ctx_seq is None:
             n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
@@ -143,7 +144,7 @@ class BatchGenerator(Closing):
             max_tokens=max_tokens,
             page_size=page_size,
         )
-        check = getattr(backend, "check_batch_params", None)  # llama.cpp's own limits
+        check = caps.check_batch_params  # llama.cpp's own limits
         if check is not None and slots > 1:
             check(slots, n_ctx_seq, n_batch)
         self.backend = backend
@@ -162,9 +163,9 @@ class BatchGenerator(Closing):
                 "integer >= 0 (MiB; 0 keeps no state in host memory)"
             )
         self._scheduler = Scheduler(
-            backend, self.config, min_copy_tokens, cache_ram_mib * 1024 * 1024
+            backend, self.config, min_copy_tokens, cache_ram_mib * 1024 * 1024, caps
         )
-        self.lock = getattr(backend, "lock", None) or threading.RLock()
+        self.lock = caps.lock if caps.lock is not None else threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
@@ -208,7 +209,7 @@ class BatchGenerator(Closing):
     def _check_open(self) -> None:
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
-        if getattr(self.backend, "llm_closed", False):
+        if self.backend.llm_closed:
             raise GeneratorClosed(
                 "the Llama of this BatchGenerator was closed "
                 "(Llama.close()); close the generator before the Llama"
@@ -220,7 +221,7 @@ class BatchGenerator(Closing):
         """Counters so far: items batched and alone, cache reuse, why batching is off,
         KV bytes allocated…"""
         stats = self._scheduler.stats
-        stats.kv_bytes = int(getattr(self.backend, "kv_bytes", 0))
+        stats.kv_bytes = int(self.backend.kv_bytes)
         return stats
 
     @property

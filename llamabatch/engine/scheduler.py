@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError
 from ..params import BatchConfig
-from .backend import Backend, BatchLimits
+from .backend import Backend, BackendCapabilities, BatchLimits
 from .items import Item
 from .slot_engine import BatchFailed, Seq, SlotEngine
 from .stop import Reply
@@ -41,6 +41,8 @@ class Scheduler:
         backend: the backend to drive.
         config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
+        capabilities: what the backend can do (default: ``backend.capabilities()``, read
+            here once).
     """
 
     def __init__(
@@ -49,8 +51,10 @@ class Scheduler:
         config: BatchConfig,
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
+        capabilities: BackendCapabilities | None = None,
     ):
         self.backend = backend
+        self.capabilities = backend.capabilities() if capabilities is None else capabilities
         self.config = config
         self.min_copy_tokens = min_copy_tokens
         self.cache_ram_bytes = cache_ram_bytes
@@ -91,7 +95,12 @@ class Scheduler:
             lim.n_ctx,
         )
         self.engine = SlotEngine(
-            self.backend, lim, self.stats, self.min_copy_tokens, self.cache_ram_bytes
+            self.backend,
+            lim,
+            self.stats,
+            self.min_copy_tokens,
+            self.cache_ram_bytes,
+            self.capabilities,
         )
         return True
 
@@ -185,11 +194,9 @@ class Scheduler:
 
     def release_alone(self) -> None:
         """Give the caller's ``Llama`` back as it was before the items completed alone
-        since the last call (the optional ``Backend.release_alone``; until then its KV
-        cache keeps the last such item, so the next one reuses their shared prefix)."""
-        release = getattr(self.backend, "release_alone", None)
-        if release is not None:
-            release()
+        since the last call (``Backend.release_alone``; until then its KV cache keeps
+        the last such item, so the next one reuses their shared prefix)."""
+        self.backend.release_alone()
 
     def _end_run(self) -> None:
         self.release_alone()
@@ -289,10 +296,10 @@ class Scheduler:
         )
 
     def _logprobs_taker(self, item: Item) -> Callable[[], list] | None:
-        """``backend.take_logprobs`` (optional) when ``item`` asks for logprobs."""
+        """``backend.take_logprobs`` when ``item`` asks for logprobs."""
         if item.sampling.logprobs is None:
             return None
-        return getattr(self.backend, "take_logprobs", None)
+        return self.backend.take_logprobs
 
     # -- results -----------------------------------------------------------------------
     def count(self, c: Completion) -> None:

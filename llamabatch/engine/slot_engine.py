@@ -22,7 +22,7 @@ from typing import Any
 
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
-from .backend import Backend, BatchLimits
+from .backend import Backend, BackendCapabilities, BatchLimits
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
@@ -104,11 +104,12 @@ class SlotEngine:
             (>= 1); a slot holding fewer tokens than this is never saved.
         cache_ram_bytes: most bytes of sequence states kept in host memory
             (:class:`~llamabatch.engine.host_cache.HostCache`); 0 keeps none. Used only when
-            the backend has the optional ``save_seq`` / ``load_seq``.
+            the backend can copy and save (``capabilities.can_copy`` and ``can_save``).
+        capabilities: what the backend can do (default: ``backend.capabilities()``).
 
     Attributes:
         exact: True once the memory is known to refuse trims to a position > 0
-            (``backend.partial_trim`` False, or a refused trim): caches are then only
+            (``capabilities.partial_trim`` False, or a refused trim): caches are then only
             reused up to their very end.
         dirty: True while a backend call that changes caches is in progress (an
             exception escaping it leaves the caches unknown: :meth:`reset`).
@@ -121,16 +122,17 @@ class SlotEngine:
         stats: Stats,
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
+        capabilities: BackendCapabilities | None = None,
     ) -> None:
         self.backend, self.limits, self.stats = backend, limits, stats
+        caps = backend.capabilities() if capabilities is None else capabilities
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
-        can_copy = getattr(backend, "can_copy", True)
-        if not can_copy:  # no llama_state_seq_* here
+        if not caps.can_copy:  # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
-        can_save = can_copy and hasattr(backend, "save_seq") and hasattr(backend, "load_seq")
+        can_save = caps.can_copy and caps.can_save
         self.host = HostCache(cache_ram_bytes if can_save else 0)
-        self.exact = not getattr(backend, "partial_trim", True)
+        self.exact = not caps.partial_trim
         self.running: dict[int, Seq] = {}  # seq id -> Seq, in placement order
         self.dirty = False
         self._n_waiting = 0  # sequences in Status.COPY
@@ -352,15 +354,14 @@ class SlotEngine:
         return done
 
     def _logprobs(self, spans: list, n: int) -> list:
-        """The backend's logprobs of the ``n`` tokens just sampled (the optional
-        ``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
-        take = getattr(self.backend, "take_logprobs", None)
+        """The backend's logprobs of the ``n`` tokens just sampled
+        (``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
         wanted = any(
             self.running[s.seq_id].item.sampling.logprobs is not None for s in spans if s.logits
         )
-        if take is None or not wanted:
+        if not wanted:
             return [None] * n
-        taken = list(_guard("take_logprobs", take))
+        taken = list(_guard("take_logprobs", self.backend.take_logprobs))
         return (taken + [None] * n)[:n]
 
     def _plan(self) -> list:

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import _ffi
-from ..engine.backend import BatchLimits, Span
+from ..engine.backend import BackendCapabilities, BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError, LibraryError, decode_meaning
 from ..locks import llm_lock
 from ..params import SamplingParams
@@ -46,9 +46,11 @@ class LlamaBackend:
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
 
     Attributes:
-        n_vocab, n_ctx, max_slots, eog_ids, partial_trim: see
-            :class:`~llamabatch.engine.backend.Backend` (``partial_trim`` is read from the
-            model when the batch context opens).
+        n_vocab, n_ctx, eog_ids, kv_bytes: see :class:`~llamabatch.engine.backend.Backend`.
+        max_slots, can_copy, partial_trim, lock: see
+            :class:`~llamabatch.engine.backend.BackendCapabilities` (:meth:`capabilities`);
+            ``partial_trim`` is False for a recurrent or hybrid model
+            (``llama_model_is_recurrent`` / ``llama_model_is_hybrid``).
 
     Raises:
         LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
@@ -67,11 +69,24 @@ class LlamaBackend:
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
         self._batch: LlamaBatch | None = None
         self._samplers: dict[int, SeqSampler] = {}
-        self.partial_trim = True  # set from the model when the context opens
+        self.partial_trim = not lib.model_is_recurrent(_ffi.model_of(llm))
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
         self._logprobs: list = []
         self.lock = llm_lock(llm)
+
+    def capabilities(self) -> BackendCapabilities:
+        """Copies, saves and loads of sequence states when the binding has
+        ``llama_state_seq_*``; partial trims unless the model is recurrent or hybrid;
+        the ``Llama``'s lock; :meth:`check_batch_params`."""
+        return BackendCapabilities(
+            max_slots=self.max_slots,
+            can_copy=self.can_copy,
+            partial_trim=self.partial_trim,
+            can_save=self.can_copy,  # the same llama_state_seq_* functions
+            lock=self.lock,
+            check_batch_params=self.check_batch_params,
+        )
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
         """Refuse a batch context llama.cpp would abort or fail on (before creating it).
@@ -148,7 +163,6 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
-        self.partial_trim = not ctx.is_recurrent
         self._log_kv(ctx)
         return ctx.limits
 

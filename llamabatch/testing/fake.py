@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..engine.backend import BatchLimits, Span
+from ..engine.backend import BackendCapabilities, BatchLimits, Span
 from ..errors import BackendError, BatchUnavailable, DecodeError
 from ..params import SamplingParams
 from .records import (
@@ -110,7 +110,7 @@ class FakeBackend:
             (:class:`OpenBatchCall`, :class:`StartSeqCall`, :class:`TrimCall`,
             :class:`CopyCall`, :class:`DecodeCall`, :class:`ClearCall`,
             :class:`AloneCall`, :class:`CloseCall`).
-        partial_trim: see :class:`~llamabatch.engine.backend.Backend`.
+        partial_trim: see :class:`~llamabatch.engine.backend.BackendCapabilities`.
         violations: the message of every :class:`FakeBackendViolation` raised.
         limits: what ``open_batch`` returned, or ``None``.
 
@@ -184,6 +184,24 @@ class FakeBackend:
         self._seqs: list[_Seq] = []
         self._open_tried = False
         self._logprobs: list = []
+
+    #: The fake allocates nothing and has no model to lose (``Backend`` attributes).
+    kv_bytes = 0
+    llm_closed = False
+
+    def capabilities(self) -> BackendCapabilities:
+        """Copies, saves and loads of sequence states; partial trims unless the fake is
+        recurrent and says so (``declares_recurrent``); no lock of its own; no
+        limits on the batch parameters beyond ``max_slots``."""
+        return BackendCapabilities(
+            max_slots=self.max_slots,
+            can_copy=True,
+            partial_trim=self.partial_trim,
+            can_save=True,
+        )
+
+    def release_alone(self) -> None:
+        """Nothing to give back: the fake keeps no state between items alone."""
 
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__
