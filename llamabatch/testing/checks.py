@@ -139,7 +139,7 @@ def check_item(case: Case, k: int, prompt: object, c: Completion) -> None:
         assert c.error
         return
     cap = case.max_tokens_of(k)
-    exp = fake.expected(prompt, cap)
+    exp = fake.expected(prompt, cap, case.sampling[k] if case.sampling is not None else None)
     assert (c.token_ids, c.finish_reason, c.text, c.error) == (
         exp.token_ids,
         exp.finish_reason,

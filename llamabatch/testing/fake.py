@@ -1,16 +1,22 @@
-"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log."""
+"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log.
+
+The backend's calls are here; what they rely on is split by concern: the caches
+(:mod:`.memory`), llama.cpp's rules (:mod:`.rules`), the injected faults
+(:mod:`.faults`), the reference replies (:mod:`.oracle`) and the call log
+(:mod:`.records`).
+"""
 
 from __future__ import annotations
 
-import operator
-from array import array
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ..engine.backend import BackendCapabilities, BatchLimits, Span
-from ..errors import BackendError, BatchUnavailable, DecodeError
+from ..errors import BackendError, BatchUnavailable
 from ..params import SamplingParams
+from . import oracle
+from .faults import FailAlone, decode_error, fails_alone, keeps_tokens
+from .memory import FakeMemory, SlotState
 from .records import (
     AloneCall,
     Call,
@@ -28,34 +34,11 @@ from .records import (
     read_seqs,
 )
 from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
+from .rules import FakeBackendViolation, Rules
+
+__all__ = ["FakeBackend", "FakeBackendViolation"]
 
 C = TypeVar("C", bound=Call)
-
-
-class FakeBackendViolation(AssertionError):
-    """The scheduler broke a rule that llama.cpp enforces (or crashes on).
-
-    It derives from ``AssertionError`` so that no ``except BackendError`` swallows it;
-    every violation is also appended to :attr:`FakeBackend.violations`.
-    """
-
-
-@dataclass(slots=True)
-class _Seq:
-    """What the fake knows of one slot of the batch context."""
-
-    kv: list[int] = field(default_factory=list)  # tokens at positions 0, 1, ...
-    started: bool = False  # start_seq since the last failure / clear
-    corrupt: bool = False  # a refused trim left the cache unknown
-    reply: Tokens | None = None  # set when the prompt ended (first logits)
-    n_sampled: int = 0
-    last: int = -1  # the last sampled token (to be decoded next)
-    is_done: bool = False  # sampled an EOG token or its max_tokens-th token
-    sampling: SamplingParams | None = None  # of the item started in it
-
-    def restart(self) -> None:
-        self.started, self.reply, self.n_sampled = True, None, 0
-        self.last, self.is_done = -1, False
 
 
 class FakeBackend:
@@ -149,7 +132,7 @@ class FakeBackend:
         fail_state_at: int | None = None,
         recurrent: bool = False,
         declares_recurrent: bool = True,
-        fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
+        fail_alone: FailAlone | None = None,
         check: bool = True,
     ) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -163,7 +146,7 @@ class FakeBackend:
         self.filler = n_vocab - 1 if filler is None else filler
         self._tokenizer = tokenizer
         self._detokenizer = detokenizer
-        self.reply = HashReply(0, 12, n_vocab) if reply is None else reply
+        self.reply: Reply = HashReply(0, 12, n_vocab) if reply is None else reply
         self.fail_open = fail_open
         self.fail_decode_at = fail_decode_at
         self.fail_code = fail_code
@@ -177,13 +160,13 @@ class FakeBackend:
         self.fail_alone = fail_alone
         self.check = check
         self.log: list[Call] = []
-        self.violations: list[str] = []
         self.limits: BatchLimits | None = None
         self.num_decode_calls = 0
         self.closed = False
-        self._seqs: list[_Seq] = []
+        self._memory = FakeMemory(recurrent)
+        self._rules = Rules()
         self._open_tried = False
-        self._logprobs: list = []
+        self._logprobs: list[tuple[tuple[int, float], ...] | None] = []
 
     #: The fake allocates nothing and has no model to lose (``Backend`` attributes).
     kv_bytes = 0
@@ -204,11 +187,16 @@ class FakeBackend:
         """Nothing to give back: the fake keeps no state between items alone."""
 
     def __repr__(self) -> str:
-        defaults = FakeBackend.__init__.__kwdefaults__
+        defaults = FakeBackend.__init__.__kwdefaults__ or {}
         args = [repr(self._kwargs["reply"])] + [
             f"{k}={v!r}" for k, v in self._kwargs.items() if k != "reply" and defaults.get(k) != v
         ]
         return f"FakeBackend({', '.join(args)})"
+
+    @property
+    def violations(self) -> list[str]:
+        """The message of every :class:`FakeBackendViolation` raised, in order."""
+        return self._rules.violations
 
     # -- text ------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -227,97 +215,41 @@ class FakeBackend:
         invalid bytes replaced), or the given detokenizer."""
         return (self._detokenizer or byte_text)(tokens)
 
-    # -- replies ---------------------------------------------------------------------
-    def _as_tokens(self, value: str | Sequence[int]) -> Tokens:
-        return tuple(self.tokenize(value) if isinstance(value, str) else value)
-
+    # -- the oracle ------------------------------------------------------------------
     def reply_of(self, prompt: Sequence[int]) -> Tokens:
-        """The configured reply to the prompt ``prompt`` (token ids), before the stop rule."""
-        key = tuple(prompt)
-        if isinstance(self.reply, Mapping):
-            value = self.reply.get(key)
-            if value is None:
-                value = next(
-                    (
-                        v
-                        for k, v in self.reply.items()
-                        if isinstance(k, str) and self._as_tokens(k) == key
-                    ),
-                    (),
-                )
-            return self._as_tokens(value)
-        return self._as_tokens(self.reply(key))
-
-    def _token_at(self, reply: Tokens, i: int) -> int:
-        if i < len(reply):
-            return reply[i]
-        return min(self.eog_ids) if self.eog_ids else self.filler
+        """The configured reply to the prompt ``prompt`` (token ids), before the stop
+        rule (:func:`.oracle.reply_of`)."""
+        return oracle.reply_of(self, prompt)
 
     def prompt_tokens(self, prompt: object) -> Tokens:
         """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
 
         Raises:
-            ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
-                untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
+            ValueError: the item is an error (:func:`.oracle.prompt_tokens`).
         """
-        if isinstance(prompt, bytes):
-            prompt = prompt.decode("utf-8")  # UnicodeDecodeError is a ValueError
-        if isinstance(prompt, str):
-            try:
-                tokens = self.tokenize(prompt)
-            except BackendError as exc:
-                raise ValueError(str(exc)) from None
-        elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
-            try:
-                tokens = [operator.index(t) for t in prompt]
-            except TypeError:
-                raise ValueError(f"not token ids: {prompt!r}") from None
-        else:
-            raise ValueError(f"not a prompt: {type(prompt).__name__}")
-        if not tokens or any(not 0 <= t < self.n_vocab for t in tokens):
-            raise ValueError("empty prompt or a token id outside the vocabulary")
-        if len(tokens) >= self.n_ctx:
-            raise ValueError(f"{len(tokens)} prompt tokens do not fit n_ctx={self.n_ctx}")
-        return tuple(tokens)
+        return oracle.prompt_tokens(self, prompt)
 
-    def expected(self, prompt: object, max_tokens: int) -> Expected:
-        """What the scheduler should return for ``prompt`` completed alone.
-
-        The stop rule on the reply stream: an EOG id stops (``"stop"``, not kept); else
-        the token is kept and the ``min(max_tokens, n_ctx - n_prompt)``-th ends it
-        (``"length"``). ``fail_alone`` is not considered (see :meth:`fails_alone`).
+    def expected(
+        self, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
+    ) -> Expected:
+        """What the scheduler should return for ``prompt`` completed alone: the engine's
+        stop rule on the reply stream (:func:`.oracle.expected`; ``sampling`` gives the
+        stop strings and stop ids). ``fail_alone`` is not considered (see
+        :meth:`fails_alone`).
 
         Raises:
             ValueError: the item is an error (see :meth:`prompt_tokens`).
         """
-        tokens = self.prompt_tokens(prompt)
-        budget = min(max_tokens, self.n_ctx - len(tokens))
-        reply, out = self.reply_of(tokens), []
-        while True:
-            token = self._token_at(reply, len(out))
-            if token in self.eog_ids:
-                reason = "stop"
-                break
-            out.append(token)
-            if len(out) >= budget:
-                reason = "length"
-                break
-        return Expected(tuple(out), reason, self.detokenize(out))
+        return oracle.expected(self, prompt, max_tokens, sampling)
 
-    # -- checks ----------------------------------------------------------------------
-    def _violation(self, message: str) -> FakeBackendViolation:
-        self.violations.append(message)
-        return FakeBackendViolation(message)
-
-    def _require(self, ok: bool, message: str) -> None:
-        if not ok:
-            raise self._violation(message)
-
-    def _require_open(self, what: str) -> None:
-        self._require(not self.closed, f"{what} after close()")
-        self._require(self.limits is not None, f"{what} without a batch context")
+    def fails_alone(self, prompt: Sequence[int]) -> bool:
+        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
+        return fails_alone(self.fail_alone, tuple(prompt))
 
     # -- the batch context -----------------------------------------------------------
+    def _open_limits(self, what: str) -> BatchLimits:
+        return self._rules.require_open(self.closed, self.limits, what)
+
     def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
         """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``.
 
@@ -325,9 +257,10 @@ class FakeBackend:
             BatchUnavailable: ``fail_open``, or ``slots`` above ``max_slots``.
             FakeBackendViolation: called twice, after ``close``, or with a value < 1.
         """
-        self._require(not self._open_tried, "open_batch called twice")
-        self._require(not self.closed, "open_batch after close()")
-        self._require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
+        rules = self._rules
+        rules.require(not self._open_tried, "open_batch called twice")
+        rules.require(not self.closed, "open_batch after close()")
+        rules.require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
         self._open_tried = True
         if self.fail_open or slots > self.max_slots:
             if self.check:
@@ -338,7 +271,7 @@ class FakeBackend:
         n_ctx = n_ctx_seq * slots
         n_batch = min(n_batch, n_ctx, self.n_batch_cap or n_batch)
         self.limits = BatchLimits(slots, n_ctx_seq, n_batch, n_ctx)
-        self._seqs = [_Seq() for _ in range(slots)]
+        self._memory.allocate(slots)
         if self.check:
             self.log.append(OpenBatchCall(slots, n_ctx_seq, n_batch, self.limits))
         return self.limits
@@ -346,19 +279,15 @@ class FakeBackend:
     @property
     def kv_lengths(self) -> tuple[int, ...]:
         """Tokens in each slot's cache (empty before ``open_batch``)."""
-        return tuple(len(s.kv) for s in self._seqs)
+        return tuple(len(s.kv) for s in self._memory.slots)
 
     def cached(self, seq_id: int) -> Tokens:
         """The tokens slot ``seq_id``'s cache holds, positions 0, 1, ..."""
-        return tuple(self._seqs[seq_id].kv)
+        return tuple(self._memory.slots[seq_id].kv)
 
-    def _seq(self, seq_id: int, what: str) -> _Seq:
-        self._require_open(what)
-        n = self.limits.n_seq_max
-        self._require(
-            isinstance(seq_id, int) and 0 <= seq_id < n, f"{what}: seq id {seq_id} outside [0, {n})"
-        )
-        return self._seqs[seq_id]
+    def _seq(self, seq_id: int, what: str) -> SlotState:
+        self._rules.require_seq_id(seq_id, self._open_limits(what), what)
+        return self._memory.slots[seq_id]
 
     def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
         """Give ``seq_id`` a fresh sampler state (its cache stays).
@@ -369,13 +298,12 @@ class FakeBackend:
         seq = self._seq(seq_id, "start_seq")
         if self.check:
             self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
-        seq.restart()
-        seq.sampling = sampling
+        seq.restart(sampling)
 
-    def take_logprobs(self) -> list:
-        """The optional ``Backend.take_logprobs``: one entry per token sampled since the
-        last call; the fake's replies are certain, so each is ``((token, 0.0),)`` (the
-        chosen token, probability 1), or ``None`` without ``sampling.logprobs``."""
+    def take_logprobs(self) -> list[tuple[tuple[int, float], ...] | None]:
+        """``Backend.take_logprobs``: one entry per token sampled since the last call;
+        the fake's replies are certain, so each is ``((token, 0.0),)`` (the chosen
+        token, probability 1), or ``None`` without ``sampling.logprobs``."""
         taken, self._logprobs = self._logprobs, []
         return taken
 
@@ -392,17 +320,11 @@ class FakeBackend:
         Raises:
             FakeBackendViolation: no batch context, ``seq_id`` or ``n_keep`` out of range.
         """
-        seq = self._seq(seq_id, "trim")
-        self._require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
-        ok = not (self.recurrent and 0 < n_keep < len(seq.kv))
+        self._seq(seq_id, "trim")
+        self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
+        ok = self._memory.trim(seq_id, n_keep)
         if self.check:
             self.log.append(TrimCall(seq_id, n_keep, ok))
-        if ok:
-            del seq.kv[n_keep:]
-            if n_keep == 0:
-                seq.corrupt = False
-        else:
-            seq.corrupt = True
         return ok
 
     def copy_seq(self, src: int, dst: int) -> None:
@@ -413,30 +335,28 @@ class FakeBackend:
             FakeBackendViolation: no batch context, an id out of range, ``src == dst``.
         """
         a, b = self._seq(src, "copy_seq"), self._seq(dst, "copy_seq")
-        self._require(src != dst, f"copy_seq of seq {src} onto itself")
+        self._rules.require(src != dst, f"copy_seq of seq {src} onto itself")
         self.num_copies += 1
         if self.num_copies == self.fail_copy_at:
             b.corrupt = True
             raise BackendError(f"fake: copy_seq failed (fault at copy {self.num_copies})")
         if self.check:
             self.log.append(CopyCall(src, dst, len(a.kv)))
-        b.kv[:] = a.kv
-        b.corrupt = a.corrupt
+        self._memory.copy(src, dst)
 
     def save_seq(self, seq_id: int) -> bytes:
-        """The optional ``Backend.save_seq``: the slot's cache as bytes (its tokens, and
-        whether it is unknown, so that loading a bad state is caught at the next decode).
+        """``Backend.save_seq``: the slot's cache as bytes (:meth:`.memory.FakeMemory.save`).
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load.
             FakeBackendViolation: no batch context, an id out of range.
         """
-        seq = self._seq(seq_id, "save_seq")
+        self._seq(seq_id, "save_seq")
         self._state_fault("save_seq")
-        return bytes([seq.corrupt]) + array("q", seq.kv).tobytes()
+        return self._memory.save(seq_id)
 
     def load_seq(self, seq_id: int, state: bytes) -> None:
-        """The optional ``Backend.load_seq``: the slot's cache becomes ``state``.
+        """``Backend.load_seq``: the slot's cache becomes ``state``.
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load (the cache is then
@@ -445,8 +365,8 @@ class FakeBackend:
                 :meth:`save_seq`.
         """
         seq = self._seq(seq_id, "load_seq")
-        self._require(
-            isinstance(state, bytes) and len(state) % 8 == 1,
+        self._rules.require(
+            FakeMemory.is_state(state),
             f"load_seq of {type(state).__name__}, not a saved state",
         )
         try:
@@ -454,8 +374,7 @@ class FakeBackend:
         except BackendError:
             seq.corrupt = True
             raise
-        seq.corrupt = bool(state[0])
-        seq.kv[:] = array("q", state[1:])
+        self._memory.load(seq_id, state)
         if self.check:
             self.log.append(LoadSeqCall(seq_id, tuple(seq.kv)))
 
@@ -471,13 +390,12 @@ class FakeBackend:
         Raises:
             FakeBackendViolation: no batch context, or n_seqs outside [0, n_seq_max].
         """
-        self._require_open("clear")
-        n = self.limits.n_seq_max if n_seqs is None else n_seqs
-        self._require(0 <= n <= self.limits.n_seq_max, f"clear({n_seqs}) out of range")
+        limits = self._open_limits("clear")
+        n = limits.n_seq_max if n_seqs is None else n_seqs
+        self._rules.require(0 <= n <= limits.n_seq_max, f"clear({n_seqs}) out of range")
         if self.check:
             self.log.append(ClearCall(n_seqs))
-        for i in range(n):
-            self._seqs[i] = _Seq()
+        self._memory.clear(n)
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """Decode ``spans`` and sample one token per span with logits (see the class).
@@ -489,10 +407,11 @@ class FakeBackend:
         """
         self.num_decode_calls += 1
         if self.check:
-            self._check_plan(spans)
+            limits = self._open_limits("decode")
+            self._rules.check_plan(spans, limits, self._memory.slots, self.n_vocab)
         if self.num_decode_calls == self.fail_decode_at:
             return self._fail(spans)
-        seqs, sampled = self._seqs, []
+        seqs, sampled = self._memory.slots, []
         self._logprobs = []
         for span in spans:
             seq = seqs[span.seq_id]
@@ -500,7 +419,7 @@ class FakeBackend:
             if span.logits:
                 if seq.reply is None:
                     seq.reply = self.reply_of(seq.kv)
-                token = self._token_at(seq.reply, seq.n_sampled)
+                token = oracle.token_at(self, seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
                 seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
@@ -518,79 +437,18 @@ class FakeBackend:
                 self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), -100))
             raise self.fail_exc
         code = self.fail_code
-        if code == 2 or code < -1:  # processed ubatches stay in memory
+        if keeps_tokens(code):  # processed ubatches stay in memory
             for span in spans:
-                self._seqs[span.seq_id].kv.extend(span.tokens)
+                self._memory.slots[span.seq_id].kv.extend(span.tokens)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
-        raise DecodeError(
-            f"fake: llama_decode returned {code} (fault at decode call {self.num_decode_calls})",
-            code,
-        )
+        raise decode_error(code, self.num_decode_calls)
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
         return tuple(Span(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
 
-    def _check_plan(self, spans: Sequence[Span]) -> None:
-        self._require_open("decode")
-        n_tokens = sum(len(s.tokens) for s in spans)
-        self._require(n_tokens > 0, "decode of zero tokens")
-        self._require(
-            n_tokens <= self.limits.n_batch,
-            f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}",
-        )
-        kv: dict[int, int] = {}
-        waiting: set[int] = set()  # sampled in this call: not yet known
-        n_seq_max = self.limits.n_seq_max
-        for span in spans:
-            s = span.seq_id
-            self._require(
-                isinstance(s, int) and 0 <= s < n_seq_max, f"seq id {s} outside [0, {n_seq_max})"
-            )
-            seq = self._seqs[s]
-            self._require(seq.started, f"seq {s} decoded without start_seq")
-            self._require(
-                not seq.corrupt,
-                f"seq {s} decoded while its cache is unknown (a refused trim or a failed copy)",
-            )
-            self._require(not seq.is_done, f"seq {s} decoded after it finished")
-            self._require(
-                s not in waiting, f"seq {s} decoded again after its logits in the same call"
-            )
-            self._require(len(span.tokens) > 0, f"an empty span of seq {s}")
-            pos = kv.get(s, len(seq.kv))
-            self._require(span.pos == pos, f"seq {s}: position {span.pos}, expected {pos}")
-            kv[s] = pos + len(span.tokens)
-            self._require(
-                kv[s] <= self.limits.n_ctx_seq,
-                f"seq {s}: {kv[s]} tokens > n_ctx_seq={self.limits.n_ctx_seq}",
-            )
-            self._require(
-                all(0 <= t < self.n_vocab for t in span.tokens),
-                f"seq {s}: a token outside [0, {self.n_vocab})",
-            )
-            if seq.reply is not None:
-                self._require(
-                    len(span.tokens) == 1 and span.logits,
-                    f"seq {s}: after its prompt, one token with logits per call",
-                )
-                self._require(
-                    span.tokens[0] == seq.last,
-                    f"seq {s}: decoded {span.tokens[0]}, sampled {seq.last}",
-                )
-            if span.logits:
-                waiting.add(s)
-
     # -- one at a time ---------------------------------------------------------------
-    def fails_alone(self, prompt: Sequence[int]) -> bool:
-        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
-        prompt = tuple(prompt)
-        rule = self.fail_alone
-        if rule is None:
-            return False
-        return rule(prompt) if callable(rule) else prompt in rule
-
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """The reply stream of ``tokens``, one token per ``next``.
 
@@ -626,16 +484,10 @@ class FakeBackend:
             while True:
                 i = call.n_pulled
                 if self.check:
-                    self._require(last not in self.eog_ids, "alone: pulled after an EOG")
-                    self._require(
-                        self.max_tokens is None or i < self.max_tokens,
-                        f"alone: pulled token {i + 1} > max_tokens",
+                    self._rules.check_alone_pull(
+                        last, i, len(prompt), self.eog_ids, self.max_tokens, self.n_ctx
                     )
-                    self._require(
-                        len(prompt) + i <= self.n_ctx,
-                        f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}",
-                    )
-                last = self._token_at(reply, i)
+                last = oracle.token_at(self, reply, i)
                 call.n_pulled += 1
                 self._logprobs = []
                 self._note_logprobs(call.sampling, last)

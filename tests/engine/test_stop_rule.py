@@ -172,3 +172,18 @@ def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> Non
         gen.chat([{"role": "user", "content": "hi"}], template=template)
     with pytest.raises(TypeError):
         gen.chat("hi", template=template)
+
+
+def test_the_fake_oracle_applies_the_engines_stop_rule_stop_strings_included() -> None:
+    fake = FakeBackend({"hi": "hello world", "ok": "a<b>c"})
+    sampling = [SamplingParams(stop=["wor"]), SamplingParams(stop_token_ids=[ord(">")])]
+    with BatchGenerator(backend=fake, slots=2, max_tokens=20) as gen:
+        out = gen.complete_many(["hi", "ok"], sampling)
+    for prompt, s, c in zip(["hi", "ok"], sampling, out):
+        exp = fake.expected(prompt, 20, s)
+        assert (c.token_ids, c.finish_reason, c.text) == (
+            exp.token_ids,
+            exp.finish_reason,
+            exp.text,
+        )
+    assert [c.text for c in out] == ["hello ", "a<b"]
