@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -60,10 +61,12 @@ class BatchGenerator(Closing):
             overrides it per item).
         sampling: the default sampler chain of every item (default: llama-cpp-python's
             defaults); ``complete_many`` / ``iter_groups`` may give one per item.
-        page_size: how far ahead of the oldest unfinished item the engine may start
-            items (at most ``page_size`` items wait to be given back in order), a
+        lookahead: how far ahead of the oldest unfinished item the engine may start
+            items (at most ``lookahead`` items wait to be given back in order), a
             multiple of ``slots`` (default: the largest such number <= max(16,
-            4 * slots), :func:`~llamabatch.params.default_page_size`).
+            4 * slots), :func:`~llamabatch.params.default_lookahead`).
+        page_size: the former name of ``lookahead`` (deprecated: a
+            ``DeprecationWarning``; a page is what :meth:`iter_groups` yields).
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
             that saves at least this many prompt tokens (default 32; a copy costs
             about as much as prefilling a few tokens, see docs/engine.md).
@@ -103,10 +106,12 @@ class BatchGenerator(Closing):
         n_batch: int = 512,
         max_tokens: int = 200,
         sampling: SamplingParams | None = None,
-        page_size: int | None = None,
+        lookahead: int | None = None,
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
+        page_size: int | None = None,
     ) -> None:
+        lookahead = _lookahead(lookahead, page_size)
         # checked before any library work (n_ctx_seq=None: a stand-in), again below
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
         BatchConfig(
@@ -114,7 +119,7 @@ class BatchGenerator(Closing):
             n_ctx_seq=stand_in,
             n_batch=n_batch,
             max_tokens=max_tokens,
-            page_size=page_size,
+            lookahead=lookahead,
         )
         if sampling is None:
             sampling = SamplingParams()
@@ -142,7 +147,7 @@ class BatchGenerator(Closing):
             n_ctx_seq=n_ctx_seq,
             n_batch=n_batch,
             max_tokens=max_tokens,
-            page_size=page_size,
+            lookahead=lookahead,
         )
         check = caps.check_batch_params  # llama.cpp's own limits
         if check is not None and slots > 1:
@@ -322,7 +327,7 @@ class BatchGenerator(Closing):
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
-            for finished in self._scheduler.run(items, self._turn, self.config.page_size):
+            for finished in self._scheduler.iter_steps(items, self._turn, self.config.lookahead):
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
@@ -416,6 +421,20 @@ class BatchGenerator(Closing):
             else c
             for c in done
         ]
+
+
+def _lookahead(lookahead: int | None, page_size: int | None) -> int | None:
+    """``lookahead``, or the deprecated ``page_size`` given in its place."""
+    if page_size is None:
+        return lookahead
+    if lookahead is not None:
+        raise ValueError("lookahead and page_size are both set: give lookahead only")
+    warnings.warn(
+        "BatchGenerator(page_size=...) is deprecated: call it lookahead=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return page_size
 
 
 def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:

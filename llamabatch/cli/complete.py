@@ -146,11 +146,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             ),
             ("n_batch", int, "N", "most tokens per llama_decode call"),
             (
-                "page_size",
+                "lookahead",
                 int,
                 "N",
-                "items read at a time, a multiple of --slots (default: the "
-                "largest multiple of --slots that is <= max(16, 4 * slots))",
+                "how far ahead of the oldest unfinished item others may start, a "
+                "multiple of --slots (default: the largest multiple of --slots that "
+                "is <= max(16, 4 * slots))",
             ),
             ("temperature", float, "T", "sampling temperature, >= 0; 0 = greedy"),
             ("top_k", int, "K", "keep the K likeliest tokens, 0 = off"),
@@ -170,6 +171,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             ),
             ("seed", int, "N", "sampling seed, an integer in [0, 2**32 - 1] (default: random)"),
         ],
+    )
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --server: most completions per page written together (default: 16); "
+        "without: the former name of --lookahead (deprecated)",
     )
     p.add_argument(
         "--cache-ram-mib",
@@ -272,7 +281,19 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
+def _lookahead(args: argparse.Namespace, pool: bool) -> int | None:
+    """``--lookahead``, or ``--page-size`` in its former local meaning (deprecated);
+    with a pool of servers ``--page-size`` is the pool's page and ``--slots`` plays no
+    part."""
+    if pool or args.page_size is None:
+        return args.lookahead
+    if args.lookahead is not None:
+        raise ValueError("--lookahead and --page-size are both set: give --lookahead only")
+    _warn("--page-size without --server is deprecated: call it --lookahead")
+    return args.page_size
+
+
+def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, BatchConfig]:
     sampling = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -288,7 +309,7 @@ def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
         n_ctx_seq=args.n_ctx_seq,
         n_batch=args.n_batch,
         max_tokens=args.max_tokens,
-        page_size=args.page_size,
+        lookahead=_lookahead(args, pool),
     )
     options.check_threads(args.threads)
     if args.cache_ram_mib < 0:
@@ -392,11 +413,11 @@ class _Job:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    urls = remote_cli.server_urls(args)
     try:
-        sampling, config = _params(args)
+        sampling, config = _params(args, pool=bool(urls))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    urls = remote_cli.server_urls(args)
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
     try:
         entries = with_text_template(
@@ -473,7 +494,7 @@ def _local_generator(
             n_batch=config.n_batch,
             max_tokens=config.max_tokens,
             sampling=sampling,
-            page_size=config.page_size,
+            lookahead=config.lookahead,
             cache_ram_mib=cache_ram_mib,
         )
     except ValueError as exc:  # e.g. more slots than llama.cpp allows

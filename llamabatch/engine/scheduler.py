@@ -2,7 +2,7 @@
 fallback to one at a time.
 
 Pure Python over a :class:`~llamabatch.engine.backend.Backend`; never imports ``_ffi``.
-:meth:`Scheduler.run` turns a stream of prepared items into their completions, in the
+:meth:`Scheduler.iter_steps` turns a stream of prepared items into their completions, in the
 order they finish (the generator puts them back in input order), whatever fails:
 
 - an item whose prompt is an error completes as that error, at once;
@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError
@@ -26,7 +27,7 @@ from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
 from .items import Item
 from .slot_engine import BatchFailed, Seq, SlotEngine
-from .stop import Reply
+from .stop import StopRule
 
 log = logging.getLogger("llamabatch")
 
@@ -39,7 +40,7 @@ class Scheduler:
 
     Args:
         backend: the backend to drive.
-        config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
+        config: slots, n_ctx_seq, n_batch, max_tokens, lookahead.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
         capabilities: what the backend can do (default: ``backend.capabilities()``, read
             here once).
@@ -149,19 +150,21 @@ class Scheduler:
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
         return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
 
-    def run(
-        self, items: Iterator[Item], turn: Callable[[], object], window: int
+    def iter_steps(
+        self, items: Iterator[Item], hold: Callable[[], Any], lookahead: int
     ) -> Iterator[list[Completion]]:
-        """Complete ``items``, one turn (at most one decode) at a time.
+        """Complete ``items``, one step (at most one decode, as
+        :meth:`SlotEngine.step <llamabatch.engine.slot_engine.SlotEngine.step>`) at a time.
 
         Args:
-            items: prepared items in input order, read lazily (inside a turn).
-            turn: a context manager factory held around each turn (the lock).
-            window: an item is started only while it is fewer than ``window`` places
-                after the oldest unfinished one (bounds what waits to be reordered).
+            items: prepared items in input order, read lazily (inside a step).
+            hold: a context manager factory held around each step (the lock).
+            lookahead: an item is started only while it is fewer than ``lookahead``
+                places after the oldest unfinished one (bounds what waits to be
+                reordered).
 
         Yields:
-            the completions of each turn (maybe none), in finishing order.
+            the completions of each step (maybe none), in finishing order.
         """
         queue: deque[Item] = deque()
         open_: set[int] = set()
@@ -170,7 +173,7 @@ class Scheduler:
         def pull(n_wanted: int) -> None:
             while len(queue) < n_wanted and not state["exhausted"]:
                 oldest = min(open_) if open_ else state["next"]
-                if state["next"] >= oldest + window:
+                if state["next"] >= oldest + lookahead:
                     return
                 item = next(items, None)
                 if item is None:
@@ -182,8 +185,8 @@ class Scheduler:
 
         try:
             while True:
-                with turn():
-                    done = self._turn(queue, pull)
+                with hold():
+                    done = self._step(queue, pull)
                 if done is None:
                     return
                 for c in done:
@@ -208,7 +211,7 @@ class Scheduler:
         else:
             engine.release()  # stopped early: caches stay valid
 
-    def _turn(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
+    def _step(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
         engine = self.engine
         if engine is None and self.batching:
             # open it once two valid items wait (what fits is known once it is open)
@@ -282,12 +285,12 @@ class Scheduler:
             return self._error(item, "the backend stopped generating without a reason")
         return self._completion(item, reply, "alone")
 
-    def reply(self, item: Item) -> Reply:
-        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.Reply`): at most
+    def reply(self, item: Item) -> StopRule:
+        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.StopRule`): at most
         :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
         sampling params."""
         sampling = item.sampling
-        return Reply(
+        return StopRule(
             self.budget(item),
             self.backend.eog_ids,
             self.backend.detokenize,
@@ -316,7 +319,7 @@ class Scheduler:
     def _batched(self, seq: Seq) -> Completion:
         return self._completion(seq.item, seq.reply, "batch")
 
-    def _completion(self, item: Item, reply: Reply, path: str) -> Completion:
+    def _completion(self, item: Item, reply: StopRule, path: str) -> Completion:
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         return Completion(
             item.index,

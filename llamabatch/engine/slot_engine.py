@@ -6,7 +6,7 @@ rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.engi
 :meth:`SlotEngine.step` runs one ``llama_decode`` mixing the running sequences' decode
 tokens with prompt chunks (:func:`llamabatch.engine.plan.plan_step`) and returns the
 sequences that ended. Every sampled token goes through the sequence's
-:class:`llamabatch.engine.stop.Reply` (EOG, stop ids, stop strings, length), as alone.
+:class:`llamabatch.engine.stop.StopRule` (EOG, stop ids, stop strings, length), as alone.
 
 Any exception a backend call raises becomes :class:`BatchFailed`; the caller
 (:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache with
@@ -27,7 +27,7 @@ from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
 from .slots import CopyPlan, Slot, SlotTable
-from .stop import Reply
+from .stop import StopRule
 
 
 class BatchFailed(Exception):
@@ -61,7 +61,7 @@ class Seq:
 
     item: Item
     slot: Slot
-    reply: Reply
+    reply: StopRule
     fed: int = 0
     copy: CopyPlan | None = None
     status: Status = Status.PREFILL
@@ -177,7 +177,7 @@ class SlotEngine:
         return items
 
     # -- placing an item ---------------------------------------------------------------
-    def place(self, item: Item, reply: Reply) -> None:
+    def place(self, item: Item, reply: StopRule) -> None:
         """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
 
         Raises:

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..llamacpp import constraints
 from ..errors import GrammarError
+from ..llamacpp import constraints
 from ..params import SamplingParams
 
 COMPLETIONS = "/v1/completions"

@@ -47,7 +47,7 @@ from .records import (
     TrimCall,
     read_seqs,
 )
-from .replies import EOG_ID, HashReply, Reply
+from .replies import EOG_ID, HashReply, Reply, ReplySpec
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "HashReply",
     "OpenBatchCall",
     "Reply",
+    "ReplySpec",
     "SeqLog",
     "SpanRecord",
     "StartSeqCall",

@@ -35,7 +35,7 @@ class Case:
     n_ctx_seq: int
     n_batch: int
     max_tokens: int
-    page_size: int | None = None
+    lookahead: int | None = None
     min_copy_tokens: int = 32
     sampling: tuple[SamplingParams, ...] | None = None
 
@@ -47,7 +47,7 @@ class Case:
             n_ctx_seq=self.n_ctx_seq,
             n_batch=self.n_batch,
             max_tokens=self.max_tokens,
-            page_size=self.page_size,
+            lookahead=self.lookahead,
             min_copy_tokens=self.min_copy_tokens,
         )
 

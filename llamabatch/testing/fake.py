@@ -33,7 +33,7 @@ from .records import (
     TrimCall,
     read_seqs,
 )
-from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
+from .replies import EOG_ID, HashReply, ReplySpec, byte_text, byte_tokens
 from .rules import FakeBackendViolation, Rules
 
 __all__ = ["FakeBackend", "FakeBackendViolation"]
@@ -58,7 +58,8 @@ class FakeBackend:
     cache unknown until it is emptied.
 
     Args:
-        reply: see :data:`Reply`; default :class:`HashReply` ``(seed=0, max_len=12)``.
+        reply: see :data:`~llamabatch.testing.replies.ReplySpec`; default
+            :class:`HashReply` ``(seed=0, max_len=12)``.
         eog_ids: end-of-generation ids (``Backend.eog_ids``).
         n_vocab: vocabulary size; the default tokenizer needs >= 256.
         n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
@@ -112,7 +113,7 @@ class FakeBackend:
 
     def __init__(
         self,
-        reply: Reply | None = None,
+        reply: ReplySpec | None = None,
         *,
         eog_ids: Collection[int] = (EOG_ID,),
         n_vocab: int = 260,
@@ -146,7 +147,7 @@ class FakeBackend:
         self.filler = n_vocab - 1 if filler is None else filler
         self._tokenizer = tokenizer
         self._detokenizer = detokenizer
-        self.reply: Reply = HashReply(0, 12, n_vocab) if reply is None else reply
+        self.reply: ReplySpec = HashReply(0, 12, n_vocab) if reply is None else reply
         self.fail_open = fail_open
         self.fail_decode_at = fail_decode_at
         self.fail_code = fail_code

@@ -3,7 +3,7 @@
 A prompt's tokens (:func:`prompt_tokens`), its configured reply stream
 (:func:`reply_of`, :func:`token_at`) and the completion it should become alone
 (:func:`expected`), judged by the engine's own stop rule
-(:class:`llamabatch.engine.stop.Reply`: EOG, stop ids, stop strings, length), so that
+(:class:`llamabatch.engine.stop.StopRule`: EOG, stop ids, stop strings, length), so that
 the reference and the engine cannot disagree on where a reply ends.
 """
 
@@ -13,7 +13,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.stop import Reply as StopRule
+from ..engine.stop import StopRule
 from ..errors import BackendError
 from ..params import SamplingParams
 from .records import Expected, Tokens

@@ -17,9 +17,11 @@ from .records import Tokens
 EOG_ID = 256
 #: ``reply``: a function of the prompt's token ids, or a mapping from a prompt (its text
 #: or its token ids) to its reply (text or token ids); a missing prompt replies nothing.
-Reply = Union[  # noqa: UP007 (a runtime alias: ``X | Y`` of a Callable needs Python 3.10's types)
+ReplySpec = Union[  # noqa: UP007 (a runtime alias: ``X | Y`` of a Callable needs Python 3.10's types)
     Callable[[Tokens], Sequence[int] | str], Mapping[str | Tokens, Sequence[int] | str]
 ]
+#: The former name of :data:`ReplySpec`, kept so that existing imports keep working.
+Reply = ReplySpec
 
 
 def byte_tokens(text: str) -> list[int]:

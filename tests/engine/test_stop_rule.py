@@ -1,4 +1,4 @@
-"""The stop rule (``llamabatch.engine.stop.Reply``) and its effect through the generator, on the
+"""The stop rule (``llamabatch.engine.stop.StopRule``) and its effect through the generator, on the
 fake backend: EOG, stop_token_ids, stop strings (also split across tokens), length, in
 that order, the same in a batch and alone."""
 
@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.engine.stop import Reply
+from llamabatch.engine.stop import StopRule
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 from llamabatch.testing.replies import EOG_ID, byte_text, byte_tokens
 
 
 def reply(max_tokens: int = 50, stop: tuple[str, ...] = (), stop_ids: tuple[int, ...] = ()):
-    return Reply(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
+    return StopRule(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
 
 
-def feed(r: Reply, tokens: list[int]) -> int:
+def feed(r: StopRule, tokens: list[int]) -> int:
     """Add tokens until the reply finishes; return how many were taken."""
     for n, token in enumerate(tokens, start=1):
         if r.add(token):
@@ -59,14 +59,14 @@ def test_a_stop_string_cuts_the_text_and_keeps_the_tokens_up_to_it() -> None:
 def test_a_stop_string_split_across_tokens_is_found() -> None:
     # multi-character tokens via a detokenizer: 1 -> "foo\n", 2 -> "\nbar", 3 -> "baz"
     vocab = {1: "foo\n", 2: "\nbar", 3: "baz"}
-    r = Reply(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
+    r = StopRule(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
     assert feed(r, [1, 2, 3]) == 2
     assert (r.text, r.token_ids, r.finish_reason) == ("foo", [1, 2], "stop")
 
 
 def test_the_earliest_of_several_stop_strings_wins() -> None:
     vocab = {1: "a;b.c"}
-    r = Reply(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
+    r = StopRule(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
     r.add(1)
     assert r.text == "a"
 
