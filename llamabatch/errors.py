@@ -1,6 +1,11 @@
 """The error hierarchy of llamabatch.
 
-Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError`.
+Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError` and is
+defined here, the pool of servers' (:mod:`llamabatch.remote`) included; the command
+line's own two (``UsageError``, ``OutputCorrupt``) are in :mod:`llamabatch.cli.errors`.
+``DecodeError`` and ``BatchUnavailable`` never reach a caller of ``BatchGenerator`` (the
+scheduler turns them into a completion's error or into batching turned off), so
+:mod:`llamabatch` does not export them; backends raise them.
 Errors that come from llama.cpp carry the return code of the C call in ``.code``
 (``None`` when there was no code), in the manner of python-soundfile's ``LibsndfileError``.
 """
@@ -76,17 +81,31 @@ class ChatTemplateError(LlamaBatchError, ValueError):
     """The model has no chat template, or its template is not valid Jinja."""
 
 
-class UsageError(LlamaBatchError, ValueError):
-    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
-
-
-class OutputCorrupt(LlamaBatchError, ValueError):
-    """A whole line of an existing job output is not a JSON object with an ``"id"``."""
-
-
 class GeneratorBusy(LlamaBatchError, RuntimeError):
     """A thread started a second run of a :class:`~llamabatch.BatchGenerator` while its
     own first run (an unfinished ``iter_groups``) still holds the slots."""
+
+
+# -- the pool of servers (llamabatch.remote) ---------------------------------------------
+class PoolUnavailable(LlamaBatchError):
+    """No server of the pool answered for ``give_up_s`` seconds."""
+
+
+class ServerFault(LlamaBatchError):
+    """The server failed this exchange; another server may succeed."""
+
+
+class ItemRejected(LlamaBatchError):
+    """The server refused the request itself (a 4xx other than 408 and 429)."""
+
+
+class BadItem(LlamaBatchError, ValueError):
+    """An item that cannot become a request; its message is the item's error."""
+
+
+class ServerStartError(LlamaBatchError):
+    """A local server process (:class:`llamabatch.testing.servers.LocalServer`) exited,
+    or did not answer within the time allowed."""
 
 
 _DECODE_MEANINGS = {

@@ -14,20 +14,12 @@ from typing import Any
 
 import httpx
 
-from ..errors import LlamaBatchError
+from ..errors import ItemRejected, ServerFault
 from .request import Request
 
 #: HTTP statuses that say "not now" rather than "never": retried on another server
 #: (RFC 9110 408 Request Timeout; RFC 6585 429 Too Many Requests; every 5xx).
 RETRY_STATUSES = frozenset({408, 429})
-
-
-class ServerFault(LlamaBatchError):
-    """The server failed this exchange; another server may succeed."""
-
-
-class ItemRejected(LlamaBatchError):
-    """The server refused the request itself (a 4xx other than 408 and 429)."""
 
 
 @dataclass(frozen=True, slots=True)

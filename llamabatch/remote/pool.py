@@ -16,12 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import LlamaBatchError
+from ..errors import PoolUnavailable
 from .client import ServerFault, ServerInfo
-
-
-class PoolUnavailable(LlamaBatchError):
-    """No server of the pool answered for ``give_up_s`` seconds."""
 
 
 def normalize_url(url: object) -> str:

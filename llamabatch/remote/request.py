@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GrammarError
+from ..errors import BadItem, GrammarError
 from ..llamacpp import constraints
 from ..params import SamplingParams
 
@@ -53,10 +53,6 @@ ITEM_FIELDS = frozenset(
         "penalty_last_n",
     )
 )
-
-
-class BadItem(ValueError):
-    """An item that cannot become a request; its message is the item's error."""
 
 
 @dataclass(frozen=True, slots=True)
