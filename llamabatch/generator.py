@@ -14,7 +14,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
@@ -327,7 +327,9 @@ class BatchGenerator(Closing):
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
-            for finished in self._scheduler.iter_steps(items, self._turn, self.config.lookahead):
+            for finished in self._scheduler.iter_steps(
+                items, self._turn, cast(int, self.config.lookahead)
+            ):
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):

@@ -297,11 +297,11 @@ class BatchConfig:
             self.max_tokens,
             "an integer >= 1",
         )
-        if self.lookahead is None:
-            object.__setattr__(self, "lookahead", default_lookahead(self.slots))
+        lookahead = default_lookahead(self.slots) if self.lookahead is None else self.lookahead
+        object.__setattr__(self, "lookahead", lookahead)
         _check(
-            _is_int(self.lookahead) and self.lookahead >= 1 and self.lookahead % self.slots == 0,
+            _is_int(lookahead) and lookahead >= 1 and lookahead % self.slots == 0,
             "lookahead",
-            self.lookahead,
+            lookahead,
             f"a positive multiple of slots={self.slots}",
         )

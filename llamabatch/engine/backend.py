@@ -115,8 +115,12 @@ class Backend(Protocol):
     n_vocab: int
     n_ctx: int
     eog_ids: frozenset[int]
-    kv_bytes: int
-    llm_closed: bool
+
+    @property
+    def kv_bytes(self) -> int: ...
+
+    @property
+    def llm_closed(self) -> bool: ...
 
     def capabilities(self) -> BackendCapabilities:
         """What this backend can do. Read once, before the first batch context; the

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..completion import Completion, Stats
+from ..completion import Completion, Path, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError
 from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
@@ -254,9 +254,10 @@ class Scheduler:
         return done + [self._batched(seq) for seq in finished]
 
     def _fail(self, exc: BatchFailed, queue: deque[Item]) -> list[Completion]:
-        n = len(self.engine.running)
+        engine = self.engine
+        n = len(engine.running) if engine is not None else 0
         self._disable(f"{exc.reason} (with {n} sequence(s) running)")
-        for item in reversed(self.engine.reset()):
+        for item in reversed(engine.reset() if engine is not None else []):
             queue.appendleft(item)
         return []
 
@@ -267,7 +268,7 @@ class Scheduler:
             return self._error(item, item.error)
         reply = self.reply(item)
         take = self._logprobs_taker(item)
-        tokens = iter(())
+        tokens: Iterator[int] = iter(())
         try:
             tokens = self.backend.generate_alone(item.tokens, item.sampling)
             for token in tokens:
@@ -319,13 +320,13 @@ class Scheduler:
     def _batched(self, seq: Seq) -> Completion:
         return self._completion(seq.item, seq.reply, "batch")
 
-    def _completion(self, item: Item, reply: StopRule, path: str) -> Completion:
+    def _completion(self, item: Item, reply: StopRule, path: Path) -> Completion:
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         return Completion(
             item.index,
             reply.text,
             tuple(reply.token_ids),
-            reply.finish_reason,
+            reply.finish_reason or "length",  # finished: never None here
             None,
             len(item.tokens),
             path,

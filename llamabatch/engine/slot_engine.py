@@ -15,7 +15,7 @@ Any exception a backend call raises becomes :class:`BatchFailed`; the caller
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -86,7 +86,8 @@ def _guard(
         raise
     except DecodeError as exc:
         raise BatchFailed(
-            f"llama_decode returned {exc.code} ({decode_meaning(exc.code)}): {exc}"
+            f"llama_decode returned {exc.code} "
+            f"({decode_meaning(exc.code) if exc.code is not None else 'no code'}): {exc}"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
         raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
@@ -205,7 +206,7 @@ class SlotEngine:
             del self.running[slot.seq_id]
             slot.busy = False
             raise
-        planned = {
+        planned: dict[int, Sequence[int]] = {
             sid: s.tokens
             for sid, s in self.running.items()
             if s.status == Status.PREFILL and s is not seq
@@ -296,6 +297,8 @@ class SlotEngine:
     def _try_copy(self, seq: Seq) -> bool:
         """Copy the source's cache into ``seq``'s slot if it holds the prefix now."""
         plan, dst = seq.copy, seq.slot
+        if plan is None:  # placed by _keep meanwhile: nothing to copy
+            return True
         src = self.table.slots[plan.src]
         have = len(src.cached)
         if have < plan.n_tokens:

@@ -10,8 +10,8 @@ the reference and the engine cannot disagree on where a reply ends.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ..engine.stop import StopRule
 from ..errors import BackendError
@@ -65,7 +65,7 @@ def prompt_tokens(fake: FakeBackend, prompt: object) -> Tokens:
             raise ValueError(str(exc)) from None
     elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
         try:
-            tokens = [operator.index(t) for t in prompt]  # type: ignore[union-attr]
+            tokens = [operator.index(t) for t in cast(Iterable[Any], prompt)]
         except TypeError:
             raise ValueError(f"not token ids: {prompt!r}") from None
     else:
