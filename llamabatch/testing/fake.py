@@ -65,7 +65,8 @@ class FakeBackend:
         n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
         max_slots: the most sequences ``open_batch`` accepts.
         max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that
-            already sampled that many tokens is then a violation.
+            already sampled that many tokens is then a violation (an item's own
+            ``SamplingParams.max_tokens`` replaces it for that item, as in the scheduler).
         ctx_pad: ``open_batch`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
         n_batch_cap: ``open_batch`` allocates at most this n_batch (``None``: as asked).
         filler: the token emitted after the reply when ``eog_ids`` is empty.
@@ -423,7 +424,7 @@ class FakeBackend:
                 token = oracle.token_at(self, seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
-                seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
+                seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
                 sampled.append(token)
                 self._note_logprobs(seq.sampling, token)
         if self.check:
@@ -444,6 +445,11 @@ class FakeBackend:
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
         raise decode_error(code, self.num_decode_calls)
+
+    def _cap(self, sampling: SamplingParams | None) -> int | None:
+        """Most tokens one item may sample: its own ``max_tokens``, else the fake's."""
+        own = sampling.max_tokens if sampling is not None else None
+        return own or self.max_tokens
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
@@ -486,7 +492,7 @@ class FakeBackend:
                 i = call.n_pulled
                 if self.check:
                     self._rules.check_alone_pull(
-                        last, i, len(prompt), self.eog_ids, self.max_tokens, self.n_ctx
+                        last, i, len(prompt), self.eog_ids, self._cap(call.sampling), self.n_ctx
                     )
                 last = oracle.token_at(self, reply, i)
                 call.n_pulled += 1

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from llamabatch import SamplingParams
+from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.engine.backend import Backend, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.testing import (
@@ -225,3 +225,15 @@ def test_fast_mode_logs_nothing_and_gives_the_same_replies() -> None:
     fake = opened(check=False)
     assert fake.decode([Span(0, 0, (1, 2), True)]) == [5]
     assert fake.calls(DecodeCall) == [] and fake.num_decode_calls == 1
+
+
+def test_an_items_own_larger_max_tokens_is_no_violation_of_the_fakes_max_tokens() -> None:
+    # the fake knows the generator's max_tokens=3; the item asks for 6 and gets them
+    fake = FakeBackend({"a": "abcdefgh", "b": "abcdefgh"}, max_tokens=3)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=3) as gen:
+        out = gen.complete_many(["a", "b"], [SamplingParams(max_tokens=6), SamplingParams()])
+        alone = BatchGenerator(backend=fake.copy(), slots=1, max_tokens=3)
+        out_alone = alone.complete_many(["a"], [SamplingParams(max_tokens=6)])
+    assert [c.text for c in out] == ["abcdef", "abc"]
+    assert [c.text for c in out_alone] == ["abcdef"]
+    assert fake.violations == []
