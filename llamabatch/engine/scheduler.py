@@ -80,6 +80,8 @@ class Scheduler:
         cfg = self.config
         try:
             self.limits = self.backend.open_batch(cfg.slots, cfg.n_ctx_seq, cfg.n_batch)
+        except AssertionError:  # a broken rule (FakeBackendViolation), not a failure
+            raise
         except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
             what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
             self.limits = None

@@ -8,7 +8,9 @@ tokens with prompt chunks (:func:`llamabatch.engine.plan.plan_step`) and returns
 sequences that ended. Every sampled token goes through the sequence's
 :class:`llamabatch.engine.stop.StopRule` (EOG, stop ids, stop strings, length), as alone.
 
-Any exception a backend call raises becomes :class:`BatchFailed`; the caller
+Any exception a backend call raises becomes :class:`BatchFailed`, but an
+``AssertionError`` (a broken rule that a checking backend such as
+:class:`~llamabatch.testing.FakeBackend` reports: a bug, not a failure) goes through; the caller
 (:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache with
 :meth:`SlotEngine.reset` and completes the items in flight one at a time.
 """
@@ -78,11 +80,11 @@ def _guard(
     *args: Any,
     passthrough: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> Any:
-    """Call a backend method; any exception but ``passthrough`` becomes
-    :class:`BatchFailed`."""
+    """Call a backend method; any exception but ``passthrough`` and ``AssertionError``
+    becomes :class:`BatchFailed`."""
     try:
         return fn(*args)
-    except passthrough:
+    except (AssertionError, *_as_tuple(passthrough)):
         raise
     except DecodeError as exc:
         raise BatchFailed(
@@ -91,6 +93,12 @@ def _guard(
         ) from exc
     except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
         raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _as_tuple(
+    types: type[Exception] | tuple[type[Exception], ...],
+) -> tuple[type[Exception], ...]:
+    return types if isinstance(types, tuple) else (types,)
 
 
 class SlotEngine:
@@ -173,6 +181,8 @@ class SlotEngine:
         self.dirty = False
         try:
             self.backend.clear(None)
+        except AssertionError:  # a broken rule: a bug to report, not a failure
+            raise
         except Exception:  # noqa: BLE001 - nothing more to do; the table forgot them
             pass
         return items

@@ -237,3 +237,30 @@ def test_an_items_own_larger_max_tokens_is_no_violation_of_the_fakes_max_tokens(
     assert [c.text for c in out] == ["abcdef", "abc"]
     assert [c.text for c in out_alone] == ["abcdef"]
     assert fake.violations == []
+
+
+class _BrokenRule(FakeBackend):
+    """A fake whose ``where`` call reports a broken rule (as a scheduler bug would)."""
+
+    def __init__(self, *args, where: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.where = where
+
+    def open_batch(self, slots, n_ctx_seq, n_batch):
+        if self.where == "open_batch":
+            raise FakeBackendViolation("open_batch: a broken rule")
+        return super().open_batch(slots, n_ctx_seq, n_batch)
+
+    def decode(self, spans):
+        if self.where == "decode":
+            raise FakeBackendViolation("decode: a broken rule")
+        return super().decode(spans)
+
+
+@pytest.mark.parametrize("where", ["open_batch", "decode"])
+def test_a_violation_propagates_instead_of_turning_batching_off(where) -> None:
+    fake = _BrokenRule({"a": "x", "b": "y"}, where=where)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=4) as gen:
+        with pytest.raises(FakeBackendViolation, match="a broken rule"):
+            gen.complete_many(["a", "b"])
+        assert gen.stats.batch_disabled_reason is None
