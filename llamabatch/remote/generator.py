@@ -116,14 +116,19 @@ class RemoteGenerator(Closing):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = client or httpx.Client(headers=headers)
         probe_s = min(self._timeout, 10.0)
-        self.pool = ServerPool(
-            servers,
-            lambda url: probe(self._client, url, probe_s),
-            concurrency=concurrency,
-            cooldown_s=cooldown_s,
-            max_cooldown_s=max_cooldown_s,
-            give_up_s=give_up_s,
-        )
+        try:
+            self.pool = ServerPool(
+                servers,
+                lambda url: probe(self._client, url, probe_s),
+                concurrency=concurrency,
+                cooldown_s=cooldown_s,
+                max_cooldown_s=max_cooldown_s,
+                give_up_s=give_up_s,
+            )
+        except BaseException:  # a bad URL or option: no generator, so no client either
+            if self._owns_client:
+                self._client.close()
+            raise
         self._stats = RemoteStats(
             servers={s.url: {"requests": 0, "faults": 0} for s in self.pool.servers}
         )

@@ -1,11 +1,16 @@
-"""``ServerPool(give_up_s=...)`` counts from the moment every server is seen down, not
-from the pool's creation: a first probe that comes late must not give up at once."""
+"""The pool's lifetime. ``ServerPool(give_up_s=...)`` counts from the moment every
+server is seen down, not from the pool's creation: a first probe that comes late must
+not give up at once; and a ``RemoteGenerator`` whose pool refuses its servers closes the client it made."""
 
 from __future__ import annotations
 
 import threading
 
+import httpx
+import pytest
+
 from llamabatch.errors import PoolUnavailable, ServerFault
+from llamabatch.remote import RemoteGenerator
 from llamabatch.remote.pool import ServerPool
 
 
@@ -48,3 +53,19 @@ def test_give_up_counts_from_the_first_failed_probe_not_from_creation() -> None:
         assert "no server answered for 10 s" in str(exc)
     else:
         raise AssertionError("acquire did not give up after give_up_s")
+
+
+def test_the_generators_own_client_is_closed_when_the_pool_refuses_the_servers(
+    monkeypatch,
+) -> None:
+    made: list[httpx.Client] = []
+
+    class Recording(httpx.Client):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(httpx, "Client", Recording)
+    with pytest.raises(ValueError, match="given twice"):
+        RemoteGenerator(["http://127.0.0.1:9", "http://127.0.0.1:9"])
+    assert len(made) == 1 and made[0].is_closed
