@@ -1,6 +1,7 @@
 """The pool's lifetime. ``ServerPool(give_up_s=...)`` counts from the moment every
 server is seen down, not from the pool's creation: a first probe that comes late must
-not give up at once; and a ``RemoteGenerator`` whose pool refuses its servers closes the client it made."""
+not give up at once; and a ``RemoteGenerator`` whose pool refuses its servers closes
+the client it made."""
 
 from __future__ import annotations
 
