@@ -112,9 +112,10 @@ class BatchGenerator(Closing):
         page_size: int | None = None,
     ) -> None:
         lookahead = _lookahead(lookahead, page_size)
-        # checked before any library work (n_ctx_seq=None: a stand-in), again below
+        # every plain parameter is checked before any library work (n_ctx_seq=None: a
+        # stand-in until the Llama's n_ctx is known)
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
-        BatchConfig(
+        config = BatchConfig(
             slots=slots,
             n_ctx_seq=stand_in,
             n_batch=n_batch,
@@ -127,33 +128,6 @@ class BatchGenerator(Closing):
             raise ValueError(
                 f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
             )
-        self.sampling = sampling
-        if (llm is None) == (backend is None):
-            raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
-        if backend is None:
-            from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
-
-            backend = LlamaBackend(llm)
-        caps = backend.capabilities()
-        if slots > caps.max_slots:
-            raise ValueError(
-                f"slots={slots} is out of range: valid is 1 to "
-                f"{caps.max_slots} (llama_max_parallel_sequences())"
-            )
-        if n_ctx_seq is None:
-            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
-        self.config = BatchConfig(
-            slots=slots,
-            n_ctx_seq=n_ctx_seq,
-            n_batch=n_batch,
-            max_tokens=max_tokens,
-            lookahead=lookahead,
-        )
-        check = caps.check_batch_params  # llama.cpp's own limits
-        if check is not None and slots > 1:
-            check(slots, n_ctx_seq, n_batch)
-        self.backend = backend
-        self._llm = llm
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
             raise ValueError(
                 f"min_copy_tokens={min_copy_tokens!r} is out of range: valid is an integer >= 1"
@@ -167,6 +141,28 @@ class BatchGenerator(Closing):
                 f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
                 "integer >= 0 (MiB; 0 keeps no state in host memory)"
             )
+        if (llm is None) == (backend is None):
+            raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
+        self.sampling = sampling
+        if backend is None:
+            from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
+
+            backend = LlamaBackend(llm)
+        caps = backend.capabilities()
+        if slots > caps.max_slots:
+            raise ValueError(
+                f"slots={slots} is out of range: valid is 1 to "
+                f"{caps.max_slots} (llama_max_parallel_sequences())"
+            )
+        if n_ctx_seq is None:
+            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
+            config = dataclasses.replace(config, n_ctx_seq=n_ctx_seq)
+        self.config = config
+        check = caps.check_batch_params  # llama.cpp's own limits
+        if check is not None and slots > 1:
+            check(slots, n_ctx_seq, n_batch)
+        self.backend = backend
+        self._llm = llm
         self._scheduler = Scheduler(
             backend, self.config, min_copy_tokens, cache_ram_mib * 1024 * 1024, caps
         )
