@@ -218,8 +218,9 @@ class Backend(Protocol):
         only when some sequence asked for logprobs."""
         ...
 
-    def clear(self, n_seqs: int | None = None) -> None:
-        """Remove sequences [0, n_seqs) from the cache (every sequence when ``None``)."""
+    def clear(self) -> None:
+        """Remove every sequence from the cache (``llama_memory_seq_rm`` of each seq id);
+        a no-op without a batch context."""
         ...
 
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:

@@ -10,7 +10,7 @@ other slot holds (or will soon hold) a longer shared prefix worth copying.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -124,6 +124,3 @@ class SlotTable:
             if best is None or n > best.n_tokens:
                 best = CopyPlan(slot.seq_id, n)
         return best
-
-    def busy_ids(self) -> Iterable[int]:
-        return (s.seq_id for s in self.slots if s.busy)

@@ -301,12 +301,10 @@ class LlamaBackend:
         self._logprobs = [sampler.last_logprobs for sampler, _ in rows]
         return sampled
 
-    def clear(self, n_seqs: int | None = None) -> None:
-        """Remove sequences [0, n_seqs) (all when ``None``) from the cache (no-op
-        without a context)."""
+    def clear(self) -> None:
+        """Remove every sequence from the cache (no-op without a context)."""
         if self._ctx is not None and not self._ctx.closed:
-            n = self._ctx.limits.n_seq_max
-            self._ctx.clear(range(n if n_seqs is None else min(n_seqs, n)))
+            self._ctx.clear(range(self._ctx.limits.n_seq_max))
 
     # -- one at a time -----------------------------------------------------------
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:

@@ -385,19 +385,17 @@ class FakeBackend:
         if self.num_states == self.fail_state_at:
             raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
-    def clear(self, n_seqs: int | None = None) -> None:
-        """Empty the caches of sequences [0, n_seqs) (all when ``None``); they must be
-        started again before they are decoded.
+    def clear(self) -> None:
+        """Empty every slot's cache; the sequences must be started again before they
+        are decoded.
 
         Raises:
-            FakeBackendViolation: no batch context, or n_seqs outside [0, n_seq_max].
+            FakeBackendViolation: no batch context.
         """
         limits = self._open_limits("clear")
-        n = limits.n_seq_max if n_seqs is None else n_seqs
-        self._rules.require(0 <= n <= limits.n_seq_max, f"clear({n_seqs}) out of range")
         if self.check:
-            self.log.append(ClearCall(n_seqs))
-        self._memory.clear(n)
+            self.log.append(ClearCall())
+        self._memory.clear(limits.n_seq_max)
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """Decode ``spans`` and sample one token per span with logits (see the class).
