@@ -9,7 +9,7 @@ token sampled for one sequence (reply tokens + the EOG), batched or alone.
     python benchmarks/bench_scheduler.py [--items 10000] [--slots 1 4 8] [--reply 35]
         [--prompt 32] [--repeat 3] [--json OUT] [--profile SLOTS]
 
-Target (issue 3): <= 20 us per sequence-step, so that a 20 ms GPU step costs < 1 %.
+Target: <= 20 us per sequence-step, so that a 20 ms GPU step costs < 1 %.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ This is what llama-server's host-memory prompt cache does (``--cache-ram``, defa
 ``f_keep < 0.5``): a backlog that alternates between a few prompt templates (several
 taggers sharing one model, or a job that interleaves item kinds) keeps each template's
 shared instructions without prefilling them again. Loading a state costs about what
-copying one between slots costs: ~2 ms for the 9.2 MB state of a 400-token SmolLM2-135M
-sequence, against ~1.2 s to prefill it on a 2-core CPU (docs/engine.md).
+copying one between slots costs, a small fraction of prefilling it again (measured in
+docs/engine.md).
 """
 
 from __future__ import annotations

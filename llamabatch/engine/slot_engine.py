@@ -93,7 +93,7 @@ def _guard(
             f"llama_decode returned {exc.code} "
             f"({decode_meaning(exc.code) if exc.code is not None else 'no code'}): {exc}"
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
+    except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: any failure
         raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
 

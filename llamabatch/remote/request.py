@@ -120,7 +120,7 @@ def _fields(sampling: SamplingParams, max_tokens: int) -> dict[str, Any]:
     fields["max_tokens"] = getattr(sampling, "max_tokens", None) or max_tokens
     fields["penalty_last_n"] = getattr(sampling, "penalty_last_n", None)
     for name in ("seed", "stop", "grammar", "json_schema", "choices", "response_format"):
-        fields[name] = getattr(sampling, name, None)  # issue 12's fields, when present
+        fields[name] = getattr(sampling, name, None)  # the newer sampling fields, when present
     return fields
 
 
