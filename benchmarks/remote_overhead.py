@@ -44,7 +44,7 @@ from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.model import default_model_path
 from llamabatch.remote import RemoteGenerator, build_request
 from llamabatch.remote.client import parse_reply
-from llamabatch.remote.spawn import LocalServer, free_port
+from llamabatch.testing.servers import LocalServer, free_port
 
 GREEDY = SamplingParams(temperature=0)
 TOPICS = [

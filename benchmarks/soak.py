@@ -1,4 +1,4 @@
-"""Soak test (issue 5; not CI): thousands of items through one generator, nothing lost.
+"""Soak test (not CI): thousands of items through one generator, nothing lost.
 
 One :class:`~llamabatch.BatchGenerator` on the default model (SmolLM2-135M-Instruct
 Q4_1) completes ``--items`` short chat prompts group by group (``iter_groups``). About 1 %

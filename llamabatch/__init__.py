@@ -1,15 +1,18 @@
 """llamabatch: batched generation of many short prompts on a loaded ``llama_cpp.Llama``.
 
-Public names only. Importing this package loads no native library.
+Public names only: what a user calls or catches. Importing this package loads no native
+library. The parameters of a run are ``BatchGenerator``'s own keyword arguments
+(``llamabatch.params.BatchConfig`` is the checked bundle it makes of them, not a second
+way in). Errors that never reach a caller of ``BatchGenerator`` (``DecodeError``,
+``BatchUnavailable``), the pool of servers' and the command line's are not exported
+here: see :mod:`llamabatch.errors`, :mod:`llamabatch.remote`, :mod:`llamabatch.cli.errors`.
 """
 
 from .completion import Completion, Stats
 from .errors import (
     BackendError,
-    BatchUnavailable,
     ChatTemplateError,
     Closed,
-    DecodeError,
     GeneratorBusy,
     GeneratorClosed,
     GrammarError,
@@ -18,23 +21,18 @@ from .errors import (
     ModelError,
     ModelFetchError,
     ModelFileError,
-    OutputCorrupt,
-    UsageError,
 )
 from .generator import BatchGenerator
 from .locks import llm_lock
-from .params import BatchConfig, SamplingParams
+from .params import SamplingParams
 from .tuning import TuneReport, tune
 
 __all__ = [
     "BackendError",
-    "BatchConfig",
     "BatchGenerator",
-    "BatchUnavailable",
     "ChatTemplateError",
     "Closed",
     "Completion",
-    "DecodeError",
     "GeneratorBusy",
     "GeneratorClosed",
     "GrammarError",
@@ -43,11 +41,9 @@ __all__ = [
     "ModelError",
     "ModelFetchError",
     "ModelFileError",
-    "OutputCorrupt",
     "SamplingParams",
     "Stats",
     "TuneReport",
-    "UsageError",
     "llm_lock",
     "tune",
 ]

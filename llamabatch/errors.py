@@ -1,11 +1,18 @@
 """The error hierarchy of llamabatch.
 
-Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError`.
+Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError` and is
+defined here, the pool of servers' (:mod:`llamabatch.remote`) included; the command
+line's own two (``UsageError``, ``OutputCorrupt``) are in :mod:`llamabatch.cli.errors`.
+``DecodeError`` and ``BatchUnavailable`` never reach a caller of ``BatchGenerator`` (the
+scheduler turns them into a completion's error or into batching turned off), so
+:mod:`llamabatch` does not export them; backends raise them.
 Errors that come from llama.cpp carry the return code of the C call in ``.code``
 (``None`` when there was no code), in the manner of python-soundfile's ``LibsndfileError``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 
 class LlamaBatchError(Exception):
@@ -86,17 +93,31 @@ class ChatTemplateError(LlamaBatchError, ValueError):
     """The model has no chat template, or its template is not valid Jinja."""
 
 
-class UsageError(LlamaBatchError, ValueError):
-    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
-
-
-class OutputCorrupt(LlamaBatchError, ValueError):
-    """A whole line of an existing job output is not a JSON object with an ``"id"``."""
-
-
 class GeneratorBusy(LlamaBatchError, RuntimeError):
     """A thread started a second run of a :class:`~llamabatch.BatchGenerator` while its
     own first run (an unfinished ``iter_groups``) still holds the slots."""
+
+
+# -- the pool of servers (llamabatch.remote) ---------------------------------------------
+class PoolUnavailable(LlamaBatchError):
+    """No server of the pool answered for ``give_up_s`` seconds."""
+
+
+class ServerFault(LlamaBatchError):
+    """The server failed this exchange; another server may succeed."""
+
+
+class ItemRejected(LlamaBatchError):
+    """The server refused the request itself (a 4xx other than 408 and 429)."""
+
+
+class BadItem(LlamaBatchError, ValueError):
+    """An item that cannot become a request; its message is the item's error."""
+
+
+class ServerStartError(LlamaBatchError):
+    """A local server process (:class:`llamabatch.testing.servers.LocalServer`) exited,
+    or did not answer within the time allowed."""
 
 
 _DECODE_MEANINGS = {
@@ -112,3 +133,48 @@ def decode_meaning(code: int) -> str:
     if code in _DECODE_MEANINGS:
         return _DECODE_MEANINGS[code]
     return "fatal error" if code < -1 else "unknown warning"
+
+
+class GrammarDeadEnd(GrammarError):
+    """The grammar of one sequence allows no token of the vocabulary here; nothing was
+    accepted into it (its item ends with this error, the others go on).
+
+    Attributes:
+        n_accepted: reply tokens the grammar had accepted before the dead end.
+    """
+
+    def __init__(self, message: str, n_accepted: int = 0) -> None:
+        super().__init__(message)
+        self.n_accepted = n_accepted
+
+
+class SampleErrors(LlamaBatchError):
+    """``Backend.decode`` decoded the batch but could not sample some sequences
+    (:mod:`llamabatch.engine.seq_errors`; the slot engine catches it, it never reaches a
+    caller of ``BatchGenerator``).
+
+    The decode itself succeeded (every span's tokens are in the cache); the sequences
+    named in ``errors`` got no token (their grammars reached a dead end) and must not be
+    decoded again; the others were sampled as usual.
+
+    Attributes:
+        sampled: one entry per span with logits, in span order: the sampled token id,
+            or ``None`` for a sequence in ``errors``.
+        errors: seq id -> the error of that sequence (a :class:`GrammarDeadEnd`).
+    """
+
+    def __init__(self, sampled: Sequence[int | None], errors: Mapping[int, GrammarError]) -> None:
+        super().__init__("; ".join(f"seq {sid}: {exc}" for sid, exc in sorted(errors.items())))
+        self.sampled = list(sampled)
+        self.errors = dict(errors)
+
+
+class RayJobError(LlamaBatchError):
+    """Ray could not run the job (no cluster at the address, an actor that cannot load
+    the model, a failure Ray gave up retrying); the message says which
+    (:mod:`llamabatch.ray`)."""
+
+
+class PlotUnavailable(LlamaBatchError, ImportError):
+    """matplotlib is not installed; the message says how to get it
+    (:mod:`llamabatch.tuning.plot`)."""

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.items import prepare
-from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler
+from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
 from .errors import GeneratorBusy, GeneratorClosed
 from .fields import per_item_sampling
 from .params import BatchConfig, SamplingParams
@@ -60,10 +61,12 @@ class BatchGenerator(Closing):
             overrides it per item).
         sampling: the default sampler chain of every item (default: llama-cpp-python's
             defaults); ``complete_many`` / ``iter_groups`` may give one per item.
-        page_size: how far ahead of the oldest unfinished item the engine may start
-            items (at most ``page_size`` items wait to be given back in order), a
+        lookahead: how far ahead of the oldest unfinished item the engine may start
+            items (at most ``lookahead`` items wait to be given back in order), a
             multiple of ``slots`` (default: the largest such number <= max(16,
-            4 * slots), :func:`~llamabatch.params.default_page_size`).
+            4 * slots), :func:`~llamabatch.params.default_lookahead`).
+        page_size: the former name of ``lookahead`` (deprecated: a
+            ``DeprecationWarning``; a page is what :meth:`iter_groups` yields).
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
             that saves at least this many prompt tokens (default 32; a copy costs
             about as much as prefilling a few tokens, see docs/engine.md).
@@ -109,19 +112,22 @@ class BatchGenerator(Closing):
         n_batch: int = 512,
         max_tokens: int = 200,
         sampling: SamplingParams | None = None,
-        page_size: int | None = None,
+        lookahead: int | None = None,
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
+        page_size: int | None = None,
     ) -> None:
-        # checked before any library work (n_ctx_seq=None: a stand-in), again below
+        lookahead = _lookahead(lookahead, page_size)
+        # every plain parameter is checked before any library work (n_ctx_seq=None: a
+        # stand-in until the Llama's n_ctx is known)
         stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
-        BatchConfig(
+        config = BatchConfig(
             slots=slots,
             n_ctx_seq=stand_in,
             n_batch=n_batch,
             max_tokens=max_tokens,
-            page_size=page_size,
+            lookahead=lookahead,
         )
         if sampling is None:
             sampling = SamplingParams()
@@ -129,32 +135,6 @@ class BatchGenerator(Closing):
             raise ValueError(
                 f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
             )
-        self.sampling = sampling
-        if (llm is None) == (backend is None):
-            raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
-        if backend is None:
-            from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
-
-            backend = LlamaBackend(llm)
-        if slots > backend.max_slots:
-            raise ValueError(
-                f"slots={slots} is out of range: valid is 1 to "
-                f"{backend.max_slots} (llama_max_parallel_sequences())"
-            )
-        if n_ctx_seq is None:
-            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
-        self.config = BatchConfig(
-            slots=slots,
-            n_ctx_seq=n_ctx_seq,
-            n_batch=n_batch,
-            max_tokens=max_tokens,
-            page_size=page_size,
-        )
-        check = getattr(backend, "check_batch_params", None)  # llama.cpp's own limits
-        if check is not None and slots > 1:
-            check(slots, n_ctx_seq, n_batch)
-        self.backend = backend
-        self._llm = llm
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
             raise ValueError(
                 f"min_copy_tokens={min_copy_tokens!r} is out of range: valid is an integer >= 1"
@@ -168,14 +148,38 @@ class BatchGenerator(Closing):
                 f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
                 "integer >= 0 (MiB; 0 keeps no state in host memory)"
             )
+        check_max_batch_failures(max_batch_failures)
+        if (llm is None) == (backend is None):
+            raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
+        self.sampling = sampling
+        if backend is None:
+            from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
+
+            backend = LlamaBackend(llm)
+        caps = backend.capabilities()
+        if slots > caps.max_slots:
+            raise ValueError(
+                f"slots={slots} is out of range: valid is 1 to "
+                f"{caps.max_slots} (llama_max_parallel_sequences())"
+            )
+        if n_ctx_seq is None:
+            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
+            config = dataclasses.replace(config, n_ctx_seq=n_ctx_seq)
+        self.config = config
+        check = caps.check_batch_params  # llama.cpp's own limits
+        if check is not None and slots > 1:
+            check(slots, n_ctx_seq, n_batch)
+        self.backend = backend
+        self._llm = llm
         self._scheduler = Scheduler(
             backend,
             self.config,
             min_copy_tokens,
             cache_ram_mib * 1024 * 1024,
             max_batch_failures=max_batch_failures,
+            capabilities=caps,
         )
-        self.lock = getattr(backend, "lock", None) or threading.RLock()
+        self.lock = caps.lock if caps.lock is not None else threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
@@ -219,7 +223,7 @@ class BatchGenerator(Closing):
     def _check_open(self) -> None:
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
-        if getattr(self.backend, "llm_closed", False):
+        if self.backend.llm_closed:
             raise GeneratorClosed(
                 "the Llama of this BatchGenerator was closed "
                 "(Llama.close()); close the generator before the Llama"
@@ -231,7 +235,7 @@ class BatchGenerator(Closing):
         """Counters so far: items batched and alone, cache reuse, why batching is off,
         KV bytes allocated…"""
         stats = self._scheduler.stats
-        stats.kv_bytes = int(getattr(self.backend, "kv_bytes", 0))
+        stats.kv_bytes = int(self.backend.kv_bytes)
         return stats
 
     @property
@@ -315,7 +319,9 @@ class BatchGenerator(Closing):
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
-            for finished in self._scheduler.run(items, self._turn, self.config.page_size):
+            for finished in self._scheduler.iter_steps(
+                items, self._turn, cast(int, self.config.lookahead)
+            ):
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
@@ -409,3 +415,17 @@ class BatchGenerator(Closing):
             else c
             for c in done
         ]
+
+
+def _lookahead(lookahead: int | None, page_size: int | None) -> int | None:
+    """``lookahead``, or the deprecated ``page_size`` given in its place."""
+    if page_size is None:
+        return lookahead
+    if lookahead is not None:
+        raise ValueError("lookahead and page_size are both set: give lookahead only")
+    warnings.warn(
+        "BatchGenerator(page_size=...) is deprecated: call it lookahead=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return page_size

@@ -20,12 +20,11 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 #: The largest reproducible seed: every uint32 but ``LLAMA_DEFAULT_SEED``.
 MAX_SEED = LLAMA_DEFAULT_SEED - 1
 
-#: Items per page, at most, for up to 4 slots (see :func:`default_page_size`); the
-#: pool of servers' default page.
-MAX_PAGE_SIZE = 16
+#: The default look-ahead is at least this many items (see :func:`default_lookahead`).
+MIN_DEFAULT_LOOKAHEAD = 16
 
-#: Items ahead of the oldest unfinished one per slot that the default page allows.
-PAGE_SLOTS_AHEAD = 4
+#: Items per slot that the default look-ahead lets run ahead of the oldest unfinished one.
+LOOKAHEAD_PER_SLOT = 4
 
 
 def _check(ok: bool, name: str, value: object, valid: str) -> None:
@@ -302,20 +301,23 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
         )
 
 
-def default_page_size(slots: int) -> int:
+def default_lookahead(slots: int) -> int:
     """The largest multiple of ``slots`` that is <= max(16, 4 * slots): 16 for 1, 2 and
     4 slots, 15 for 3 and 5, 32 for 8, 64 for 16.
 
-    A page that is a multiple of ``slots`` splits into full groups, so no group of one
-    (which must be completed alone) is left at the end of each page. The page is how
-    far ahead of the oldest unfinished item the engine may start items; four slots'
-    worth keeps slots busy while one long reply runs. Measured on the fake backend
-    (256 items, replies of 10 to 200 tokens, 8 slots): with 16 the engine needs 5 %
-    more decode steps (3,230 against 3,063) and the mean step holds 7.29 sequences
-    instead of 7.69; 32 and more give the same steps as an unbounded window.
+    The look-ahead is how far ahead of the oldest unfinished item the engine may start
+    items (so at most that many completions wait to be given back in input order); a
+    multiple of ``slots`` splits into whole pages. Four slots' worth keeps slots busy
+    while one long reply runs (the decode steps this saves on the fake backend are in
+    docs/engine.md).
     """
-    limit = max(MAX_PAGE_SIZE, PAGE_SLOTS_AHEAD * slots)
+    limit = max(MIN_DEFAULT_LOOKAHEAD, LOOKAHEAD_PER_SLOT * slots)
     return max(slots, limit - limit % slots)
+
+
+def default_page_size(slots: int) -> int:
+    """The former name of :func:`default_lookahead`."""
+    return default_lookahead(slots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,8 +331,8 @@ class BatchConfig:
             plans with what was allocated.
         n_batch: most tokens in one ``llama_decode`` (also ``n_ubatch``), >= 1.
         max_tokens: most generated tokens per item, >= 1.
-        page_size: items read from the input at a time; ``None`` picks
-            :func:`default_page_size`; must be a multiple of ``slots``.
+        lookahead: how far ahead of the oldest unfinished item the engine may start
+            items; ``None`` picks :func:`default_lookahead`; a multiple of ``slots``.
 
     Raises:
         ValueError: a value outside its range (named in the message).
@@ -340,7 +342,7 @@ class BatchConfig:
     n_ctx_seq: int = 4096
     n_batch: int = 512
     max_tokens: int = 200
-    page_size: int | None = None
+    lookahead: int | None = None
 
     def __post_init__(self) -> None:
         _check(
@@ -367,11 +369,11 @@ class BatchConfig:
             self.max_tokens,
             "an integer >= 1",
         )
-        if self.page_size is None:
-            object.__setattr__(self, "page_size", default_page_size(self.slots))
+        lookahead = default_lookahead(self.slots) if self.lookahead is None else self.lookahead
+        object.__setattr__(self, "lookahead", lookahead)
         _check(
-            _is_int(self.page_size) and self.page_size >= 1 and self.page_size % self.slots == 0,
-            "page_size",
-            self.page_size,
+            _is_int(lookahead) and lookahead >= 1 and lookahead % self.slots == 0,
+            "lookahead",
+            lookahead,
             f"a positive multiple of slots={self.slots}",
         )

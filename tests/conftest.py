@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+# Ray (tests/ray) binds its local cluster to 127.0.0.1 only when it is told this is no
+# multi-node cluster (ray._private.services.get_node_ip_address); without it, Ray turns
+# 127.0.0.1 into the machine's own network address. Read when ray is first imported, and
+# inherited by the jobs the tests start.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:

@@ -51,7 +51,7 @@ def installed_version() -> str | None:
 def parse(text: str) -> tuple[int, int, int] | None:
     """``"0.3.36"``, ``"0.3.36+cu124"`` → ``(0, 3, 36)``; ``None`` when not X.Y.Z-shaped."""
     match = re.match(r"\s*(\d+)\.(\d+)\.(\d+)", text)
-    return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
 
 
 def check_version(text: str | None = None) -> None:

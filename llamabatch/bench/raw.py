@@ -219,7 +219,7 @@ class RawEngine:
         items = [Item(i, list(p), None, sampling) for i, p in enumerate(prompts)]
         self.backend.expect(len(items), len(items[0].tokens) if items else 0)
         t0 = self.clock()
-        for _ in scheduler.run(iter(items), contextlib.nullcontext, len(items)):
+        for _ in scheduler.iter_steps(iter(items), contextlib.nullcontext, len(items)):
             pass
         t2 = self.clock()
         if not scheduler.stats.batching_enabled:

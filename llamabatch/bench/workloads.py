@@ -1,4 +1,4 @@
-"""The named workloads of issue 11, as ChatML prompts made fresh for every round.
+"""The named workloads, as ChatML prompts made fresh for every round.
 
 - **S** (shared instructions): a ~390-token system prompt shared by every item, then a
   50–150-token support ticket; replies up to 48 tokens. How most taggers write prompts.
@@ -148,7 +148,7 @@ def _user(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-#: The workloads of issue 11 by name.
+#: The workloads by name.
 WORKLOADS: dict[str, Workload] = {
     "S": Workload(
         "S",

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..errors import LlamaBatchError, ModelFetchError, ModelFileError, UsageError
+from ..errors import LlamaBatchError, ModelFetchError, ModelFileError
+from .errors import UsageError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

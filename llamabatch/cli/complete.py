@@ -133,13 +133,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         [
             ("slots", int, "N", "sequences decoded together; 1 = no batching"),
             (
-                "page_size",
+                "lookahead",
                 int,
                 "N",
-                "items read at a time, a multiple of --slots (default: the "
-                "largest multiple of --slots that is <= max(16, 4 * slots))",
+                "how far ahead of the oldest unfinished item others may start, a "
+                "multiple of --slots (default: the largest multiple of --slots that "
+                "is <= max(16, 4 * slots))",
             ),
         ],
+    )
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --server: most completions per page written together (default: 16); "
+        "without: the former name of --lookahead (deprecated)",
     )
     add_item_options(p)
     p.add_argument(
@@ -224,7 +233,8 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
         "--score-choices",
         action="store_true",
         help="with --choices (or a line's choices), score every label instead of "
-        "generating: output lines get choice_probs, text is the likeliest label",
+        "generating: output lines get choice_probs, text is the likeliest label "
+        "(default: off)",
     )
     p.add_argument(
         "--n",
@@ -325,14 +335,26 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
     )
 
 
-def _params(args: argparse.Namespace) -> tuple[SamplingParams, BatchConfig]:
+def _lookahead(args: argparse.Namespace, pool: bool) -> int | None:
+    """``--lookahead``, or ``--page-size`` in its former local meaning (deprecated);
+    with a pool of servers ``--page-size`` is the pool's page and ``--slots`` plays no
+    part."""
+    if pool or args.page_size is None:
+        return args.lookahead
+    if args.lookahead is not None:
+        raise ValueError("--lookahead and --page-size are both set: give --lookahead only")
+    _warn("--page-size without --server is deprecated: call it --lookahead")
+    return args.page_size
+
+
+def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, BatchConfig]:
     sampling = sampling_params(args)
     config = BatchConfig(
         slots=args.slots,
         n_ctx_seq=args.n_ctx_seq,
         n_batch=args.n_batch,
         max_tokens=args.max_tokens,
-        page_size=args.page_size,
+        lookahead=_lookahead(args, pool),
     )
     options.check_threads(args.threads)
     if args.cache_ram_mib < 0:
@@ -436,8 +458,9 @@ class _Job:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    urls = remote_cli.server_urls(args)
     try:
-        sampling, config = _params(args)
+        sampling, config = _params(args, pool=bool(urls))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     urls = remote_cli.server_urls(args)
@@ -521,7 +544,7 @@ def _local_generator(
             n_batch=config.n_batch,
             max_tokens=config.max_tokens,
             sampling=sampling,
-            page_size=config.page_size,
+            lookahead=config.lookahead,
             cache_ram_mib=cache_ram_mib,
         )
     except ValueError as exc:  # e.g. more slots than llama.cpp allows

@@ -12,6 +12,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import BackendError
 from ..params import SamplingParams
@@ -27,7 +28,7 @@ class Item:
 
     Attributes:
         index: position in the input.
-        tokens: prompt token ids, or ``None`` when ``error`` is set.
+        tokens: prompt token ids (empty when ``error`` is set).
         error: why the prompt cannot be completed, or ``None``.
         sampling: the item's sampler chain and optional ``max_tokens``.
         text: the prompt's text when it was given as text (label scoring tokenizes
@@ -37,7 +38,7 @@ class Item:
     """
 
     index: int
-    tokens: list[int] | None
+    tokens: list[int]
     error: str | None = None
     sampling: SamplingParams = SamplingParams()
     text: str | None = None
@@ -45,17 +46,17 @@ class Item:
 
     @property
     def n_prompt_tokens(self) -> int:
-        return 0 if self.tokens is None else len(self.tokens)
+        return len(self.tokens)
 
 
-def _token_ids(prompt: Sequence[object], n_vocab: int) -> list[int]:
+def _token_ids(prompt: Any, n_vocab: int) -> list[int]:
     tokens = []
-    for k, tok in enumerate(prompt):
+    for k, value in enumerate(prompt):
         try:
-            tok = operator.index(tok)
+            tok = operator.index(value)
         except TypeError:
             raise ValueError(
-                f"token {k} is {type(tok).__name__} {tok!r}; "
+                f"token {k} is {type(value).__name__} {value!r}; "
                 f"token ids are integers in [0, {n_vocab})"
             ) from None
         if not 0 <= tok < n_vocab:
@@ -86,20 +87,20 @@ def _prepare(index: int, prompt: object, backend: Backend) -> Item:
         else:
             return Item(
                 index,
-                None,
+                [],
                 f"prompt is {type(prompt).__name__}; expected str, "
                 "UTF-8 bytes or a list of token ids",
             )
     except UnicodeDecodeError as exc:
-        return Item(index, None, f"prompt is not valid UTF-8: {exc}")
+        return Item(index, [], f"prompt is not valid UTF-8: {exc}")
     except (ValueError, TypeError, BackendError) as exc:  # TypeError: e.g. a 0-d array
-        return Item(index, None, f"prompt cannot be tokenized: {exc}")
+        return Item(index, [], f"prompt cannot be tokenized: {exc}")
     if not tokens:
-        return Item(index, None, "prompt is empty (0 tokens)")
+        return Item(index, [], "prompt is empty (0 tokens)")
     if len(tokens) >= backend.n_ctx:
         return Item(
             index,
-            None,
+            [],
             f"prompt has {len(tokens)} tokens; the model context "
             f"(n_ctx={backend.n_ctx}) holds at most "
             f"{backend.n_ctx - 1} prompt tokens",

@@ -14,9 +14,7 @@ ubatch only sequences whose ids follow each other (+1) in batch order
 (llama.cpp ``src/llama-batch.cpp``, "accept only increasing sequence ids"); every
 further ubatch is one more pass over the weights, and a ubatch whose sequences differ
 from the previous one's cannot reuse its graph (``llm_graph_params::allow_reuse``).
-Measured on SmolLM2-135M, 2 CPU threads, 4 slots decoding: sequences in the order
-2, 3, 0, 1 cost two ubatches and no graph reuse per step, 37-40 ms a step; in id
-order one ubatch, reused, 23-27 ms.
+What that costs is measured in docs/engine.md ("One ubatch per step").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 fallback to one at a time.
 
 Pure Python over a :class:`~llamabatch.engine.backend.Backend`; never imports ``_ffi``.
-:meth:`Scheduler.run` turns a stream of prepared items into their completions, in the
+:meth:`Scheduler.iter_steps` turns a stream of prepared items into their completions, in the
 order they finish (the generator puts them back in input order), whatever fails:
 
 - an item whose prompt is an error completes as that error, at once;
@@ -27,17 +27,18 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..completion import Completion, Path, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
-from .backend import Backend, BatchLimits
+from .backend import Backend, BackendCapabilities, BatchLimits
 from .items import Item
 from .samples import SampleGroups
 from .scoring import LabelScores, ScoreJob, job_for, score_alone
 from .seq_errors import GrammarDeadEnd
 from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
-from .stop import Reply
+from .stop import StopRule
 
 log = logging.getLogger("llamabatch")
 
@@ -83,16 +84,32 @@ def smaller_tries(
     return tries
 
 
+def check_max_batch_failures(max_batch_failures: object) -> None:
+    """Raise ``ValueError`` unless ``max_batch_failures`` is an integer >= 1."""
+    if (
+        not isinstance(max_batch_failures, int)
+        or isinstance(max_batch_failures, bool)
+        or max_batch_failures < 1
+    ):
+        raise ValueError(
+            f"max_batch_failures={max_batch_failures!r} is out of range: valid is an "
+            "integer >= 1 (failures of the batch path in a row before batching is "
+            "turned off; 1 turns it off at the first)"
+        )
+
+
 class Scheduler:
     """Runs items on a backend, batched when it can, alone when it must.
 
     Args:
         backend: the backend to drive.
-        config: slots, n_ctx_seq, n_batch, max_tokens, page_size.
+        config: slots, n_ctx_seq, n_batch, max_tokens, lookahead.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
         max_batch_failures: failures of the batch path in a row (no item completed in
             the batch in between) after which batching is turned off for good, >= 1
             (1: the first failure turns it off).
+        capabilities: what the backend can do (default: ``backend.capabilities()``, read
+            here once).
 
     Raises:
         ValueError: ``max_batch_failures`` is not an integer >= 1.
@@ -105,18 +122,11 @@ class Scheduler:
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
         max_batch_failures: int = MAX_BATCH_FAILURES,
+        capabilities: BackendCapabilities | None = None,
     ):
-        if (
-            not isinstance(max_batch_failures, int)
-            or isinstance(max_batch_failures, bool)
-            or max_batch_failures < 1
-        ):
-            raise ValueError(
-                f"max_batch_failures={max_batch_failures!r} is out of range: valid is an "
-                "integer >= 1 (failures of the batch path in a row before batching is "
-                "turned off; 1 turns it off at the first)"
-            )
+        check_max_batch_failures(max_batch_failures)
         self.backend = backend
+        self.capabilities = backend.capabilities() if capabilities is None else capabilities
         self.config = config
         self.min_copy_tokens = min_copy_tokens
         self.cache_ram_bytes = cache_ram_bytes
@@ -153,6 +163,8 @@ class Scheduler:
             try:
                 self.limits = self.backend.open_batch(slots, n_ctx_seq, cfg.n_batch)
                 break
+            except AssertionError:  # a broken rule (FakeBackendViolation), not a failure
+                raise
             except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
                 what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
                 why = f"{what}{exc}"
@@ -189,7 +201,12 @@ class Scheduler:
             lim.n_ctx,
         )
         self.engine = SlotEngine(
-            self.backend, lim, self.stats, self.min_copy_tokens, self.cache_ram_bytes
+            self.backend,
+            lim,
+            self.stats,
+            self.min_copy_tokens,
+            self.cache_ram_bytes,
+            self.capabilities,
         )
         return True
 
@@ -240,19 +257,21 @@ class Scheduler:
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
         return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
 
-    def run(
-        self, items: Iterator[Item], turn: Callable[[], object], window: int
+    def iter_steps(
+        self, items: Iterator[Item], hold: Callable[[], Any], lookahead: int
     ) -> Iterator[list[Completion]]:
-        """Complete ``items``, one turn (at most one decode) at a time.
+        """Complete ``items``, one step (at most one decode, as
+        :meth:`SlotEngine.step <llamabatch.engine.slot_engine.SlotEngine.step>`) at a time.
 
         Args:
-            items: prepared items in input order, read lazily (inside a turn).
-            turn: a context manager factory held around each turn (the lock).
-            window: an item is started only while it is fewer than ``window`` places
-                after the oldest unfinished one (bounds what waits to be reordered).
+            items: prepared items in input order, read lazily (inside a step).
+            hold: a context manager factory held around each step (the lock).
+            lookahead: an item is started only while it is fewer than ``lookahead``
+                places after the oldest unfinished one (bounds what waits to be
+                reordered).
 
         Yields:
-            the completions of each turn (maybe none), in finishing order.
+            the completions of each step (maybe none), in finishing order.
         """
         queue: deque[Item] = deque()
         open_: set[int] = set()
@@ -262,7 +281,7 @@ class Scheduler:
         def pull(n_wanted: int) -> None:
             while len(queue) < n_wanted and not state["exhausted"]:
                 oldest = min(open_) if open_ else state["next"]
-                if state["next"] >= oldest + window:
+                if state["next"] >= oldest + lookahead:
                     return
                 item = next(items, None)
                 if item is None:
@@ -274,8 +293,8 @@ class Scheduler:
 
         try:
             while True:
-                with turn():
-                    done = self._turn(queue, pull)
+                with hold():
+                    done = self._step(queue, pull)
                 if done is None:
                     return
                 done = self.samples.merge(done)
@@ -287,11 +306,9 @@ class Scheduler:
 
     def release_alone(self) -> None:
         """Give the caller's ``Llama`` back as it was before the items completed alone
-        since the last call (the optional ``Backend.release_alone``; until then its KV
-        cache keeps the last such item, so the next one reuses their shared prefix)."""
-        release = getattr(self.backend, "release_alone", None)
-        if release is not None:
-            release()
+        since the last call (``Backend.release_alone``; until then its KV cache keeps
+        the last such item, so the next one reuses their shared prefix)."""
+        self.backend.release_alone()
 
     def _end_run(self) -> None:
         self.release_alone()
@@ -303,7 +320,7 @@ class Scheduler:
         else:
             engine.release()  # stopped early: caches stay valid
 
-    def _turn(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
+    def _step(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
         engine = self.engine
         if engine is None and self.batching:
             # open it once two valid items wait (what fits is known once it is open)
@@ -337,8 +354,8 @@ class Scheduler:
                 if isinstance(score, str):
                     done.append(self._error(item, score))
                     continue
-                if score is not None and not hasattr(self.backend, "take_scores"):
-                    done.append(self.run_alone(item))  # this backend scores alone only
+                if score is not None and not self.capabilities.can_score:
+                    done.append(self.run_alone(item))  # fails there, naming the backend
                     return done
                 try:
                     engine.place(item, self.reply(item), score)
@@ -364,8 +381,9 @@ class Scheduler:
     def _fail(self, exc: BatchFailed, queue: deque[Item]) -> list[Completion]:
         """Empty every cache; the items in flight are each completed alone once
         (:attr:`_retry`); after ``max_batch_failures`` in a row, batching is off."""
-        n = len(self.engine.running)
-        items = self.engine.reset()
+        engine = self.engine
+        n = len(engine.running) if engine is not None else 0
+        items = engine.reset() if engine is not None else []
         self._retry.extend(items)
         self.stats.batch_failures += 1
         self.stats.items_retried += len(items)
@@ -397,7 +415,7 @@ class Scheduler:
             return self._score_alone(item)
         reply = self.reply(item)
         take = self._logprobs_taker(item)
-        tokens = iter(())
+        tokens: Iterator[int] = iter(())
         try:
             tokens = self.backend.generate_alone(item.tokens, item.sampling)
             for token in tokens:
@@ -422,7 +440,7 @@ class Scheduler:
         """The item's :class:`~llamabatch.engine.scoring.ScoreJob` (``score_choices``),
         ``None`` when it samples a reply, or why its labels cannot be scored."""
         sampling = item.sampling
-        if not sampling.scores_labels:
+        if not sampling.scores_labels or sampling.choices is None:
             return None
         try:
             return job_for(
@@ -439,15 +457,16 @@ class Scheduler:
         job = self._score_job(item)
         if isinstance(job, str):
             return self._error(item, job)
-        score = getattr(self.backend, "score_alone", None)
-        if score is None:
+        if job is None:  # not a scored item: never called so
+            return self._error(item, "no label scores were asked for")
+        if not self.capabilities.can_score:
             return self._error(
                 item,
-                f"{type(self.backend).__name__} cannot score labels outside the batch "
-                "context (no score_alone)",
+                f"{type(self.backend).__name__} cannot score labels "
+                "(BackendCapabilities.can_score is False)",
             )
         try:
-            scores = score_alone(job, score)
+            scores = score_alone(job, self.backend.score_alone)
         except (BackendError, ValueError) as exc:
             return self._error(item, f"failed even alone: {exc}")
         return self._scored(item, scores, "alone")
@@ -467,12 +486,12 @@ class Scheduler:
         )
         return self.samples.note(item, c)
 
-    def reply(self, item: Item) -> Reply:
-        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.Reply`): at most
+    def reply(self, item: Item) -> StopRule:
+        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.StopRule`): at most
         :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
         sampling params."""
         sampling = item.sampling
-        return Reply(
+        return StopRule(
             self.budget(item),
             self.backend.eog_ids,
             self.backend.detokenize,
@@ -481,10 +500,10 @@ class Scheduler:
         )
 
     def _logprobs_taker(self, item: Item) -> Callable[[], list] | None:
-        """``backend.take_logprobs`` (optional) when ``item`` asks for logprobs."""
+        """``backend.take_logprobs`` when ``item`` asks for logprobs."""
         if item.sampling.logprobs is None:
             return None
-        return getattr(self.backend, "take_logprobs", None)
+        return self.backend.take_logprobs
 
     # -- results -----------------------------------------------------------------------
     def count(self, c: Completion) -> None:
@@ -512,7 +531,7 @@ class Scheduler:
                 return self._error(seq.item, "label scoring ended before every row was scored")
         return self._completion(seq.item, seq.reply, "batch")
 
-    def _completion(self, item: Item, reply: Reply, path: Path) -> Completion:
+    def _completion(self, item: Item, reply: StopRule, path: Path) -> Completion:
         choices = item.sampling.choices
         if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
             n = len(reply.token_ids)
@@ -533,7 +552,7 @@ class Scheduler:
             item.index,
             reply.text,
             tuple(reply.token_ids),
-            reply.finish_reason,
+            reply.finish_reason or "length",  # finished: never None here
             None,
             len(item.tokens),
             path,

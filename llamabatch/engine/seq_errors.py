@@ -12,38 +12,7 @@ A backend detects the dead end first (after the grammar stage every candidate is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+# defined with every other exception in llamabatch.errors; their home for the engine
+from ..errors import GrammarDeadEnd, SampleErrors
 
-from ..errors import GrammarError
-
-
-class GrammarDeadEnd(GrammarError):
-    """The grammar of one sequence allows no token of the vocabulary here; nothing was
-    accepted into it (its item ends with this error, the others go on).
-
-    Attributes:
-        n_accepted: reply tokens the grammar had accepted before the dead end.
-    """
-
-    def __init__(self, message: str, n_accepted: int = 0) -> None:
-        super().__init__(message)
-        self.n_accepted = n_accepted
-
-
-class SampleErrors(Exception):
-    """``Backend.decode`` decoded the batch but could not sample some sequences.
-
-    The decode itself succeeded (every span's tokens are in the cache); the sequences
-    named in ``errors`` got no token (their grammars reached a dead end) and must not be
-    decoded again; the others were sampled as usual.
-
-    Attributes:
-        sampled: one entry per span with logits, in span order: the sampled token id,
-            or ``None`` for a sequence in ``errors``.
-        errors: seq id -> the error of that sequence (a :class:`GrammarDeadEnd`).
-    """
-
-    def __init__(self, sampled: Sequence[int | None], errors: Mapping[int, GrammarError]) -> None:
-        super().__init__("; ".join(f"seq {sid}: {exc}" for sid, exc in sorted(errors.items())))
-        self.sampled = list(sampled)
-        self.errors = dict(errors)
+__all__ = ["GrammarDeadEnd", "SampleErrors"]

@@ -6,9 +6,11 @@ rest), or copies a longer shared prefix from another slot (:mod:`llamabatch.engi
 :meth:`SlotEngine.step` runs one ``llama_decode`` mixing the running sequences' decode
 tokens with prompt chunks (:func:`llamabatch.engine.plan.plan_step`) and returns the
 sequences that ended. Every sampled token goes through the sequence's
-:class:`llamabatch.engine.stop.Reply` (EOG, stop ids, stop strings, length), as alone.
+:class:`llamabatch.engine.stop.StopRule` (EOG, stop ids, stop strings, length), as alone.
 
-Any exception a backend call raises becomes :class:`BatchFailed`; the caller
+Any exception a backend call raises becomes :class:`BatchFailed`, but an
+``AssertionError`` (a broken rule that a checking backend such as
+:class:`~llamabatch.testing.FakeBackend` reports: a bug, not a failure) goes through; the caller
 (:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache with
 :meth:`SlotEngine.reset` and completes the items in flight one at a time. A sequence
 whose grammar reaches a dead end in a decode
@@ -18,25 +20,25 @@ whose grammar reaches a dead end in a decode
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
-from .backend import Backend, BatchLimits, Span
+from .backend import Backend, BackendCapabilities, BatchLimits, Span
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
 from .scoring import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
-from .stop import Reply
+from .stop import StopRule
 from .window import window_holds
 
 
-def dead_end_message(exc: Exception, reply: Reply) -> str:
+def dead_end_message(exc: Exception, reply: StopRule) -> str:
     """The error of an item whose grammar reached a dead end: what llama.cpp's grammar
     refused and where (after how many reply tokens, and their text)."""
     n = len(reply.token_ids)
@@ -86,7 +88,7 @@ class Seq:
 
     item: Item
     slot: Slot
-    reply: Reply
+    reply: StopRule
     fed: int = 0
     copy: CopyPlan | None = None
     status: Status = Status.PREFILL
@@ -107,19 +109,22 @@ def _guard(
     *args: Any,
     passthrough: type[Exception] | tuple[type[Exception], ...] = (),
 ) -> Any:
-    """Call a backend method; any exception but ``passthrough`` becomes
-    :class:`BatchFailed`."""
+    """Call a backend method; any exception but ``passthrough`` and ``AssertionError``
+    becomes :class:`BatchFailed`."""
     try:
         return fn(*args)
+    except AssertionError:  # a broken rule (FakeBackendViolation): a bug, not a failure
+        raise
     except passthrough:
         raise
     except GrammarError as exc:  # an item's own error, but whose is unknown here
         raise BatchFailed(f"{what} raised GrammarError: {exc}", counts=False) from exc
     except DecodeError as exc:
         raise BatchFailed(
-            f"llama_decode returned {exc.code} ({decode_meaning(exc.code)}): {exc}"
+            f"llama_decode returned {exc.code} "
+            f"({decode_meaning(exc.code) if exc.code is not None else 'no code'}): {exc}"
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: issue 9
+    except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: any failure
         raise BatchFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
 
 
@@ -135,14 +140,15 @@ class SlotEngine:
             (>= 1); a slot holding fewer tokens than this is never saved.
         cache_ram_bytes: most bytes of sequence states kept in host memory
             (:class:`~llamabatch.engine.host_cache.HostCache`); 0 keeps none. Used only when
-            the backend has the optional ``save_seq`` / ``load_seq``.
+            the backend can copy and save (``capabilities.can_copy`` and ``can_save``).
+        capabilities: what the backend can do (default: ``backend.capabilities()``).
 
     Attributes:
         exact: True once the memory is known to refuse trims to a position > 0
-            (``backend.partial_trim`` False, or a refused trim): caches are then only
+            (``capabilities.partial_trim`` False, or a refused trim): caches are then only
             reused up to their very end.
-        n_swa: the model's sliding window (the optional ``backend.n_swa``; 0 without
-            one): a cache is cut back to a prefix only where its window layers still
+        n_swa: the model's sliding window (``capabilities.n_swa``; 0 without one): a
+            cache is cut back to a prefix only where its window layers still
             hold that prefix's end (``backend.seq_pos_min``,
             :func:`~llamabatch.engine.window.window_holds`); else it is prefilled again.
         dirty: True while a backend call that changes caches is in progress (an
@@ -156,17 +162,19 @@ class SlotEngine:
         stats: Stats,
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
+        capabilities: BackendCapabilities | None = None,
     ) -> None:
         self.backend, self.limits, self.stats = backend, limits, stats
+        caps = backend.capabilities() if capabilities is None else capabilities
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
-        can_copy = getattr(backend, "can_copy", True)
-        if not can_copy:  # no llama_state_seq_* here
+        if not caps.can_copy:  # no llama_state_seq_* here
             self.min_copy_tokens = limits.n_ctx_seq + 1
-        can_save = can_copy and hasattr(backend, "save_seq") and hasattr(backend, "load_seq")
-        self.n_swa = max(0, int(getattr(backend, "n_swa", 0) or 0))
+        self.can_save = can_save = caps.can_copy and caps.can_save
+        self.n_swa = max(0, caps.n_swa)
+        self.can_share_rows = caps.can_share_rows
         self.host = HostCache(cache_ram_bytes if can_save else 0, self.n_swa)
-        self.exact = not getattr(backend, "partial_trim", True)
+        self.exact = not caps.partial_trim
         self.running: dict[int, Seq] = {}  # seq id -> Seq, in placement order
         self.dirty = False
         self._n_waiting = 0  # sequences in Status.COPY
@@ -205,13 +213,15 @@ class SlotEngine:
         self.host.clear()
         self.dirty = False
         try:
-            self.backend.clear(None)
+            self.backend.clear()
+        except AssertionError:  # a broken rule: a bug to report, not a failure
+            raise
         except Exception:  # noqa: BLE001 - nothing more to do; the table forgot them
             pass
         return items
 
     # -- placing an item ---------------------------------------------------------------
-    def place(self, item: Item, reply: Reply, score: ScoreJob | None = None) -> None:
+    def place(self, item: Item, reply: StopRule, score: ScoreJob | None = None) -> None:
         """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
 
         With ``score``, the item's labels are scored instead of a reply sampled
@@ -249,7 +259,7 @@ class SlotEngine:
             seq.status = Status.COPY
             leader.followers.append(seq)
             return
-        planned = {
+        planned: dict[int, Sequence[int]] = {
             sid: s.tokens
             for sid, s in self.running.items()
             if s.status == Status.PREFILL and s is not seq
@@ -281,12 +291,11 @@ class SlotEngine:
     # -- sliding windows ---------------------------------------------------------------
     def _pos_min(self, seq_id: int) -> int | None:
         """The backend's ``seq_pos_min(seq_id)`` (oldest position held in every layer),
-        ``None`` when it has none or the query failed."""
-        query = getattr(self.backend, "seq_pos_min", None)
-        if query is None:
-            return None
+        ``None`` when it cannot tell or the query failed."""
         try:
-            value = query(seq_id)
+            value = self.backend.seq_pos_min(seq_id)
+        except AssertionError:  # a broken rule: a bug to report, not a failure
+            raise
         except Exception:  # noqa: BLE001 - an unknown window only costs a prefill
             return None
         return None if value is None else int(value)
@@ -362,6 +371,8 @@ class SlotEngine:
     def _try_copy(self, seq: Seq) -> bool:
         """Copy the source's cache into ``seq``'s slot if it holds the prefix now."""
         plan, dst = seq.copy, seq.slot
+        if plan is None:  # placed by _keep meanwhile: nothing to copy
+            return True
         src = self.table.slots[plan.src]
         have = len(src.cached)
         if have < plan.n_tokens:
@@ -475,7 +486,7 @@ class SlotEngine:
         can share: same item index and tokens, still prefilling, sampling a reply."""
         if seq.item.sample == 0 or seq.score is not None:
             return None
-        if not getattr(self.backend, "can_share_rows", False):
+        if not self.can_share_rows:
             return None
         for other in self.running.values():
             if (
@@ -516,12 +527,11 @@ class SlotEngine:
         """Once a scoring sequence's cache holds its goal, start its next run (cutting
         the cache back) or end it when every row is scored."""
         job, slot = seq.score, seq.slot
-        if seq.status != Status.PREFILL or seq.fed < len(seq.tokens):
+        if job is None or seq.status != Status.PREFILL or seq.fed < len(seq.tokens):
             return
         if len(slot.cached) < len(job.goal):
             return
-        can_save = hasattr(self.backend, "save_seq") and getattr(self.backend, "can_copy", True)
-        if seq.snapshot is None and self.exact and can_save:
+        if seq.snapshot is None and self.exact and self.can_save:
             if not job.done:
                 state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
                 seq.snapshot = (state, list(slot.cached))
@@ -550,15 +560,14 @@ class SlotEngine:
         slot.cached.clear()
 
     def _logprobs(self, spans: list, n: int) -> list:
-        """The backend's logprobs of the ``n`` tokens just sampled (the optional
-        ``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
-        take = getattr(self.backend, "take_logprobs", None)
+        """The backend's logprobs of the ``n`` tokens just sampled
+        (``Backend.take_logprobs``), or ``None`` each when no sequence asked for them."""
         wanted = any(
             self.running[s.seq_id].item.sampling.logprobs is not None for s in spans if s.logits
         )
-        if take is None or not wanted:
+        if not wanted:
             return [None] * n
-        taken = list(_guard("take_logprobs", take))
+        taken = list(_guard("take_logprobs", self.backend.take_logprobs))
         return (taken + [None] * n)[:n]
 
     def _plan(self) -> list:

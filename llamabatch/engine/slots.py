@@ -10,7 +10,7 @@ other slot holds (or will soon hold) a longer shared prefix worth copying.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
@@ -145,6 +145,3 @@ class SlotTable:
             if best is None or n > best.n_tokens:
                 best = CopyPlan(slot.seq_id, n)
         return best
-
-    def busy_ids(self) -> Iterable[int]:
-        return (s.seq_id for s in self.slots if s.busy)

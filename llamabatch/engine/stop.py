@@ -1,4 +1,4 @@
-"""The stop rule: one :class:`Reply` per sequence decides where its reply ends.
+"""The stop rule: one :class:`StopRule` per sequence decides where its reply ends.
 
 Checked in a fixed order after each sampled token, the same way in a batch and alone
 (vLLM v1's ``check_stop``, ``vllm/v1/core/sched/utils.py``, orders its checks the same):
@@ -33,7 +33,7 @@ StopReason = Literal["stop", "length"]
 TokenLogprobs = tuple[tuple[int, float], ...]
 
 
-class Reply:
+class StopRule:
     """The reply of one sequence, token by token, and the decision where it stops.
 
     Args:

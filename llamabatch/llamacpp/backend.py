@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .. import _ffi
-from ..engine.backend import BatchLimits, Span
+from ..engine.backend import BackendCapabilities, BatchLimits, Span
 from ..engine.scoring import MIN_RUN
 from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
 from ..errors import (
@@ -56,13 +56,15 @@ class LlamaBackend:
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
 
     Attributes:
-        n_vocab, n_ctx, max_slots, eog_ids, partial_trim: see
-            :class:`~llamabatch.engine.backend.Backend` (``partial_trim`` is read from the
-            model when the batch context opens).
+        n_vocab, n_ctx, eog_ids, kv_bytes: see :class:`~llamabatch.engine.backend.Backend`.
+        max_slots, can_copy, partial_trim, lock: see
+            :class:`~llamabatch.engine.backend.BackendCapabilities` (:meth:`capabilities`);
+            ``partial_trim`` is False for a recurrent or hybrid model
+            (``llama_model_is_recurrent`` / ``llama_model_is_hybrid``).
         n_swa: the sliding window of the model's window layers in positions
             (``llama_model_n_swa``), 0 without one or with ``Llama(swa_full=True)`` (the
-            batch context copies ``swa_full`` from the ``Llama``); the optional
-            ``Backend.n_swa``.
+            batch context copies ``swa_full`` from the ``Llama``); reported as
+            ``BackendCapabilities.n_swa``.
 
     Raises:
         LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
@@ -81,7 +83,7 @@ class LlamaBackend:
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
         self._batch: LlamaBatch | None = None
         self._samplers: dict[int, SeqSampler] = {}
-        self.partial_trim = True  # set from the model when the context opens
+        self.partial_trim = not lib.model_is_recurrent(_ffi.model_of(llm))
         self.n_swa = _ffi.window_of(llm)
         self.can_copy = lib.can_copy_seq()
         self.kv_bytes = 0  # KV cache of the open batch context
@@ -89,6 +91,23 @@ class LlamaBackend:
         self._scores: list = []
         self.can_share_rows = True  # decode samples Span.share from the same row
         self.lock = llm_lock(llm)
+
+    def capabilities(self) -> BackendCapabilities:
+        """Copies, saves and loads of sequence states when the binding has
+        ``llama_state_seq_*``; partial trims unless the model is recurrent or hybrid;
+        the ``Llama``'s lock; :meth:`check_batch_params`; label scores, shared rows and
+        the model's sliding window (:attr:`n_swa`)."""
+        return BackendCapabilities(
+            max_slots=self.max_slots,
+            can_copy=self.can_copy,
+            partial_trim=self.partial_trim,
+            can_save=self.can_copy,  # the same llama_state_seq_* functions
+            lock=self.lock,
+            check_batch_params=self.check_batch_params,
+            can_score=True,  # decode honours Span.targets; take_scores, score_alone
+            can_share_rows=self.can_share_rows,
+            n_swa=self.n_swa,
+        )
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
         """Refuse a batch context llama.cpp would abort or fail on (before creating it).
@@ -165,7 +184,6 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
-        self.partial_trim = not ctx.is_recurrent
         self._log_kv(ctx)
         return ctx.limits
 
@@ -225,8 +243,7 @@ class LlamaBackend:
     def seq_pos_min(self, seq_id: int) -> int | None:
         """The oldest position ``seq_id`` holds in every layer of the batch context
         (``llama_memory_seq_pos_min``; for a sliding-window model, in its window layers),
-        -1 when empty, ``None`` when the binding cannot say (the optional
-        ``Backend.seq_pos_min``).
+        -1 when empty, ``None`` when the binding cannot say (``Backend.seq_pos_min``).
 
         Raises:
             ValueError: no batch context, an id out of range.
@@ -252,7 +269,7 @@ class LlamaBackend:
 
     def save_seq(self, seq_id: int) -> Any:
         """``seq_id``'s cache as a host buffer (``llama_state_seq_get_data``; ``len()``
-        is its bytes), for :meth:`load_seq` later (the optional ``Backend.save_seq``).
+        is its bytes), for :meth:`load_seq` later (``Backend.save_seq``).
 
         Raises:
             BackendError: llama.cpp saved nothing.
@@ -356,18 +373,18 @@ class LlamaBackend:
         return sampled
 
     def take_scores(self) -> list:
-        """The label scores of the last :meth:`decode` (the optional
-        ``Backend.take_scores``): for each span with ``targets``, per row the
-        ``log_softmax`` of that row's logits at each target id
+        """The label scores of the last :meth:`decode` (``Backend.take_scores``): for
+        each span with ``targets``, per row the ``log_softmax`` of that row's logits at
+        each target id
         (:func:`~llamabatch.llamacpp.sampler.token_logsoftmax`)."""
         taken, self._scores = self._scores, []
         return taken
 
     def score_alone(self, tokens: Sequence[int], targets: Sequence[Sequence[int]]) -> list:
-        """Label scores through the ``Llama`` itself (the optional
-        ``Backend.score_alone``): for each row with targets, the ``Llama``'s cache is
-        cut back to what it shares with ``tokens`` but at most to the token before that
-        row, the rest up to the row is evaluated with ``Llama.eval`` (at least two tokens,
+        """Label scores through the ``Llama`` itself (``Backend.score_alone``): for each
+        row with targets, the ``Llama``'s cache is cut back to what it shares with
+        ``tokens`` but at most to the token before that row, the rest up to the row is
+        evaluated with ``Llama.eval`` (at least two tokens,
         :data:`~llamabatch.engine.scoring.MIN_RUN`) and the last row's logits read; the
         ``Llama``'s settings are put back, its cache is cut back like
         :meth:`generate_alone`'s (:meth:`release_alone`).
@@ -413,12 +430,10 @@ class LlamaBackend:
             guard.restore_settings()
         return out
 
-    def clear(self, n_seqs: int | None = None) -> None:
-        """Remove sequences [0, n_seqs) (all when ``None``) from the cache (no-op
-        without a context)."""
+    def clear(self) -> None:
+        """Remove every sequence from the cache (no-op without a context)."""
         if self._ctx is not None and not self._ctx.closed:
-            n = self._ctx.limits.n_seq_max
-            self._ctx.clear(range(n if n_seqs is None else min(n_seqs, n)))
+            self._ctx.clear(range(self._ctx.limits.n_seq_max))
 
     # -- one at a time -----------------------------------------------------------
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:

@@ -92,10 +92,10 @@ def open_job(
         n_ctx_seq=config.n_ctx_seq,
         n_batch=config.n_batch,
         max_tokens=config.max_tokens,
-        page_size=config.page_size,
+        lookahead=config.lookahead,
         cache_ram_mib=cache_ram_mib,
         sampling=sampling,
-        batch_size=config.page_size,
+        batch_size=config.lookahead,
         concurrency=args.actors or 1,
         num_gpus=args.gpus_per_actor,
     )

@@ -33,7 +33,7 @@ class BatchCompleter:
         n_gpu_layers: layers offloaded to the GPU (``-1`` = all; no effect on a CPU
             build of llama-cpp-python).
         n_threads: CPU threads of llama.cpp (default: llama-cpp-python's).
-        slots, n_ctx_seq, n_batch, max_tokens, page_size, cache_ram_mib: the
+        slots, n_ctx_seq, n_batch, max_tokens, lookahead, cache_ram_mib: the
             :class:`~llamabatch.BatchGenerator`'s.
         sampling: the default sampling params of every row (a :class:`SamplingParams`,
             or a mapping of line fields); a row's own fields go on top, by
@@ -69,7 +69,7 @@ class BatchCompleter:
         n_ctx_seq: int = 4096,
         n_batch: int = 512,
         max_tokens: int = 200,
-        page_size: int | None = None,
+        lookahead: int | None = None,
         cache_ram_mib: int = 1024,
         sampling: SamplingParams | Mapping[str, Any] | None = None,
         id_column: str | None = "id",
@@ -100,7 +100,7 @@ class BatchCompleter:
             n_batch=n_batch,
             max_tokens=max_tokens,
             sampling=self.sampling,
-            page_size=page_size,
+            lookahead=lookahead,
             cache_ram_mib=cache_ram_mib,
         )
         self._template: Any = None

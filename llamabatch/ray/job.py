@@ -23,18 +23,13 @@ from typing import Any
 
 from .._util.closing import Closing
 from ..completion import Completion
-from ..errors import LlamaBatchError
+from ..errors import RayJobError
 from ..outputs import extra_output_names
 from .columns import SAMPLING_PARAMS_COLUMN, batch_rows
 from .processors import ProcessorConfig, processor
 
 #: The column of a row's position in the job (the completion's ``index``).
 ROW_COLUMN = "row"
-
-
-class RayJobError(LlamaBatchError):
-    """Ray could not run the job (no cluster at the address, an actor that cannot load
-    the model, a failure Ray gave up retrying); the message says which."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ class ProcessorConfig:
     Attributes:
         model_path: the GGUF file, at this path on every node that runs an actor.
         n_ctx, n_gpu_layers, n_threads, slots, n_ctx_seq, n_batch, max_tokens,
-            page_size, cache_ram_mib, sampling, id_column: the
+            lookahead, cache_ram_mib, sampling, id_column: the
             :class:`~llamabatch.ray.BatchCompleter`'s.
         batch_size: rows per ``map_batches`` call (one call completes them several
             sequences at a time, so a few times ``slots`` keeps the slots busy).
@@ -53,7 +53,7 @@ class ProcessorConfig:
     n_ctx_seq: int = 4096
     n_batch: int = 512
     max_tokens: int = 200
-    page_size: int | None = None
+    lookahead: int | None = None
     cache_ram_mib: int = 1024
     sampling: SamplingParams | Mapping[str, Any] | None = None
     id_column: str | None = "id"
@@ -86,7 +86,7 @@ class ProcessorConfig:
             "n_ctx_seq",
             "n_batch",
             "max_tokens",
-            "page_size",
+            "lookahead",
             "cache_ram_mib",
             "sampling",
             "id_column",

@@ -1,6 +1,6 @@
 """One HTTP exchange with one server, through httpx: a request's reply, or a probe.
 
-Every outcome is one of three: a :class:`Reply`; :class:`ServerFault` (the server
+Every outcome is one of three: a :class:`ServerReply`; :class:`ServerFault` (the server
 refused the connection, timed out, broke the response off, answered 408, 429 or 5xx,
 or sent a body that is not a completion: worth another try on another server); or
 :class:`ItemRejected` (any other 4xx: the request itself is bad, so another server
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import LlamaBatchError
+from ..errors import ItemRejected, ServerFault
 from .request import Request
 
 #: HTTP statuses that say "not now" rather than "never": retried on another server
@@ -22,16 +22,8 @@ from .request import Request
 RETRY_STATUSES = frozenset({408, 429})
 
 
-class ServerFault(LlamaBatchError):
-    """The server failed this exchange; another server may succeed."""
-
-
-class ItemRejected(LlamaBatchError):
-    """The server refused the request itself (a 4xx other than 408 and 429)."""
-
-
 @dataclass(frozen=True, slots=True)
-class Reply:
+class ServerReply:
     """A parsed completion.
 
     Attributes:
@@ -76,7 +68,7 @@ def _usage(body: dict[str, Any], key: str) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def parse_reply(body: object) -> Reply:
+def parse_reply(body: object) -> ServerReply:
     """Read an OpenAI completion or chat completion object.
 
     Raises:
@@ -97,7 +89,7 @@ def parse_reply(body: object) -> Reply:
         else ()
     )
     reason = "length" if choice.get("finish_reason") == "length" else "stop"
-    return Reply(
+    return ServerReply(
         str(text),
         reason,
         token_ids,
@@ -118,7 +110,7 @@ def _check_status(response: httpx.Response) -> None:
 
 def send(
     client: httpx.Client, url: str, request: Request, model: str | None, timeout_s: float
-) -> Reply:
+) -> ServerReply:
     """POST one request to the server at ``url`` and parse its answer.
 
     Args:

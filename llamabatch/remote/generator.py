@@ -20,11 +20,14 @@ import httpx
 from .._util.closing import Closing
 from ..errors import GeneratorClosed
 from ..fields import per_item_sampling
-from ..params import MAX_PAGE_SIZE, SamplingParams
-from .client import ItemRejected, Reply, ServerFault, probe, send
+from ..params import SamplingParams
+from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
 from .request import BadItem, build_request
+
+#: Completions per page by default (``page_size=None``).
+DEFAULT_PAGE_SIZE = 16
 
 
 class RemoteGenerator(Closing):
@@ -85,7 +88,7 @@ class RemoteGenerator(Closing):
         for name, value, low in (
             ("max_tokens", max_tokens, 1),
             ("max_attempts", max_attempts, 1),
-            ("page_size", page_size or MAX_PAGE_SIZE, 1),
+            ("page_size", page_size or DEFAULT_PAGE_SIZE, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {low}")
@@ -103,7 +106,7 @@ class RemoteGenerator(Closing):
                 f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
             )
         self.sampling, self.max_tokens = sampling, max_tokens
-        self.page_size = page_size or MAX_PAGE_SIZE
+        self.page_size = page_size or DEFAULT_PAGE_SIZE
         self._attempts, self._timeout = max_attempts, float(timeout_s)
         self._backoff, self._max_backoff = backoff_s, max_backoff_s
         if api_key is not None and client is not None:
@@ -114,14 +117,19 @@ class RemoteGenerator(Closing):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = client or httpx.Client(headers=headers)
         probe_s = min(self._timeout, 10.0)
-        self.pool = ServerPool(
-            servers,
-            lambda url: probe(self._client, url, probe_s),
-            concurrency=concurrency,
-            cooldown_s=cooldown_s,
-            max_cooldown_s=max_cooldown_s,
-            give_up_s=give_up_s,
-        )
+        try:
+            self.pool = ServerPool(
+                servers,
+                lambda url: probe(self._client, url, probe_s),
+                concurrency=concurrency,
+                cooldown_s=cooldown_s,
+                max_cooldown_s=max_cooldown_s,
+                give_up_s=give_up_s,
+            )
+        except BaseException:  # a bad URL or option: no generator, so no client either
+            if self._owns_client:
+                self._client.close()
+            raise
         self._stats = RemoteStats(
             servers={s.url: {"requests": 0, "faults": 0} for s in self.pool.servers}
         )
@@ -218,7 +226,7 @@ class RemoteGenerator(Closing):
         )
 
     @staticmethod
-    def _completion(index: int, reply: Reply, url: str, attempts: int) -> RemoteCompletion:
+    def _completion(index: int, reply: ServerReply, url: str, attempts: int) -> RemoteCompletion:
         return RemoteCompletion(
             index,
             reply.text,

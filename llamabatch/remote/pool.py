@@ -16,12 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import LlamaBatchError
+from ..errors import PoolUnavailable
 from .client import ServerFault, ServerInfo
-
-
-class PoolUnavailable(LlamaBatchError):
-    """No server of the pool answered for ``give_up_s`` seconds."""
 
 
 def normalize_url(url: object) -> str:
@@ -123,7 +119,7 @@ class ServerPool:
         self._cooldown, self._max_cooldown, self._give_up = cooldown_s, max_cooldown_s, give_up_s
         self._clock = clock
         self._cond = threading.Condition()
-        self._all_down_since: float | None = clock()
+        self._all_down_since: float | None = None  # set when a probe or fault leaves none up
         self._closed = False
 
     # -- state --------------------------------------------------------------------------

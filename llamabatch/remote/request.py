@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import GrammarError
+from ..errors import BadItem, GrammarError
 from ..fields import resolve_item
 from ..llamacpp import constraints
 from ..params import SamplingParams
@@ -50,10 +50,6 @@ SERVER_FIELDS = frozenset(
     _SAMPLING_FIELDS + ("max_tokens", "stop", "penalty_last_n", "grammar", "json_schema", "choices")
 )
 _DEFAULT = SamplingParams()
-
-
-class BadItem(ValueError):
-    """An item that cannot become a request; its message is the item's error."""
 
 
 @dataclass(frozen=True, slots=True)

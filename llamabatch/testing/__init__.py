@@ -19,13 +19,18 @@ The default vocabulary: ids 0-255 are the bytes of UTF-8 text (``tokenize`` give
 token per byte, the empty string none), ids from 256 up are special tokens written
 ``<|id|>``; 256 (:data:`EOG_ID`) is the default end-of-generation token.
 
-Modules: ``fake`` (the backend), ``records`` (its call log), ``replies`` (replies and
-fault plans), ``strategies`` (hypothesis), ``checks`` (runs of a generator on a fake and
-their checks), ``machine`` (the hypothesis state machine of a generator's life; import
-it explicitly, it imports hypothesis).
+Modules: ``fake`` (the backend's calls), and what it is made of, one concern each:
+``memory`` (the caches, token by token), ``rules`` (llama.cpp's rules and
+:class:`FakeBackendViolation`), ``faults`` (fault injection and fault plans), ``oracle``
+(the reference completion of a prompt, by the engine's own stop rule), ``records`` (the
+call log), ``replies`` (the vocabulary and reply functions); ``strategies``
+(hypothesis), ``checks`` (runs of a generator on a fake and their checks), ``machine``
+(the hypothesis state machine of a generator's life; import it explicitly, it imports
+hypothesis).
 """
 
 from .fake import FakeBackend, FakeBackendViolation
+from .faults import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan
 from .records import (
     AloneCall,
     Call,
@@ -42,15 +47,7 @@ from .records import (
     TrimCall,
     read_seqs,
 )
-from .replies import (
-    BACKEND_EXCEPTIONS,
-    DECODE_FAULT_CODES,
-    EOG_ID,
-    FailWhen,
-    FaultPlan,
-    HashReply,
-    Reply,
-)
+from .replies import EOG_ID, HashReply, Reply, ReplySpec
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
@@ -72,6 +69,7 @@ __all__ = [
     "HashReply",
     "OpenBatchCall",
     "Reply",
+    "ReplySpec",
     "SeqLog",
     "SpanRecord",
     "StartSeqCall",

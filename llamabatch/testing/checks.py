@@ -35,7 +35,7 @@ class Case:
     n_ctx_seq: int
     n_batch: int
     max_tokens: int
-    page_size: int | None = None
+    lookahead: int | None = None
     min_copy_tokens: int = 32
     sampling: tuple[SamplingParams, ...] | None = None
     max_batch_failures: int = 3
@@ -48,7 +48,7 @@ class Case:
             n_ctx_seq=self.n_ctx_seq,
             n_batch=self.n_batch,
             max_tokens=self.max_tokens,
-            page_size=self.page_size,
+            lookahead=self.lookahead,
             min_copy_tokens=self.min_copy_tokens,
             max_batch_failures=self.max_batch_failures,
         )
@@ -141,7 +141,7 @@ def check_item(case: Case, k: int, prompt: object, c: Completion) -> None:
         assert c.error
         return
     cap = case.max_tokens_of(k)
-    exp = fake.expected(prompt, cap)
+    exp = fake.expected(prompt, cap, case.sampling[k] if case.sampling is not None else None)
     assert (c.token_ids, c.finish_reason, c.text, c.error) == (
         exp.token_ids,
         exp.finish_reason,

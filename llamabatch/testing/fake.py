@@ -1,19 +1,25 @@
-"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log."""
+"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log.
+
+The backend's calls are here; what they rely on is split by concern: the caches
+(:mod:`.memory`), llama.cpp's rules (:mod:`.rules`), the injected faults
+(:mod:`.faults`), the reference replies (:mod:`.oracle`) and the call log
+(:mod:`.records`).
+"""
 
 from __future__ import annotations
 
 import math
-import operator
 import random
-from array import array
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
-from ..engine.backend import BatchLimits, Span
+from ..engine.backend import BackendCapabilities, BatchLimits, Span
 from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
-from ..errors import BackendError, BatchUnavailable, DecodeError, GrammarError
+from ..errors import BackendError, BatchUnavailable, GrammarError
 from ..params import SamplingParams
+from . import oracle
+from .faults import FailAlone, decode_error, fails_alone, keeps_tokens
+from .memory import FakeMemory, SlotState
 from .records import (
     AloneCall,
     Call,
@@ -30,37 +36,12 @@ from .records import (
     TrimCall,
     read_seqs,
 )
-from .replies import EOG_ID, HashReply, Reply, byte_text, byte_tokens
+from .replies import EOG_ID, HashReply, ReplySpec, byte_text, byte_tokens
+from .rules import FakeBackendViolation, Rules
+
+__all__ = ["FakeBackend", "FakeBackendViolation"]
 
 C = TypeVar("C", bound=Call)
-
-
-class FakeBackendViolation(AssertionError):
-    """The scheduler broke a rule that llama.cpp enforces (or crashes on).
-
-    It derives from ``AssertionError`` so that no ``except BackendError`` swallows it;
-    every violation is also appended to :attr:`FakeBackend.violations`.
-    """
-
-
-@dataclass(slots=True)
-class _Seq:
-    """What the fake knows of one slot of the batch context."""
-
-    kv: list[int] = field(default_factory=list)  # tokens at positions 0, 1, ...
-    started: bool = False  # start_seq since the last failure / clear
-    corrupt: bool = False  # a refused trim left the cache unknown
-    reply: Tokens | None = None  # set when the prompt ended (first logits)
-    n_sampled: int = 0
-    last: int = -1  # the last sampled token (to be decoded next)
-    is_done: bool = False  # sampled an EOG token or its max_tokens-th token
-    sampling: SamplingParams | None = None  # of the item started in it
-    win_min: int = -1  # oldest position its window layers hold (n_swa > 0), -1: none
-    hole: tuple[int, int] | None = None  # positions [a, b) its window lacked when decoded
-
-    def restart(self) -> None:
-        self.started, self.reply, self.n_sampled = True, None, 0
-        self.last, self.is_done = -1, False
 
 
 class FakeBackend:
@@ -88,14 +69,20 @@ class FakeBackend:
     its reply is then the reply of its cache without the missing positions (another
     reply, no error).
 
+    Label scores (``Span.targets``, :meth:`take_scores`, :meth:`score_alone`) come from
+    a deterministic model of log-probabilities (:meth:`token_logprob`); a span's
+    ``share`` samples the other sequences' first token from the same row.
+
     Args:
-        reply: see :data:`Reply`; default :class:`HashReply` ``(seed=0, max_len=12)``.
+        reply: see :data:`~llamabatch.testing.replies.ReplySpec`; default
+            :class:`HashReply` ``(seed=0, max_len=12)``.
         eog_ids: end-of-generation ids (``Backend.eog_ids``).
         n_vocab: vocabulary size; the default tokenizer needs >= 256.
         n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
         max_slots: the most sequences ``open_batch`` accepts.
         max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that
-            already sampled that many tokens is then a violation.
+            already sampled that many tokens is then a violation (an item's own
+            ``SamplingParams.max_tokens`` replaces it for that item, as in the scheduler).
         ctx_pad: ``open_batch`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
         n_batch_cap: ``open_batch`` allocates at most this n_batch (``None``: as asked).
         filler: the token emitted after the reply when ``eog_ids`` is empty.
@@ -114,7 +101,8 @@ class FakeBackend:
             unknown. Settable later.
         max_kv_tokens: ``open_batch`` raises ``BatchUnavailable`` when ``slots *
             n_ctx_seq`` (after padding) exceeds it, as llama.cpp returns NULL for a KV
-            cache too large for memory (``None``: no limit). Settable later.
+            cache too large for memory (``None``: no limit); a failed ``open_batch`` may
+            be tried again. Settable later.
         refuse_grammar: ``start_seq`` and ``generate_alone`` raise ``GrammarError`` for an
             item with a constraint (``SamplingParams.constraint``), as llama.cpp refuses a
             bad grammar. Settable later.
@@ -127,7 +115,7 @@ class FakeBackend:
         declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
             False); else the scheduler must learn it from a refused trim.
         n_swa: the sliding window in positions (see above; 0: every position kept).
-            ``Backend.n_swa`` is this.
+            ``BackendCapabilities.n_swa`` is this.
         fail_alone: prompts (token tuples) or a predicate on them whose
             ``generate_alone`` raises ``BackendError`` when iterated. Settable later.
         check: check every call against llama.cpp's rules and log it. ``False`` is a fast
@@ -138,7 +126,7 @@ class FakeBackend:
             (:class:`OpenBatchCall`, :class:`StartSeqCall`, :class:`TrimCall`,
             :class:`CopyCall`, :class:`DecodeCall`, :class:`ClearCall`,
             :class:`AloneCall`, :class:`CloseCall`).
-        partial_trim: see :class:`~llamabatch.engine.backend.Backend`.
+        partial_trim: see :class:`~llamabatch.engine.backend.BackendCapabilities`.
         violations: the message of every :class:`FakeBackendViolation` raised.
         limits: what ``open_batch`` returned, or ``None``.
 
@@ -157,7 +145,7 @@ class FakeBackend:
 
     def __init__(
         self,
-        reply: Reply | None = None,
+        reply: ReplySpec | None = None,
         *,
         eog_ids: Collection[int] = (EOG_ID,),
         n_vocab: int = 260,
@@ -181,7 +169,7 @@ class FakeBackend:
         recurrent: bool = False,
         declares_recurrent: bool = True,
         n_swa: int = 0,
-        fail_alone: Collection[Tokens] | Callable[[Tokens], bool] | None = None,
+        fail_alone: FailAlone | None = None,
         check: bool = True,
     ) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -195,7 +183,7 @@ class FakeBackend:
         self.filler = n_vocab - 1 if filler is None else filler
         self._tokenizer = tokenizer
         self._detokenizer = detokenizer
-        self.reply = HashReply(0, 12, n_vocab) if reply is None else reply
+        self.reply: ReplySpec = HashReply(0, 12, n_vocab) if reply is None else reply
         self.fail_open = fail_open
         self.fail_decode_at = fail_decode_at
         self.fail_code = fail_code
@@ -213,23 +201,50 @@ class FakeBackend:
         self.fail_alone = fail_alone
         self.check = check
         self.log: list[Call] = []
-        self.violations: list[str] = []
         self.limits: BatchLimits | None = None
         self.num_decode_calls = 0
         self.closed = False
-        self._seqs: list[_Seq] = []
+        self._memory = FakeMemory(recurrent, n_swa)
+        self._rules = Rules()
         self._open_tried = False
-        self._logprobs: list = []
-        self._scores: list = []
+        self._logprobs: list[tuple[tuple[int, float], ...] | None] = []
+        self._scores: list[tuple[tuple[float, ...], ...]] = []
         self._rows: dict[Tokens, tuple[list[float], float]] = {}
         self.can_share_rows = True
 
+    #: The fake allocates nothing and has no model to lose (``Backend`` attributes).
+    kv_bytes = 0
+    llm_closed = False
+
+    def capabilities(self) -> BackendCapabilities:
+        """Copies, saves and loads of sequence states; partial trims unless the fake is
+        recurrent and says so (``declares_recurrent``); no lock of its own; no
+        limits on the batch parameters beyond ``max_slots``; label scores, shared rows
+        (``can_share_rows``, settable before the generator is made) and ``n_swa``."""
+        return BackendCapabilities(
+            max_slots=self.max_slots,
+            can_copy=True,
+            partial_trim=self.partial_trim,
+            can_save=True,
+            can_score=True,
+            can_share_rows=self.can_share_rows,
+            n_swa=self.n_swa,
+        )
+
+    def release_alone(self) -> None:
+        """Nothing to give back: the fake keeps no state between items alone."""
+
     def __repr__(self) -> str:
-        defaults = FakeBackend.__init__.__kwdefaults__
+        defaults = FakeBackend.__init__.__kwdefaults__ or {}
         args = [repr(self._kwargs["reply"])] + [
             f"{k}={v!r}" for k, v in self._kwargs.items() if k != "reply" and defaults.get(k) != v
         ]
         return f"FakeBackend({', '.join(args)})"
+
+    @property
+    def violations(self) -> list[str]:
+        """The message of every :class:`FakeBackendViolation` raised, in order."""
+        return self._rules.violations
 
     # -- text ------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
@@ -248,109 +263,54 @@ class FakeBackend:
         invalid bytes replaced), or the given detokenizer."""
         return (self._detokenizer or byte_text)(tokens)
 
-    # -- replies ---------------------------------------------------------------------
-    def _as_tokens(self, value: str | Sequence[int]) -> Tokens:
-        return tuple(self.tokenize(value) if isinstance(value, str) else value)
-
+    # -- the oracle ------------------------------------------------------------------
     def reply_of(self, prompt: Sequence[int]) -> Tokens:
-        """The configured reply to the prompt ``prompt`` (token ids), before the stop rule."""
-        key = tuple(prompt)
-        if isinstance(self.reply, Mapping):
-            value = self.reply.get(key)
-            if value is None:
-                value = next(
-                    (
-                        v
-                        for k, v in self.reply.items()
-                        if isinstance(k, str) and self._as_tokens(k) == key
-                    ),
-                    (),
-                )
-            return self._as_tokens(value)
-        return self._as_tokens(self.reply(key))
-
-    def _token_at(self, reply: Tokens, i: int) -> int:
-        if i < len(reply):
-            return reply[i]
-        return min(self.eog_ids) if self.eog_ids else self.filler
+        """The configured reply to the prompt ``prompt`` (token ids), before the stop
+        rule (:func:`.oracle.reply_of`)."""
+        return oracle.reply_of(self, prompt)
 
     def prompt_tokens(self, prompt: object) -> Tokens:
         """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
 
         Raises:
-            ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
-                untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
+            ValueError: the item is an error (:func:`.oracle.prompt_tokens`).
         """
-        if isinstance(prompt, memoryview) and prompt.format in ("B", "c"):
-            prompt = prompt.tobytes()  # the bytes of text, as the scheduler reads them
-        if isinstance(prompt, (bytes, bytearray)):
-            prompt = bytes(prompt).decode("utf-8")  # UnicodeDecodeError is a ValueError
-        if isinstance(prompt, str):
-            try:
-                tokens = self.tokenize(prompt)
-            except BackendError as exc:
-                raise ValueError(str(exc)) from None
-        elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
-            try:
-                tokens = [operator.index(t) for t in prompt]
-            except TypeError:
-                raise ValueError(f"not token ids: {prompt!r}") from None
-        else:
-            raise ValueError(f"not a prompt: {type(prompt).__name__}")
-        if not tokens or any(not 0 <= t < self.n_vocab for t in tokens):
-            raise ValueError("empty prompt or a token id outside the vocabulary")
-        if len(tokens) >= self.n_ctx:
-            raise ValueError(f"{len(tokens)} prompt tokens do not fit n_ctx={self.n_ctx}")
-        return tuple(tokens)
+        return oracle.prompt_tokens(self, prompt)
 
-    def expected(self, prompt: object, max_tokens: int) -> Expected:
-        """What the scheduler should return for ``prompt`` completed alone.
-
-        The stop rule on the reply stream: an EOG id stops (``"stop"``, not kept); else
-        the token is kept and the ``min(max_tokens, n_ctx - n_prompt)``-th ends it
-        (``"length"``). ``fail_alone`` is not considered (see :meth:`fails_alone`).
+    def expected(
+        self, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
+    ) -> Expected:
+        """What the scheduler should return for ``prompt`` completed alone: the engine's
+        stop rule on the reply stream (:func:`.oracle.expected`; ``sampling`` gives the
+        stop strings and stop ids). ``fail_alone`` is not considered (see
+        :meth:`fails_alone`).
 
         Raises:
             ValueError: the item is an error (see :meth:`prompt_tokens`).
         """
-        tokens = self.prompt_tokens(prompt)
-        budget = min(max_tokens, self.n_ctx - len(tokens))
-        reply, out = self.reply_of(tokens), []
-        while True:
-            token = self._token_at(reply, len(out))
-            if token in self.eog_ids:
-                reason = "stop"
-                break
-            out.append(token)
-            if len(out) >= budget:
-                reason = "length"
-                break
-        return Expected(tuple(out), reason, self.detokenize(out))
+        return oracle.expected(self, prompt, max_tokens, sampling)
 
-    # -- checks ----------------------------------------------------------------------
-    def _violation(self, message: str) -> FakeBackendViolation:
-        self.violations.append(message)
-        return FakeBackendViolation(message)
-
-    def _require(self, ok: bool, message: str) -> None:
-        if not ok:
-            raise self._violation(message)
-
-    def _require_open(self, what: str) -> None:
-        self._require(not self.closed, f"{what} after close()")
-        self._require(self.limits is not None, f"{what} without a batch context")
+    def fails_alone(self, prompt: Sequence[int]) -> bool:
+        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
+        return fails_alone(self.fail_alone, tuple(prompt))
 
     # -- the batch context -----------------------------------------------------------
+    def _open_limits(self, what: str) -> BatchLimits:
+        return self._rules.require_open(self.closed, self.limits, what)
+
     def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
         """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``.
 
         Raises:
-            BatchUnavailable: ``fail_open``, or ``slots`` above ``max_slots``.
-            FakeBackendViolation: called twice, after ``close``, or with a value < 1.
+            BatchUnavailable: ``fail_open``, ``slots`` above ``max_slots``, or more than
+                ``max_kv_tokens``.
+            FakeBackendViolation: called after it created a context, after ``close``, or
+                with a value < 1.
         """
-        self._require(self.limits is None, "open_batch called after it created a context")
-        self._require(not self.closed, "open_batch after close()")
-        self._require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
+        rules = self._rules
+        rules.require(self.limits is None, "open_batch called after it created a context")
+        rules.require(not self.closed, "open_batch after close()")
+        rules.require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
         self._open_tried = True
         n_padded = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
         too_big = self.max_kv_tokens is not None and slots * n_padded > self.max_kv_tokens
@@ -369,7 +329,7 @@ class FakeBackend:
         n_ctx = n_ctx_seq * slots
         n_batch = min(n_batch, n_ctx, self.n_batch_cap or n_batch)
         self.limits = BatchLimits(slots, n_ctx_seq, n_batch, n_ctx)
-        self._seqs = [_Seq() for _ in range(slots)]
+        self._memory.allocate(slots)
         if self.check:
             self.log.append(OpenBatchCall(slots, n_ctx_seq, n_batch, self.limits))
         return self.limits
@@ -377,51 +337,29 @@ class FakeBackend:
     @property
     def kv_lengths(self) -> tuple[int, ...]:
         """Tokens in each slot's cache (empty before ``open_batch``)."""
-        return tuple(len(s.kv) for s in self._seqs)
+        return tuple(len(s.kv) for s in self._memory.slots)
+
+    def cached(self, seq_id: int) -> Tokens:
+        """The tokens slot ``seq_id``'s cache holds, positions 0, 1, ..."""
+        return tuple(self._memory.slots[seq_id].kv)
 
     def seq_pos_min(self, seq_id: int) -> int:
-        """The optional ``Backend.seq_pos_min``: the oldest position slot ``seq_id`` holds
-        in every layer (its window layers' with ``n_swa`` > 0), -1 when it holds none.
+        """``Backend.seq_pos_min``: the oldest position slot ``seq_id`` holds in every
+        layer (its window layers' with ``n_swa`` > 0), -1 when it holds none.
 
         Raises:
             FakeBackendViolation: no batch context, ``seq_id`` out of range.
         """
-        seq = self._seq(seq_id, "seq_pos_min")
-        if not seq.kv:
-            return -1
-        return seq.win_min if self.n_swa > 0 else 0
+        self._seq(seq_id, "seq_pos_min")
+        return self._memory.pos_min(seq_id)
 
-    def _slide(self, seq: _Seq, pos: int) -> None:
-        """Tokens were appended at ``pos`` ..: note a hole in the window they see, then
-        let the window layers drop what no later position sees."""
-        if self.n_swa <= 0:
-            return
-        need = max(0, pos - self.n_swa + 1)  # the first position ``pos`` attends to
-        held = seq.win_min if seq.win_min >= 0 else pos
-        if pos > 0 and held > need and seq.hole is None:
-            seq.hole = (need, held)
-        if seq.win_min < 0:
-            seq.win_min = pos
-        seq.win_min = max(seq.win_min, len(seq.kv) - self.n_swa + 1, 0)
-
-    def _seen(self, seq: _Seq) -> Tokens:
+    def _seen(self, seq: SlotState) -> Tokens:
         """The prompt a sequence's first logits see: its cache, less any hole."""
-        if seq.hole is None:
-            return tuple(seq.kv)
-        a, b = seq.hole
-        return tuple(seq.kv[:a] + seq.kv[b:])
+        return seq.seen()
 
-    def cached(self, seq_id: int) -> Tokens:
-        """The tokens slot ``seq_id``'s cache holds, positions 0, 1, ..."""
-        return tuple(self._seqs[seq_id].kv)
-
-    def _seq(self, seq_id: int, what: str) -> _Seq:
-        self._require_open(what)
-        n = self.limits.n_seq_max
-        self._require(
-            isinstance(seq_id, int) and 0 <= seq_id < n, f"{what}: seq id {seq_id} outside [0, {n})"
-        )
-        return self._seqs[seq_id]
+    def _seq(self, seq_id: int, what: str) -> SlotState:
+        self._rules.require_seq_id(seq_id, self._open_limits(what), what)
+        return self._memory.slots[seq_id]
 
     def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
         """Give ``seq_id`` a fresh sampler state (its cache stays).
@@ -433,8 +371,7 @@ class FakeBackend:
         self._grammar_fault(sampling)
         if self.check:
             self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
-        seq.restart()
-        seq.sampling = sampling
+        seq.restart(sampling)
 
     # -- label scores (a deterministic model of log-probabilities) -------------------
     def token_logprob(self, context: Sequence[int], token: int) -> float:
@@ -455,22 +392,23 @@ class FakeBackend:
         logits, logz = row
         return logits[token] - logz
 
-    def take_scores(self) -> list:
-        """The optional ``Backend.take_scores``: for each span of the last decode with
-        ``targets``, per row the :meth:`token_logprob` of each target id."""
+    def take_scores(self) -> list[tuple[tuple[float, ...], ...]]:
+        """``Backend.take_scores``: for each span of the last decode with ``targets``,
+        per row the :meth:`token_logprob` of each target id."""
         taken, self._scores = self._scores, []
         return taken
 
     def _span_scores(self, kv: Sequence[int], span: Span) -> tuple[tuple[float, ...], ...]:
         """``kv`` holds the sequence's cache before ``span``."""
-        self._require(
-            len(span.targets) == len(span.tokens) and not span.logits,
+        targets = span.targets or ()
+        self._rules.require(
+            len(targets) == len(span.tokens) and not span.logits,
             f"seq {span.seq_id}: targets need one tuple per token and logits=False",
         )
         path = list(kv) + list(span.tokens)
         out = []
-        for r, ids in enumerate(span.targets):
-            self._require(
+        for r, ids in enumerate(targets):
+            self._rules.require(
                 all(0 <= t < self.n_vocab for t in ids),
                 f"seq {span.seq_id}: a target outside [0, {self.n_vocab})",
             )
@@ -478,8 +416,10 @@ class FakeBackend:
             out.append(tuple(self.token_logprob(context, t) for t in ids))
         return tuple(out)
 
-    def score_alone(self, tokens: Sequence[int], targets: Sequence[Sequence[int]]) -> list:
-        """The optional ``Backend.score_alone``: per position of ``tokens``, the
+    def score_alone(
+        self, tokens: Sequence[int], targets: Sequence[Sequence[int]]
+    ) -> list[tuple[float, ...]]:
+        """``Backend.score_alone``: per position of ``tokens``, the
         :meth:`token_logprob` of each id of ``targets[j]`` after ``tokens[:j + 1]``.
 
         Raises:
@@ -487,7 +427,7 @@ class FakeBackend:
             FakeBackendViolation: ``targets`` is not one tuple per token.
         """
         tokens = tuple(tokens)
-        self._require(len(targets) == len(tokens), "score_alone: one targets tuple per token")
+        self._rules.require(len(targets) == len(tokens), "score_alone: one targets tuple per token")
         if self.fails_alone(tokens) or not tokens or len(tokens) >= self.n_ctx:
             raise BackendError("fake: cannot score alone")
         if self.check:
@@ -497,10 +437,10 @@ class FakeBackend:
             for j, ids in enumerate(targets)
         ]
 
-    def take_logprobs(self) -> list:
-        """The optional ``Backend.take_logprobs``: one entry per token sampled since the
-        last call; the fake's replies are certain, so each is ``((token, 0.0),)`` (the
-        chosen token, probability 1), or ``None`` without ``sampling.logprobs``."""
+    def take_logprobs(self) -> list[tuple[tuple[int, float], ...] | None]:
+        """``Backend.take_logprobs``: one entry per token sampled since the last call;
+        the fake's replies are certain, so each is ``((token, 0.0),)`` (the chosen
+        token, probability 1), or ``None`` without ``sampling.logprobs``."""
         taken, self._logprobs = self._logprobs, []
         return taken
 
@@ -517,21 +457,11 @@ class FakeBackend:
         Raises:
             FakeBackendViolation: no batch context, ``seq_id`` or ``n_keep`` out of range.
         """
-        seq = self._seq(seq_id, "trim")
-        self._require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
-        ok = not (self.recurrent and 0 < n_keep < len(seq.kv))
+        self._seq(seq_id, "trim")
+        self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
+        ok = self._memory.trim(seq_id, n_keep)
         if self.check:
             self.log.append(TrimCall(seq_id, n_keep, ok))
-        if ok:
-            del seq.kv[n_keep:]
-            if n_keep == 0:
-                seq.corrupt = False
-            if seq.win_min >= n_keep:
-                seq.win_min = -1  # the window layers held only removed positions
-            if seq.hole is not None and seq.hole[0] >= n_keep:
-                seq.hole = None  # what was computed over the hole is gone
-        else:
-            seq.corrupt = True
         return ok
 
     def copy_seq(self, src: int, dst: int) -> None:
@@ -542,31 +472,28 @@ class FakeBackend:
             FakeBackendViolation: no batch context, an id out of range, ``src == dst``.
         """
         a, b = self._seq(src, "copy_seq"), self._seq(dst, "copy_seq")
-        self._require(src != dst, f"copy_seq of seq {src} onto itself")
+        self._rules.require(src != dst, f"copy_seq of seq {src} onto itself")
         self.num_copies += 1
         if self.num_copies == self.fail_copy_at:
             b.corrupt = True
             raise BackendError(f"fake: copy_seq failed (fault at copy {self.num_copies})")
         if self.check:
             self.log.append(CopyCall(src, dst, len(a.kv)))
-        b.kv[:] = a.kv
-        b.corrupt = a.corrupt
-        b.win_min, b.hole = a.win_min, a.hole
+        self._memory.copy(src, dst)
 
     def save_seq(self, seq_id: int) -> bytes:
-        """The optional ``Backend.save_seq``: the slot's cache as bytes (its tokens, and
-        whether it is unknown, so that loading a bad state is caught at the next decode).
+        """``Backend.save_seq``: the slot's cache as bytes (:meth:`.memory.FakeMemory.save`).
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load.
             FakeBackendViolation: no batch context, an id out of range.
         """
-        seq = self._seq(seq_id, "save_seq")
+        self._seq(seq_id, "save_seq")
         self._state_fault("save_seq")
-        return bytes([seq.corrupt]) + array("q", [seq.win_min, *seq.kv]).tobytes()
+        return self._memory.save(seq_id)
 
     def load_seq(self, seq_id: int, state: bytes) -> None:
-        """The optional ``Backend.load_seq``: the slot's cache becomes ``state``.
+        """``Backend.load_seq``: the slot's cache becomes ``state``.
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load (the cache is then
@@ -575,8 +502,8 @@ class FakeBackend:
                 :meth:`save_seq`.
         """
         seq = self._seq(seq_id, "load_seq")
-        self._require(
-            isinstance(state, bytes) and len(state) % 8 == 1 and len(state) > 1,
+        self._rules.require(
+            FakeMemory.is_state(state),
             f"load_seq of {type(state).__name__}, not a saved state",
         )
         try:
@@ -584,9 +511,7 @@ class FakeBackend:
         except BackendError:
             seq.corrupt = True
             raise
-        seq.corrupt = bool(state[0])
-        win_min, *kv = array("q", state[1:])
-        seq.kv[:], seq.win_min, seq.hole = kv, win_min, None
+        self._memory.load(seq_id, state)
         if self.check:
             self.log.append(LoadSeqCall(seq_id, tuple(seq.kv)))
 
@@ -595,20 +520,17 @@ class FakeBackend:
         if self.num_states == self.fail_state_at:
             raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
-    def clear(self, n_seqs: int | None = None) -> None:
-        """Empty the caches of sequences [0, n_seqs) (all when ``None``); they must be
-        started again before they are decoded.
+    def clear(self) -> None:
+        """Empty every slot's cache; the sequences must be started again before they
+        are decoded.
 
         Raises:
-            FakeBackendViolation: no batch context, or n_seqs outside [0, n_seq_max].
+            FakeBackendViolation: no batch context.
         """
-        self._require_open("clear")
-        n = self.limits.n_seq_max if n_seqs is None else n_seqs
-        self._require(0 <= n <= self.limits.n_seq_max, f"clear({n_seqs}) out of range")
+        limits = self._open_limits("clear")
         if self.check:
-            self.log.append(ClearCall(n_seqs))
-        for i in range(n):
-            self._seqs[i] = _Seq()
+            self.log.append(ClearCall())
+        self._memory.clear(limits.n_seq_max)
 
     def decode(self, spans: Sequence[Span]) -> list[int]:
         """Decode ``spans`` and sample one token per span with logits (see the class).
@@ -620,18 +542,19 @@ class FakeBackend:
         """
         self.num_decode_calls += 1
         if self.check:
-            self._check_plan(spans)
+            limits = self._open_limits("decode")
+            self._rules.check_plan(spans, limits, self._memory.slots, self.n_vocab)
         if self._decode_fails(self.num_decode_calls):
             return self._fail(spans)
-        seqs, sampled = self._seqs, []
+        seqs = self._memory.slots
+        sampled: list[int | None] = []
         dead: dict[int, GrammarError] = {}
         self._logprobs, self._scores = [], []
         for span in spans:
             seq = seqs[span.seq_id]
             if span.targets is not None:
                 self._scores.append(self._span_scores(seq.kv, span))
-            seq.kv.extend(span.tokens)
-            self._slide(seq, span.pos)
+            self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.logits:
                 if seq.reply is None:
                     seq.reply = self.reply_of(self._seen(seq))
@@ -646,14 +569,14 @@ class FakeBackend:
                         self._logprobs.append(None)
                     continue
                 first = seq.n_sampled == 0
-                token = self._token_at(seq.reply, seq.n_sampled)
+                token = oracle.token_at(self, seq.reply, seq.n_sampled)
                 seq.n_sampled += 1
                 seq.last = token
-                seq.is_done = token in self.eog_ids or seq.n_sampled == self.max_tokens
+                seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
                 sampled.append(token)
                 self._note_logprobs(seq.sampling, token)
                 for sid in span.share:  # the same row, another chain: the same reply
-                    self._require(first, f"seq {span.seq_id}: share after its first token")
+                    self._rules.require(first, f"seq {span.seq_id}: share after its first token")
                     other = seqs[sid]
                     other.reply, other.n_sampled, other.last = seq.reply, 1, token
                     other.is_done = seq.is_done
@@ -661,11 +584,14 @@ class FakeBackend:
                     self._note_logprobs(other.sampling, token)
         if self.check:
             self.log.append(
-                DecodeCall(self.num_decode_calls, self._records(spans), tuple(sampled), None)
+                # None where a grammar reached a dead end (SampleErrors)
+                DecodeCall(
+                    self.num_decode_calls, self._records(spans), cast(Tokens, tuple(sampled)), None
+                )
             )
         if dead:
             raise SampleErrors(sampled, dead)
-        return sampled
+        return sampled  # type: ignore[return-value]  # no None without a dead end
 
     def _decode_fails(self, k: int) -> bool:
         at = self.fail_decode_at
@@ -696,89 +622,23 @@ class FakeBackend:
                 self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), -100))
             raise self.fail_exc
         code = self.fail_code
-        if code == 2 or code < -1:  # processed ubatches stay in memory
+        if keeps_tokens(code):  # processed ubatches stay in memory
             for span in spans:
-                self._seqs[span.seq_id].kv.extend(span.tokens)
-                self._slide(self._seqs[span.seq_id], span.pos)
+                self._memory.append(span.seq_id, span.pos, span.tokens)
         if self.check:
             self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), code))
-        raise DecodeError(
-            f"fake: llama_decode returned {code} (fault at decode call {self.num_decode_calls})",
-            code,
-        )
+        raise decode_error(code, self.num_decode_calls)
+
+    def _cap(self, sampling: SamplingParams | None) -> int | None:
+        """Most tokens one item may sample: its own ``max_tokens``, else the fake's."""
+        own = sampling.max_tokens if sampling is not None else None
+        return own or self.max_tokens
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
         return tuple(Span(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
 
-    def _check_plan(self, spans: Sequence[Span]) -> None:
-        self._require_open("decode")
-        n_tokens = sum(len(s.tokens) for s in spans)
-        self._require(n_tokens > 0, "decode of zero tokens")
-        self._require(
-            n_tokens <= self.limits.n_batch,
-            f"decode of {n_tokens} tokens > n_batch={self.limits.n_batch}",
-        )
-        kv: dict[int, int] = {}
-        waiting: set[int] = set()  # sampled in this call: not yet known
-        n_seq_max = self.limits.n_seq_max
-        for span in spans:
-            s = span.seq_id
-            self._require(
-                isinstance(s, int) and 0 <= s < n_seq_max, f"seq id {s} outside [0, {n_seq_max})"
-            )
-            seq = self._seqs[s]
-            self._require(seq.started, f"seq {s} decoded without start_seq")
-            self._require(
-                not seq.corrupt,
-                f"seq {s} decoded while its cache is unknown (a refused trim or a failed copy)",
-            )
-            self._require(not seq.is_done, f"seq {s} decoded after it finished")
-            self._require(
-                s not in waiting, f"seq {s} decoded again after its logits in the same call"
-            )
-            self._require(len(span.tokens) > 0, f"an empty span of seq {s}")
-            pos = kv.get(s, len(seq.kv))
-            self._require(span.pos == pos, f"seq {s}: position {span.pos}, expected {pos}")
-            kv[s] = pos + len(span.tokens)
-            self._require(
-                kv[s] <= self.limits.n_ctx_seq,
-                f"seq {s}: {kv[s]} tokens > n_ctx_seq={self.limits.n_ctx_seq}",
-            )
-            self._require(
-                all(0 <= t < self.n_vocab for t in span.tokens),
-                f"seq {s}: a token outside [0, {self.n_vocab})",
-            )
-            if seq.reply is not None:
-                self._require(
-                    len(span.tokens) == 1 and span.logits,
-                    f"seq {s}: after its prompt, one token with logits per call",
-                )
-                self._require(
-                    span.tokens[0] == seq.last,
-                    f"seq {s}: decoded {span.tokens[0]}, sampled {seq.last}",
-                )
-            if span.logits:
-                waiting.add(s)
-            for f in span.share:
-                self._require(
-                    span.logits and isinstance(f, int) and 0 <= f < n_seq_max and f != s,
-                    f"seq {s}: share with seq {f!r} (needs logits and another valid seq id)",
-                )
-                self._require(self._seqs[f].started, f"seq {f} shared without start_seq")
-                self._require(
-                    self._seqs[f].reply is None, f"seq {f} shared after it sampled already"
-                )
-
     # -- one at a time ---------------------------------------------------------------
-    def fails_alone(self, prompt: Sequence[int]) -> bool:
-        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
-        prompt = tuple(prompt)
-        rule = self.fail_alone
-        if rule is None:
-            return False
-        return rule(prompt) if callable(rule) else prompt in rule
-
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
         """The reply stream of ``tokens``, one token per ``next``.
 
@@ -817,16 +677,10 @@ class FakeBackend:
                 if self._is_dead_end(call.sampling, i):
                     raise self._dead_end(i)
                 if self.check:
-                    self._require(last not in self.eog_ids, "alone: pulled after an EOG")
-                    self._require(
-                        self.max_tokens is None or i < self.max_tokens,
-                        f"alone: pulled token {i + 1} > max_tokens",
+                    self._rules.check_alone_pull(
+                        last, i, len(prompt), self.eog_ids, self._cap(call.sampling), self.n_ctx
                     )
-                    self._require(
-                        len(prompt) + i <= self.n_ctx,
-                        f"alone: pulled token {i + 1} past n_ctx={self.n_ctx}",
-                    )
-                last = self._token_at(reply, i)
+                last = oracle.token_at(self, reply, i)
                 call.n_pulled += 1
                 self._logprobs = []
                 self._note_logprobs(call.sampling, last)

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from .checks import Case, check_batched, check_log, check_pages, run, tokens_or_none
+from .faults import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FaultPlan
 from .records import DecodeCall, StartSeqCall
-from .replies import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FaultPlan
 from .strategies import fake_backends, prefixed_prompts, prompts
 
 

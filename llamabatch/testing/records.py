@@ -119,9 +119,7 @@ class DecodeCall(Call):
 
 
 class ClearCall(Call):
-    """``clear(n_seqs)`` (``None``: every sequence)."""
-
-    n_seqs: int | None
+    """``clear()``: every sequence emptied."""
 
 
 class AloneCall(Call, frozen=False):
@@ -234,9 +232,8 @@ def read_seqs(log: Iterable[object]) -> list[SeqLog]:
         elif isinstance(call, LoadSeqCall):
             kv.setdefault(call.seq_id, [])[:] = call.tokens
         elif isinstance(call, ClearCall):
-            for s, cache in kv.items():
-                if call.n_seqs is None or s < call.n_seqs:
-                    cache.clear()
+            for cache in kv.values():
+                cache.clear()
         elif isinstance(call, DecodeCall):
             sampled = iter(call.sampled)
             for span in call.spans:

@@ -6,7 +6,8 @@ hypothesis is imported when a strategy is asked for, not when this module is imp
 from __future__ import annotations
 
 from .fake import FakeBackend
-from .replies import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan, HashReply
+from .faults import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan
+from .replies import HashReply
 
 
 def _st():

@@ -16,13 +16,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..errors import PlotUnavailable
 from .report import TuneReport
 
 INSTALL_HINT = "pip install 'llamabatch[plot]'"
-
-
-class PlotUnavailable(ImportError):
-    """matplotlib is not installed; the message says how to get it."""
 
 
 def pyplot() -> Any:

@@ -298,7 +298,7 @@ def test_resume_after_sigkill_writes_every_item_once_in_input_order(capsys, tmp_
         model_path,
         "--slots",
         "2",
-        "--page-size",
+        "--lookahead",
         "2",
         *FAST,
     )

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from llamabatch import SamplingParams
+from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.engine.backend import Backend, Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.testing import (
@@ -235,3 +235,42 @@ def test_fast_mode_logs_nothing_and_gives_the_same_replies() -> None:
     fake = opened(check=False)
     assert fake.decode([Span(0, 0, (1, 2), True)]) == [5]
     assert fake.calls(DecodeCall) == [] and fake.num_decode_calls == 1
+
+
+def test_an_items_own_larger_max_tokens_is_no_violation_of_the_fakes_max_tokens() -> None:
+    # the fake knows the generator's max_tokens=3; the item asks for 6 and gets them
+    fake = FakeBackend({"a": "abcdefgh", "b": "abcdefgh"}, max_tokens=3)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=3) as gen:
+        out = gen.complete_many(["a", "b"], [SamplingParams(max_tokens=6), SamplingParams()])
+        alone = BatchGenerator(backend=fake.copy(), slots=1, max_tokens=3)
+        out_alone = alone.complete_many(["a"], [SamplingParams(max_tokens=6)])
+    assert [c.text for c in out] == ["abcdef", "abc"]
+    assert [c.text for c in out_alone] == ["abcdef"]
+    assert fake.violations == []
+
+
+class _BrokenRule(FakeBackend):
+    """A fake whose ``where`` call reports a broken rule (as a scheduler bug would)."""
+
+    def __init__(self, *args, where: str, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.where = where
+
+    def open_batch(self, slots, n_ctx_seq, n_batch):
+        if self.where == "open_batch":
+            raise FakeBackendViolation("open_batch: a broken rule")
+        return super().open_batch(slots, n_ctx_seq, n_batch)
+
+    def decode(self, spans):
+        if self.where == "decode":
+            raise FakeBackendViolation("decode: a broken rule")
+        return super().decode(spans)
+
+
+@pytest.mark.parametrize("where", ["open_batch", "decode"])
+def test_a_violation_propagates_instead_of_turning_batching_off(where) -> None:
+    fake = _BrokenRule({"a": "x", "b": "y"}, where=where)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=4) as gen:
+        with pytest.raises(FakeBackendViolation, match="a broken rule"):
+            gen.complete_many(["a", "b"])
+        assert gen.stats.batch_disabled_reason is None

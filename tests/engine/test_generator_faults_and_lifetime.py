@@ -2,7 +2,7 @@
 when a group is interrupted, odd prompt types, the lock of a generator without a Llama.
 
 The broad properties (garbage prompts in place, decode faults, KV empty between groups)
-are in tests/test_properties.py; these are the cases added with issue 5.
+are in tests/test_properties.py; these are the fault and lifetime cases.
 """
 
 from __future__ import annotations

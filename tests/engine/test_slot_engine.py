@@ -190,11 +190,11 @@ def test_an_item_whose_sequence_cannot_start_is_completed_alone_not_lost(at):
 
 
 @pytest.mark.parametrize(
-    "slots, page_size", [(1, 16), (2, 16), (3, 15), (4, 16), (8, 32), (16, 64)]
+    "slots, lookahead", [(1, 16), (2, 16), (3, 15), (4, 16), (8, 32), (16, 64)]
 )
-def test_the_default_page_lets_four_slots_worth_of_items_run_ahead(slots, page_size):
+def test_the_default_lookahead_lets_four_slots_worth_of_items_run_ahead(slots, lookahead):
     with BatchGenerator(backend=FakeBackend({}), slots=slots) as gen:
-        assert gen.config.page_size == page_size
+        assert gen.config.lookahead == lookahead
 
 
 def test_a_long_reply_does_not_leave_the_other_slots_idle():
@@ -213,3 +213,11 @@ def test_a_long_reply_does_not_leave_the_other_slots_idle():
         elif isinstance(call, DecodeCall) and call.call == 60:  # item 0's last token
             break
     assert len(started_while_0_ran) == 32
+
+
+def test_page_size_is_the_deprecated_name_of_lookahead():
+    with pytest.warns(DeprecationWarning, match="lookahead"):
+        gen = BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8)
+    assert gen.config.lookahead == 8
+    with pytest.raises(ValueError, match="both set"):
+        BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8, lookahead=8)

@@ -1,4 +1,4 @@
-"""The stop rule (``llamabatch.engine.stop.Reply``) and its effect through the generator, on the
+"""The stop rule (``llamabatch.engine.stop.StopRule``) and its effect through the generator, on the
 fake backend: EOG, stop_token_ids, stop strings (also split across tokens), length, in
 that order, the same in a batch and alone."""
 
@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.engine.stop import Reply
+from llamabatch.engine.stop import StopRule
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 from llamabatch.testing.replies import EOG_ID, byte_text, byte_tokens
 
 
 def reply(max_tokens: int = 50, stop: tuple[str, ...] = (), stop_ids: tuple[int, ...] = ()):
-    return Reply(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
+    return StopRule(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
 
 
-def feed(r: Reply, tokens: list[int]) -> int:
+def feed(r: StopRule, tokens: list[int]) -> int:
     """Add tokens until the reply finishes; return how many were taken."""
     for n, token in enumerate(tokens, start=1):
         if r.add(token):
@@ -59,14 +59,14 @@ def test_a_stop_string_cuts_the_text_and_keeps_the_tokens_up_to_it() -> None:
 def test_a_stop_string_split_across_tokens_is_found() -> None:
     # multi-character tokens via a detokenizer: 1 -> "foo\n", 2 -> "\nbar", 3 -> "baz"
     vocab = {1: "foo\n", 2: "\nbar", 3: "baz"}
-    r = Reply(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
+    r = StopRule(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
     assert feed(r, [1, 2, 3]) == 2
     assert (r.text, r.token_ids, r.finish_reason) == ("foo", [1, 2], "stop")
 
 
 def test_the_earliest_of_several_stop_strings_wins() -> None:
     vocab = {1: "a;b.c"}
-    r = Reply(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
+    r = StopRule(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
     r.add(1)
     assert r.text == "a"
 
@@ -172,3 +172,18 @@ def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> Non
         gen.chat([{"role": "user", "content": "hi"}], template=template)
     with pytest.raises(TypeError):
         gen.chat("hi", template=template)
+
+
+def test_the_fake_oracle_applies_the_engines_stop_rule_stop_strings_included() -> None:
+    fake = FakeBackend({"hi": "hello world", "ok": "a<b>c"})
+    sampling = [SamplingParams(stop=["wor"]), SamplingParams(stop_token_ids=[ord(">")])]
+    with BatchGenerator(backend=fake, slots=2, max_tokens=20) as gen:
+        out = gen.complete_many(["hi", "ok"], sampling)
+    for prompt, s, c in zip(["hi", "ok"], sampling, out):
+        exp = fake.expected(prompt, 20, s)
+        assert (c.token_ids, c.finish_reason, c.text) == (
+            exp.token_ids,
+            exp.finish_reason,
+            exp.text,
+        )
+    assert [c.text for c in out] == ["hello ", "a<b"]

@@ -83,7 +83,7 @@ def test_batched_greedy_equals_alone(backend, reference):
         ]
         for seq, token in zip(range(2), backend.decode(spans)):
             replies[seq].append(token)
-    backend.clear(2)
+    backend.clear()
     for tokens, reply in zip(prompts, replies):
         alone = list(itertools.islice(backend.generate_alone(tokens, GREEDY), 8))
         divergence(reference, tokens, reply, alone, label="alone")  # up to a near tie
@@ -163,4 +163,4 @@ def test_close_is_idempotent(llm):
     backend.open_batch(slots=2, n_ctx_seq=256, n_batch=64)
     backend.close()
     backend.close()
-    backend.clear(2)  # no context: nothing to clear
+    backend.clear()  # no context: nothing to clear

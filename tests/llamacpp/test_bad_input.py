@@ -173,7 +173,7 @@ BAD_PARAMS = [
     ({"max_tokens": -1}, "max_tokens=-1"),
     ({"n_ctx_seq": 0}, "n_ctx_seq=0"),
     ({"n_batch": 0}, "n_batch=0"),
-    ({"slots": 2, "page_size": 3}, "page_size=3"),
+    ({"slots": 2, "lookahead": 3}, "lookahead=3"),
 ]
 BAD_SAMPLING = [
     ({"temperature": -0.1}, "temperature=-0.1"),

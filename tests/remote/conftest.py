@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamabatch.remote.spawn import LocalServer
+from llamabatch.testing.servers import LocalServer
 
 
 @pytest.fixture

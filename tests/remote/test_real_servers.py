@@ -8,7 +8,7 @@ import pytest
 
 from llamabatch import SamplingParams
 from llamabatch.remote import RemoteGenerator
-from llamabatch.remote.spawn import LocalServer
+from llamabatch.testing.servers import LocalServer
 
 pytestmark = pytest.mark.real_model
 

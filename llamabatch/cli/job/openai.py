@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...completion import Completion
+from ...completion import Completion, Sample
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -98,7 +98,8 @@ def response_record(
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
     created = int(time.time())
-    replies = completion.samples or (completion,)  # ``n`` replies: one choice each
+    # ``n`` replies: one choice each
+    replies: Sequence[Sample | Completion] = completion.samples or (completion,)
     if url == CHAT_URL:
         body = {
             "id": f"chatcmpl-{_request_id()}",

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from ...errors import OutputCorrupt
+from ..errors import OutputCorrupt
 
 
 def id_key(value: object) -> str:

@@ -1,5 +1,8 @@
 """Start llama-cpp-python's OpenAI-compatible server on this machine (tests, benchmarks).
 
+Shipped in :mod:`llamabatch.testing` because the benchmarks (``benchmarks/remote_overhead.py``)
+and programs testing their own pools use it too, not only llamabatch's tests.
+
 :class:`LocalServer` runs ``python -m llama_cpp.server --model GGUF --host 127.0.0.1
 --port P`` (the ``server`` extra of llama-cpp-python) in its own process group, waits
 until ``GET /v1/models`` answers, and stops it on :meth:`stop` (SIGTERM, then SIGKILL)
@@ -18,11 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from ..errors import LlamaBatchError
-
-
-class ServerStartError(LlamaBatchError):
-    """The server process exited, or did not answer within the time allowed."""
+from ..errors import ServerStartError
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,0 +1,13 @@
+"""The command line's own errors (the library's are in :mod:`llamabatch.errors`)."""
+
+from __future__ import annotations
+
+from ..errors import LlamaBatchError
+
+
+class UsageError(LlamaBatchError, ValueError):
+    """Bad command-line usage or bad input (missing file, malformed line): exit status 2."""
+
+
+class OutputCorrupt(LlamaBatchError, ValueError):
+    """A whole line of an existing job output is not a JSON object with an ``"id"``."""

@@ -1,0 +1,109 @@
+"""The fake backend's oracle: what the scheduler should make of each prompt.
+
+A prompt's tokens (:func:`prompt_tokens`), its configured reply stream
+(:func:`reply_of`, :func:`token_at`) and the completion it should become alone
+(:func:`expected`), judged by the engine's own stop rule
+(:class:`llamabatch.engine.stop.StopRule`: EOG, stop ids, stop strings, length), so that
+the reference and the engine cannot disagree on where a reply ends.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from ..engine.stop import StopRule
+from ..errors import BackendError
+from ..params import SamplingParams
+from .records import Expected, Tokens
+
+if TYPE_CHECKING:
+    from .fake import FakeBackend
+
+
+def _as_tokens(fake: FakeBackend, value: str | Sequence[int]) -> Tokens:
+    return tuple(fake.tokenize(value) if isinstance(value, str) else value)
+
+
+def reply_of(fake: FakeBackend, prompt: Sequence[int]) -> Tokens:
+    """The configured reply to the prompt ``prompt`` (token ids), before the stop rule."""
+    key = tuple(prompt)
+    reply = fake.reply
+    if isinstance(reply, Mapping):
+        value = reply.get(key)
+        if value is None:
+            value = next(
+                (v for k, v in reply.items() if isinstance(k, str) and _as_tokens(fake, k) == key),
+                (),
+            )
+        return _as_tokens(fake, value)
+    return _as_tokens(fake, reply(key))
+
+
+def token_at(fake: FakeBackend, reply: Tokens, i: int) -> int:
+    """The ``i``-th token of the stream: the reply, then ``min(eog_ids)`` forever
+    (``filler`` when there is no EOG id)."""
+    if i < len(reply):
+        return reply[i]
+    return min(fake.eog_ids) if fake.eog_ids else fake.filler
+
+
+def prompt_tokens(fake: FakeBackend, prompt: object) -> Tokens:
+    """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
+
+    Raises:
+        ValueError: the item is an error: not str/bytes/token ids, invalid UTF-8,
+            untokenizable, empty, an id outside [0, n_vocab), or ``n_prompt >= n_ctx``.
+    """
+    if isinstance(prompt, memoryview) and prompt.format in ("B", "c"):
+        prompt = prompt.tobytes()  # the bytes of text, as the scheduler reads them
+    if isinstance(prompt, (bytes, bytearray)):
+        prompt = bytes(prompt).decode("utf-8")  # UnicodeDecodeError is a ValueError
+    if isinstance(prompt, str):
+        try:
+            tokens = fake.tokenize(prompt)
+        except BackendError as exc:
+            raise ValueError(str(exc)) from None
+    elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
+        try:
+            tokens = [operator.index(t) for t in cast(Iterable[Any], prompt)]
+        except TypeError:
+            raise ValueError(f"not token ids: {prompt!r}") from None
+    else:
+        raise ValueError(f"not a prompt: {type(prompt).__name__}")
+    if not tokens or any(not 0 <= t < fake.n_vocab for t in tokens):
+        raise ValueError("empty prompt or a token id outside the vocabulary")
+    if len(tokens) >= fake.n_ctx:
+        raise ValueError(f"{len(tokens)} prompt tokens do not fit n_ctx={fake.n_ctx}")
+    return tuple(tokens)
+
+
+def expected(
+    fake: FakeBackend, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
+) -> Expected:
+    """What the scheduler should return for ``prompt`` completed alone.
+
+    The engine's stop rule on the reply stream, with at most
+    ``min(max_tokens, n_ctx - n_prompt)`` tokens and ``sampling``'s ``stop`` strings and
+    ``stop_token_ids`` (none when ``sampling`` is ``None``). ``fail_alone`` is not
+    considered (see :meth:`FakeBackend.fails_alone`).
+
+    Raises:
+        ValueError: the item is an error (see :func:`prompt_tokens`).
+    """
+    tokens = prompt_tokens(fake, prompt)
+    budget = min(max_tokens, fake.n_ctx - len(tokens))
+    rule = StopRule(
+        budget,
+        fake.eog_ids,
+        fake.detokenize,
+        sampling.stop if sampling is not None else (),
+        sampling.stop_token_ids if sampling is not None else (),
+    )
+    reply = reply_of(fake, tokens)
+    i = 0
+    while rule.add(token_at(fake, reply, i)) is None:
+        i += 1
+    assert rule.finish_reason is not None
+    return Expected(tuple(rule.token_ids), rule.finish_reason, rule.text)

@@ -1,0 +1,82 @@
+"""The public face: ``llamabatch.__all__`` holds what a user calls or catches, and every
+exception llamabatch defines derives from ``LlamaBatchError`` and lives in
+``llamabatch.errors`` (the command line's in ``llamabatch.cli.errors``)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import llamabatch
+from llamabatch import errors
+from llamabatch.cli import errors as cli_errors
+
+#: Exceptions defined elsewhere on purpose, and why.
+ELSEWHERE = {
+    # control flow inside the engine: the scheduler catches it, it never leaves
+    "llamabatch.engine.slot_engine.BatchFailed",
+    # an AssertionError on purpose, so that no library ``except`` swallows it
+    "llamabatch.testing.rules.FakeBackendViolation",
+    # a private ValueError of the input reader, turned into a UsageError there
+    "llamabatch.cli.job.input._Bad",
+}
+#: Modules that need what the fake-backend tests do not install (a real binding, httpx).
+SKIP_IMPORT_ERRORS = ("llama_cpp", "httpx", "hypothesis")
+
+
+def _defined_exceptions() -> dict[str, type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages(llamabatch.__path__, "llamabatch."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError as exc:  # an optional dependency; its module is checked elsewhere
+            assert exc.name and exc.name.split(".")[0] in SKIP_IMPORT_ERRORS, exc
+            continue
+        for name, obj in vars(module).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module.__name__
+            ):
+                found[f"{module.__name__}.{name}"] = obj
+    return found
+
+
+def test_every_exception_derives_from_llamabatch_error_and_lives_in_errors() -> None:
+    found = _defined_exceptions()
+    assert ELSEWHERE <= set(found)
+    homes = {errors.__name__, cli_errors.__name__}
+    misplaced = [n for n in found if n not in ELSEWHERE and n.rsplit(".", 1)[0] not in homes]
+    assert misplaced == []
+    outside = [n for n, cls in found.items() if n not in ELSEWHERE]
+    assert all(issubclass(found[n], errors.LlamaBatchError) for n in outside)
+    assert {"PoolUnavailable", "ServerFault", "ItemRejected", "BadItem"} <= set(vars(errors))
+
+
+def test_all_holds_what_a_user_calls_or_catches() -> None:
+    assert set(llamabatch.__all__) == {
+        "BatchGenerator",
+        "SamplingParams",
+        "Completion",
+        "Stats",
+        "llm_lock",
+        "tune",
+        "TuneReport",
+        "LlamaBatchError",
+        "BackendError",
+        "ChatTemplateError",
+        "Closed",
+        "GeneratorBusy",
+        "GeneratorClosed",
+        "GrammarError",
+        "LibraryError",
+        "ModelError",
+        "ModelFetchError",
+        "ModelFileError",
+    }
+    assert all(hasattr(llamabatch, name) for name in llamabatch.__all__)
+    for internal in ("BatchConfig", "BatchUnavailable", "DecodeError", "UsageError"):
+        assert internal not in llamabatch.__all__
