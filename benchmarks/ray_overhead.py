@@ -33,6 +33,9 @@ import statistics
 import time
 from pathlib import Path
 
+# the local cluster on 127.0.0.1 only (see tests/conftest.py); read when ray is imported
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.model import default_model_path, load_llama
 

@@ -78,12 +78,13 @@ def test_a_lines_constraint_replaces_the_flags_on_ray_as_locally(
         assert r["number"]["text"].strip().lstrip("-").isdigit(), (where, r)
         assert r["free"]["n_tokens"] == 8 and r["free"]["finish_reason"] == "length", (where, r)
         assert r[4]["finish_reason"] == "error" and "max_tokens" in r[4]["error"], (where, r)
-        chat = r["chat"]["text"]
-        assert (
-            r["chat"]["n_tokens"] <= 2
-            and chat
-            and ("bug".startswith(chat) or "billing".startswith(chat))
+        # two tokens may not spell a choice: then the item's error says to raise
+        # max_tokens (never a fragment), the same locally and on Ray
+        chat = r["chat"]
+        assert chat["text"] in ("bug", "billing") or (
+            chat["finish_reason"] == "error" and "max_tokens" in chat["error"]
         ), (where, r)
+    assert _read(outs["local"])[-1]["finish_reason"] == _read(outs["ray"])[-1]["finish_reason"]
 
 
 def test_resume_after_a_sigkill_of_the_driver_writes_every_item_once_in_order(
