@@ -419,13 +419,15 @@ class SlotEngine:
         n_logits = sum(span.logits + len(span.share) for span in spans)
         if not isinstance(sampled, list) or len(sampled) != n_logits:
             raise BatchFailed(f"decode returned {sampled!r} for {n_logits} sequences")
-        rows = [sid for span in spans if span.logits for sid in (span.seq_id, *span.share)]
-        wrong = [sid for sid, t in zip(rows, sampled) if (t is None) != (sid in dead)]
-        if wrong:
-            raise BatchFailed(f"decode returned no token for seq(s) {wrong} without an error")
+        if dead or None in sampled:  # each missing token must be a dead end, and only those
+            rows = [sid for span in spans if span.logits for sid in (span.seq_id, *span.share)]
+            wrong = [sid for sid, t in zip(rows, sampled) if (t is None) != (sid in dead)]
+            if wrong:
+                raise BatchFailed(f"decode returned no token for seq(s) {wrong} without an error")
         self.stats.decode_calls += 1
         it = iter(zip(sampled, self._logprobs(spans, n_logits)))
-        scores = iter(self._scores(spans))
+        scoring = any(s.score is not None for s in self.running.values())
+        scores = iter(self._scores(spans) if scoring else ())
         shared: list[tuple[Seq, Seq]] = []
         for span in spans:
             seq = self.running[span.seq_id]
@@ -467,8 +469,9 @@ class SlotEngine:
                     shared.append((seq, follower))
         self.dirty = False
         self._after_shares(shared)
-        for seq in [s for s in self.running.values() if s.score is not None]:
-            self._advance_score(seq)
+        if scoring:
+            for seq in [s for s in self.running.values() if s.score is not None]:
+                self._advance_score(seq)
         if self._n_waiting:  # running is in placement order (a dict)
             waiting = [s for s in self.running.values() if s.status == Status.COPY]
             for seq in [s for s in waiting if s.copy is not None]:
