@@ -259,6 +259,8 @@ class SlotEngine:
             seq.status = Status.COPY
             leader.followers.append(seq)
             return
+        if score is not None and not self.exact:  # the first label run in the prefill
+            score.fold()
         planned: dict[int, Sequence[int]] = {
             sid: s.tokens
             for sid, s in self.running.items()
@@ -347,7 +349,8 @@ class SlotEngine:
         """Keep the first ``n`` cached tokens of ``seq``'s slot and prefill the rest."""
         slot = seq.slot
         if seq.score is not None:  # its last row is scored in a run of MIN_RUN tokens
-            n = min(n, max(0, len(seq.tokens) - MIN_RUN))
+            folded = len(seq.score.goal) - len(seq.tokens)  # a first run after it
+            n = min(n, max(0, len(seq.tokens) - max(1, MIN_RUN - folded)))
         if n < len(slot.cached):
             ok = False
             if n > 0 and not self.exact:
@@ -593,8 +596,11 @@ class SlotEngine:
                 prefilling.append(Prefilling(s.slot.seq_id, n, s.score.goal[n:]))
                 continue
             later = [b - s.fed for b in s.breaks if b > s.fed]
+            tokens = s.tokens[s.fed :]
+            if s.score is not None:  # the folded first label run goes on from the prompt
+                tokens = tokens + s.score.goal[len(s.tokens) :]
             prefilling.append(
-                Prefilling(s.slot.seq_id, s.fed, s.tokens[s.fed :], min(later) if later else None)
+                Prefilling(s.slot.seq_id, s.fed, tokens, min(later) if later else None)
             )
         spans = plan_step(decoding, prefilling, self.limits.n_batch)
         spans = [self._special(span) for span in spans]

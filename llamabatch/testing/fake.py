@@ -636,7 +636,10 @@ class FakeBackend:
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
-        return tuple(Span(s.seq_id, s.pos, tuple(s.tokens), s.logits) for s in spans)
+        return tuple(
+            Span(s.seq_id, s.pos, tuple(s.tokens), s.logits, s.targets, tuple(s.share))
+            for s in spans
+        )
 
     # -- one at a time ---------------------------------------------------------------
     def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:

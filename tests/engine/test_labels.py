@@ -83,6 +83,29 @@ def test_scoring_runs_in_the_same_decodes_as_replies() -> None:
     assert fake.violations == []
 
 
+@pytest.mark.parametrize("recurrent", [False, True])
+def test_the_first_label_run_goes_in_the_prompts_prefill(recurrent: bool) -> None:
+    """A cache that can be cut back prefills the prompt and goes on, in the same span,
+    with its longest label path: one run and one decode fewer. A recurrent memory
+    prefills the prompt alone (its snapshot must hold just the prompt)."""
+    fake = FakeBackend(recurrent=recurrent)
+    gen = BatchGenerator(backend=fake, slots=2, n_batch=64)
+    prompt = PROMPTS[0]
+    out = gen.complete_many([prompt, PROMPTS[1]], SCORED)
+    assert [c.path for c in out] == ["batch", "batch"]
+    check(out[0], expected_logprobs(fake, prompt))
+    n = len(fake.tokenize(prompt))
+    first = fake.calls(DecodeCall)[0].spans[0]
+    assert first.pos == 0 and first.targets is not None
+    longest = max(len(fake.tokenize(prompt + w)) - n for w in [*LABELS, *(" " + x for x in LABELS)])
+    if recurrent:
+        assert len(first.tokens) == n
+    else:
+        assert len(first.tokens) == n + longest - 1  # the path's last token is not decoded
+        assert list(first.tokens[:n]) == fake.tokenize(prompt)
+    assert fake.violations == []
+
+
 def merging_tokenizer(text: str) -> list[int]:
     """Bytes, but " b" is one token (300): "x: " + "bug" merges the prompt's space."""
     data, out, i = text.encode(), [], 0
