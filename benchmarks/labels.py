@@ -2,8 +2,11 @@
 
 SmolLM2-135M-Instruct (the default model, or ``--model``), 4 labels, ``--slots`` slots,
 ``--items`` fresh ticket prompts per round (the example tickets with a round and item
-number in front, so no round replays a cached prompt), the methods run in alternating
-order each round (ABCDE, then EDCBA, ...):
+number added, so no round replays a cached prompt), the methods run in alternating
+order each round (ABCDEF, then FEDCBA, ...). ``--fresh-at item`` (the default) puts the
+number in front of the ticket's text, after the instruction every item shares, as a
+tagger's items vary after a fixed instruction; ``--fresh-at front`` puts it in front of
+the user's message, so only the system prompt is shared. Methods:
 
 - ``scored``: ``SamplingParams(choices=LABELS, score_choices=True)`` (every label's
   log-probability, the label with and without a leading space);
@@ -14,10 +17,14 @@ order each round (ABCDE, then EDCBA, ...):
   prompt prefix between calls (``create_completion(echo=True, logprobs=1)`` does the same
   work plus a top-k of every prompt row in Python, much slower);
 - ``n=5 shared``: ``SamplingParams(n=5, temperature=0.8, seed=...)``, one prefill shared;
-- ``n=5 separate``: the same five replies as five items (seeds seed + j).
+- ``n=5 separate``: the same five replies as five items (seeds seed + j);
+- ``floor``: ``SamplingParams(temperature=0, max_tokens=1)``, the prompt's prefill and one
+  token: the least any method of the slot engine costs per item. ``llama-cpp-python /
+  floor`` bounds what scoring can gain over the llama-cpp-python way here, were its label
+  tokens free (on a CPU, prefill costs the same per token batched or not).
 
     python benchmarks/labels.py [--rounds 6] [--items 16] [--slots 4] [--threads 2]
-        [--model GGUF] [--json OUT]
+        [--fresh-at item|front] [--model GGUF] [--json OUT]
 
 Targets: ``scored`` at most 1.5x ``greedy`` per item, and at least 2x faster than
 ``llama-cpp-python``. Prints seconds per item for each method and round, their medians
@@ -36,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tag_prompts.jsonl"
 LABELS = ["billing", "bug", "account", "feature_request"]
-METHODS = ("scored", "greedy", "llama-cpp-python", "n=5 shared", "n=5 separate")
+METHODS = ("scored", "greedy", "llama-cpp-python", "n=5 shared", "n=5 separate", "floor")
 
 
 def tickets() -> list[str]:
@@ -45,10 +52,12 @@ def tickets() -> list[str]:
     return [r["prompt"] for r in rows if r["choices"] == LABELS]
 
 
-def fresh_prompts(round_no: int, n: int) -> list[str]:
-    """``n`` prompts no earlier round saw: a ticket number in front of the user's text."""
+def fresh_prompts(round_no: int, n: int, at: str = "item") -> list[str]:
+    """``n`` prompts no earlier round saw: a ticket number in front of the ticket's text
+    (``at="item"``, after the shared instruction) or of the user's message
+    (``at="front"``)."""
     base = tickets()
-    marker = "<|im_start|>user\n"
+    marker = "?\n\n" if at == "item" else "<|im_start|>user\n"
     out = []
     for i in range(n):
         p = base[i % len(base)]
@@ -98,6 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items", type=int, default=16)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--fresh-at",
+        choices=("item", "front"),
+        default="item",
+        help="where the round and item number go: before the ticket (after the shared "
+        "instruction) or before the user's message (default: item)",
+    )
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -124,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         elif method == "llama-cpp-python":
             for p in prompts:
                 llama_cpp_python_way(ref, p)
+        elif method == "floor":
+            gen.complete_many(prompts, SamplingParams(temperature=0.0, max_tokens=1))
         elif method == "n=5 shared":
             gen.complete_many(prompts, SamplingParams(n=5, temperature=0.8, seed=seed))
         else:
@@ -137,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = METHODS if r % 2 == 0 else tuple(reversed(METHODS))
         for k, method in enumerate(order):
-            prompts = fresh_prompts(r * len(METHODS) + k, args.items)  # fresh per method
+            prompts = fresh_prompts(r * len(METHODS) + k, args.items, args.fresh_at)
             t0 = time.perf_counter()
             run(method, prompts, r)
             times[method].append((time.perf_counter() - t0) / args.items)
@@ -150,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "scored / greedy": med["scored"] / med["greedy"],
         "llama-cpp-python / scored": med["llama-cpp-python"] / med["scored"],
         "n=5 separate / n=5 shared": med["n=5 separate"] / med["n=5 shared"],
+        "llama-cpp-python / floor": med["llama-cpp-python"] / med["floor"],
     }
     print("median ms per item: " + ", ".join(f"{m} {med[m] * 1000:.1f}" for m in METHODS))
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
