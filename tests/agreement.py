@@ -18,6 +18,7 @@ Import it from any test (``from agreement import ...``): pytest puts ``tests/`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,3 +234,29 @@ def _eog_ids(llm: Any) -> frozenset[int]:
 
         _EOG_IDS[id(llm)] = frozenset(LlamaBackend(llm).eog_ids)
     return _EOG_IDS[id(llm)]
+
+
+def _log_softmax(row: Any) -> Any:
+    import numpy as np
+
+    row = np.asarray(row, dtype=np.float64)
+    top = row.max()
+    return row - (top + math.log(float(np.exp(row - top).sum())))
+
+
+def reference_logprob(ref: Any, prompt: str, label: str) -> float:
+    """The label scores' independent computation on a ``Llama(logits_all=True)`` ``ref``:
+    log P(label | prompt): the label as written and with one leading space, each the
+    sum of log-softmax over its tokens after the prompt's, from one eval of the whole."""
+    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+    parts = []
+    for written in (label, " " + label):
+        full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
+        k = 0
+        while k < min(len(p), len(full)) and p[k] == full[k]:
+            k += 1
+        ref.reset()
+        ref.eval(full)
+        parts.append(sum(_log_softmax(ref.scores[j - 1])[full[j]] for j in range(k, len(full))))
+    top = max(parts)
+    return top + math.log(sum(math.exp(v - top) for v in parts))

@@ -26,6 +26,7 @@ from .. import _ffi
 from ..engine.backend import BackendCapabilities, BatchLimits, Span
 from ..engine.scoring import MIN_RUN
 from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
+from ..engine.window import window_holds
 from ..errors import (
     BackendError,
     BatchUnavailable,
@@ -385,7 +386,9 @@ class LlamaBackend:
         row with targets, the ``Llama``'s cache is cut back to what it shares with
         ``tokens`` but at most to the token before that row, the rest up to the row is
         evaluated with ``Llama.eval`` (at least two tokens,
-        :data:`~llamabatch.engine.scoring.MIN_RUN`) and the last row's logits read; the
+        :data:`~llamabatch.engine.scoring.MIN_RUN`) and the last row's logits read (on a
+        sliding-window model whose window no longer holds what that row attends to, the
+        cache is emptied first: :func:`~llamabatch.engine.window.window_holds`); the
         ``Llama``'s settings are put back, its cache is cut back like
         :meth:`generate_alone`'s (:meth:`release_alone`).
 
@@ -417,6 +420,8 @@ class LlamaBackend:
                 start = max(0, j + 1 - MIN_RUN)
                 cached = _ffi.llm_cached_tokens(llm)
                 keep = min(common_prefix(cached, tokens), start)
+                if not window_holds(keep, len(cached), _ffi.llm_seq_pos_min(llm), self.n_swa):
+                    keep = 0  # the window layers lost what the row attends to
                 if keep < len(cached):
                     _ffi.cut_llm_cache(llm, keep)
                 llm.eval(tokens[int(llm.n_tokens) : j + 1])

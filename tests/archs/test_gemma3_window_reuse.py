@@ -137,3 +137,34 @@ def test_with_swa_full_the_prefix_is_reused(gemma3_path, fresh_b, reference):
         llm.close()
     assert stats.prompt_tokens_cached - cached >= n_s - 2
     assert_like_fresh(reference, got[0], fresh_b)
+
+
+CODE_WORDS = ["PINEAPPLE", "BANANA", "MANGO"]
+
+
+def test_labels_scored_alone_after_a_do_not_reuse_the_stale_prefix(windowed, gemma3_path):
+    """The ``Llama`` holds A; B's labels, scored alone, come out as from a fresh
+    ``Llama(logits_all=True)`` (within 0.05 nats or 1 %, the label tests' tolerance), not
+    from A's hole."""
+    import llama_cpp
+    from agreement import reference_logprob
+
+    scored = SamplingParams(choices=CODE_WORDS, score_choices=True)
+    with BatchGenerator(windowed, slots=1, max_tokens=MAX_TOKENS, sampling=GREEDY) as gen:
+        got = gen.complete_many([A, B], [GREEDY, scored])
+    assert [c.path for c in got] == ["alone", "alone"]
+    assert got[1].error is None, got[1].error
+    ref = llama_cpp.Llama(
+        model_path=str(gemma3_path),
+        n_ctx=1024,
+        n_threads=2,
+        logits_all=True,
+        swa_full=False,
+        verbose=False,
+    )
+    try:
+        want = {w: reference_logprob(ref, B, w) for w in CODE_WORDS}
+    finally:
+        ref.close()
+    for word, lp in want.items():
+        assert abs(got[1].choice_logprobs[word] - lp) <= max(0.05, 0.01 * abs(lp)), (word, got[1])

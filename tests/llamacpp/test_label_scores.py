@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 from pathlib import Path
 
-import numpy as np
 import pytest
+from agreement import reference_logprob
 
 from llamabatch import BatchGenerator, SamplingParams
 
@@ -51,29 +50,6 @@ def reference(model_path):
     )
     yield ref
     ref.close()
-
-
-def _log_softmax(row) -> np.ndarray:
-    row = np.asarray(row, dtype=np.float64)
-    top = row.max()
-    return row - (top + math.log(float(np.exp(row - top).sum())))
-
-
-def reference_logprob(ref, prompt: str, label: str) -> float:
-    """log P(label | prompt): the label as written and with one leading space, each the
-    sum of log-softmax over its tokens after the prompt's, from one eval of the whole."""
-    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
-    parts = []
-    for written in (label, " " + label):
-        full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
-        k = 0
-        while k < min(len(p), len(full)) and p[k] == full[k]:
-            k += 1
-        ref.reset()
-        ref.eval(full)
-        parts.append(sum(_log_softmax(ref.scores[j - 1])[full[j]] for j in range(k, len(full))))
-    top = max(parts)
-    return top + math.log(sum(math.exp(v - top) for v in parts))
 
 
 def close(a: float, b: float) -> bool:
