@@ -48,6 +48,8 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "items_per_hour": float,        # 3600 / median_per_item_s
           "tokens_per_item": float,       # generated tokens per item (mean over rounds)
           "items_batched": int, "items_alone": int,
+          "items_failed": int,            # items that ended with an error (timed rounds)
+          "first_error": str | null,      # the first of their errors
           "batch_disabled_reason": str | null
         }]
       } | null,

@@ -197,6 +197,8 @@ WORKLOAD_ROW_TYPES = {
     "tokens_per_item": float,
     "items_batched": int,
     "items_alone": int,
+    "items_failed": int,
+    "first_error": (str, type(None)),
     "batch_disabled_reason": (str, type(None)),
 }
 
