@@ -196,8 +196,8 @@ def bench(
     setup: BenchSetup,
     params: BenchParams,
     *,
-    out: IO[str] = sys.stdout,
-    err: IO[str] = sys.stderr,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
     json_path: Path | None = None,
     quiet: bool = False,
     items: FileItems | None = None,
@@ -207,7 +207,8 @@ def bench(
     Args:
         setup, params: where and what (``params.workload == "prompts"``: the workload
             is ``items``, a file's items).
-        out, err: the tables, and the progress bars.
+        out, err: the tables, and the progress bars (default: ``sys.stdout`` and
+            ``sys.stderr`` as they are when called).
         json_path: also write the JSON document there.
         quiet: no progress bars.
         items: the items of ``params.prompts`` (needed exactly when it is set).
@@ -221,6 +222,8 @@ def bench(
     """
     if (items is None) != (params.prompts is None):
         raise ValueError("give items exactly when params.prompts names a file")
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     t0 = time.perf_counter()
     header = dict(setup.header)
     header["n_batch"] = params.n_batch
@@ -370,7 +373,8 @@ def _file_workload(
     lengths = [_prompt_length(setup, items.engine[i]) for i in run.rounds[0]]
     print(
         f"\nworkload prompts ({items.path}): {per_round} items per round of "
-        f"{len(items)}, {rounds} rounds of disjoint items (sampled with seed "
+        f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
+        f"(sampled with seed "
         f"{params.seed}; first round {min(lengths)}-{max(lengths)} prompt tokens), each "
         f"with its own sampling and constraint (temperature {params.temperature:g} and "
         f"replies up to {cap} tokens unless its line sets them, seed 0 unless it sets "
@@ -573,11 +577,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_prompts_options(args: argparse.Namespace) -> None:
     if args.prompts is None:
-        given = [
-            flag
-            for flag in PROMPTS_ONLY
-            if getattr(args, flag[2:].replace("-", "_")) not in (None, False)
-        ]
+        values = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in PROMPTS_ONLY}
+        given = [flag for flag, v in values.items() if v is not None and v is not False]
         if given:
             raise UsageError(
                 f"{given[0]} applies to the items of --prompts FILE only (the synthetic "
