@@ -496,7 +496,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 int,
                 "N",
                 "most reply tokens per workload item (default: the "
-                "workload's: 48 for S and U, 200 for L, 64 for tagging)",
+                "workload's: 48 for S and U, 200 for L, 64 for tagging; with "
+                "--prompts 200, as complete and tune, unless a line sets max_tokens)",
             ),
         ],
     )
