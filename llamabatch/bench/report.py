@@ -25,7 +25,10 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
                  "n_batch": int, "seed": int,
                  "prompt_tokens": int, "gen_tokens": int, "rounds": int,
                  "workload": str, "items": int, "workload_rounds": int,
-                 "max_tokens": int | null},       # null: the workload's reply cap
+                 "max_tokens": int | null,        # null: the workload's reply cap
+                 "prompts": str | null,           # --prompts FILE (workload "prompts")
+                 "temperature": float,            # of a file's items that set none
+                 "n_ctx_seq": int},               # of a file's workload, both paths
       "raw": {
         "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
         "rows": [{                        # one per B, in --slots order; keys as
@@ -36,9 +39,16 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
         }]
       } | null,
       "workload": {                       # see llamabatch.bench.workload
+        "name": str,                      # S, U, L, tagging, or "prompts" (a file)
         "items": int, "rounds": int, "max_tokens": int,
         "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
-        "prompt_tokens": [int],           # per item
+                                          # (a file: --n-ctx-seq)
+        "prompt_tokens": [int],           # per item (of the first round)
+        "prompts": {                      # the file's workload (llamabatch.bench.file_workload)
+          "file": str, "n_prompts": int, "items_seed": int, "items_per_round": int,
+          "item_ids": [[str | int]],      # per round its items' ids, disjoint rounds
+          "warmup_id": str | int | null   # the untimed item (null: a built-in prompt)
+        } | null,                         # null: a synthetic workload
         "rows": [{
           "b": int,                       # 1 = one at a time
           "per_item_s": [float],          # per round: wall seconds / items
@@ -48,6 +58,8 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "items_per_hour": float,        # 3600 / median_per_item_s
           "tokens_per_item": float,       # generated tokens per item (mean over rounds)
           "items_batched": int, "items_alone": int,
+          "items_failed": int,            # items that ended with an error (timed rounds)
+          "first_error": str | null,      # the first of their errors
           "batch_disabled_reason": str | null
         }]
       } | null,

@@ -11,7 +11,8 @@ means batching saves time).
 
 The generators are made by a caller-supplied factory (a real ``Llama`` or a fake
 backend), created once, warmed up with one short untimed group, and reused by every
-round.
+round. A round's items may also carry their own sampling (:class:`WorkItems`: the items
+of a user's file, :mod:`llamabatch.bench.file_workload`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..generator import BatchGenerator
+from ..params import SamplingParams
 
 Clock = Callable[[], float]
 Progress = Callable[[int], None]
@@ -120,6 +122,8 @@ class WorkloadRow:
         ratio: per round, ``per_item_s`` over the same round's one-at-a-time figure.
         tokens: per round, generated tokens of all items.
         items_batched, items_alone: over the timed rounds (from the generator's stats).
+        items_failed: over the timed rounds, items that ended with an error.
+        first_error: the first of their errors, ``None`` if none failed.
         batch_disabled_reason: why batching was off, if it was.
     """
 
@@ -130,6 +134,8 @@ class WorkloadRow:
     tokens: list[int] = field(default_factory=list)
     items_batched: int = 0
     items_alone: int = 0
+    items_failed: int = 0
+    first_error: str | None = None
     batch_disabled_reason: str | None = None
 
     @property
@@ -158,6 +164,8 @@ class WorkloadRow:
             "tokens_per_item": self.tokens_per_item,
             "items_batched": self.items_batched,
             "items_alone": self.items_alone,
+            "items_failed": self.items_failed,
+            "first_error": self.first_error,
             "batch_disabled_reason": self.batch_disabled_reason,
         }
 
@@ -169,43 +177,98 @@ def ratios(per_item: Sequence[float], alone: Sequence[float]) -> list[float]:
     return [p / a if a > 0 else float("inf") for p, a in zip(per_item, alone)]
 
 
-def _timed_pass(
-    gen: BatchGenerator, prompts: Sequence[str], clock: Clock, progress: Progress | None
-) -> tuple[float, int]:
-    tokens = 0
-    t0 = clock()
-    for group in gen.iter_groups(prompts):
-        tokens += sum(c.n_tokens for c in group)
-        if progress is not None:
-            progress(len(group))
-    return clock() - t0, tokens
+@dataclass(frozen=True, slots=True)
+class WorkItems:
+    """One round's items as each path takes them (or the warm-up's).
+
+    Attributes:
+        prompts: what the engine gets, one per item: a ``str`` or a list of token ids.
+        samplings: one :class:`~llamabatch.SamplingParams` per item, or ``None``: the
+            generator's own ``sampling`` for every item.
+        alone: what ``one_at_a_time`` gets, one per item, in the form that loop
+            understands; ``None``: ``prompts``.
+    """
+
+    prompts: Sequence[object]
+    samplings: Sequence[SamplingParams] | None = None
+    alone: Sequence[object] | None = None
+
+    def __post_init__(self) -> None:
+        for name, seq in (("samplings", self.samplings), ("alone", self.alone)):
+            if seq is not None and len(seq) != len(self.prompts):
+                raise ValueError(
+                    f"{name} has {len(seq)} entries for {len(self.prompts)} prompts: "
+                    "give one per prompt"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """What a one-at-a-time loop may return instead of a plain token count.
+
+    Attributes:
+        tokens: reply tokens of every item.
+        failed: items that ended with an error (the loop went on).
+        first_error: the first of those errors, ``None`` if none failed.
+    """
+
+    tokens: int
+    failed: int = 0
+    first_error: str | None = None
 
 
 #: ``one_at_a_time(prompts)``: complete ``prompts`` one after the other the way a caller
-#: without llamabatch does (``Llama.create_completion`` in a loop); the reply tokens.
-OneAtATime = Callable[[Sequence[str]], int]
+#: without llamabatch does (``Llama.create_completion`` in a loop); the reply tokens, or
+#: a :class:`LoopResult` when it counts failed items too.
+OneAtATime = Callable[[Sequence[Any]], "int | LoopResult"]
+
+
+def _timed_pass(
+    gen: BatchGenerator, items: WorkItems, clock: Clock, progress: Progress | None
+) -> tuple[float, LoopResult]:
+    tokens = failed = 0
+    first_error = None
+    args: tuple[Any, ...] = (items.prompts,)
+    if items.samplings is not None:
+        args = (items.prompts, list(items.samplings))
+    t0 = clock()
+    for group in gen.iter_groups(*args):
+        for c in group:
+            tokens += c.n_tokens
+            if c.error is not None:
+                failed += 1
+                first_error = first_error or c.error
+        if progress is not None:
+            progress(len(group))
+    return clock() - t0, LoopResult(tokens, failed, first_error)
 
 
 def _timed_loop(
-    one_at_a_time: OneAtATime, prompts: Sequence[str], clock: Clock, progress: Progress | None
-) -> tuple[float, int]:
+    one_at_a_time: OneAtATime, items: WorkItems, clock: Clock, progress: Progress | None
+) -> tuple[float, LoopResult]:
+    alone = items.prompts if items.alone is None else items.alone
     t0 = clock()
-    tokens = one_at_a_time(prompts)
+    result = one_at_a_time(alone)
     seconds = clock() - t0
     if progress is not None:
-        progress(len(prompts))
-    return seconds, tokens
+        progress(len(alone))
+    return seconds, result if isinstance(result, LoopResult) else LoopResult(result)
+
+
+def _as_items(items: Sequence[str] | WorkItems) -> WorkItems:
+    return items if isinstance(items, WorkItems) else WorkItems(list(items))
 
 
 def run_workload(
     make_generator: Callable[[int], BatchGenerator],
-    prompts: Sequence[str] | Callable[[int], Sequence[str]],
+    prompts: Sequence[str] | Callable[[int], Sequence[str] | WorkItems],
     slots: Sequence[int],
     *,
     rounds: int = 2,
     clock: Clock = time.perf_counter,
     progress: Progress | None = None,
     one_at_a_time: OneAtATime | None = None,
+    warmup: WorkItems | None = None,
 ) -> list[WorkloadRow]:
     """Seconds per item one at a time and for each B > 1 of ``slots``.
 
@@ -219,41 +282,62 @@ def run_workload(
             (``BatchGenerator(slots=1)``: every item alone through the generator).
         prompts: the items, completed whole by every run; or ``prompts(round)`` giving
             each round its own FRESH items (same count), so that no run replays a
-            prompt its slots already hold from an earlier round.
+            prompt its slots already hold from an earlier round: prompts, or a
+            :class:`WorkItems` (items with their own sampling, and what the
+            one-at-a-time loop gets for each).
         slots: the B values; 1 (one at a time) is always measured, listed or not.
         rounds: each round runs alone, then every B, in that order.
         clock: seconds, monotonic.
         progress: called with the number of items of each group completed (timed).
+        warmup: the untimed item(s) every path completes first (one at a time: all of
+            them; B: each of them ``min(B, 2)`` times, which opens the batch context);
+            default :func:`warmup_prompt`, with the generator's own sampling.
 
     Returns:
         the one-at-a-time row first, then one row per distinct B > 1 in ``slots`` order.
+
+    Raises:
+        ValueError: no items, ``rounds < 1``, or a :class:`WorkItems` whose lists differ
+            in length.
     """
-    per_round = prompts if callable(prompts) else (lambda r: prompts)
-    n_items = len(per_round(0))
+
+    def per_round(r: int) -> WorkItems:
+        return _as_items(prompts(r) if callable(prompts) else prompts)
+
+    first = per_round(0)
+    n_items = len(first.prompts)
     if not n_items:
         raise ValueError("prompts is empty: the workload needs at least one item")
     if rounds < 1:
         raise ValueError(f"rounds={rounds} is out of range: valid is >= 1")
+    warm = warmup or WorkItems([warmup_prompt()])
     order = [1] + [b for i, b in enumerate(slots) if b > 1 and b not in slots[:i]]
     gens: dict[int, BatchGenerator] = {}
     try:
         for b in order:
             if b == 1 and one_at_a_time is not None:
-                one_at_a_time([warmup_prompt()])
+                one_at_a_time(warm.prompts if warm.alone is None else warm.alone)
                 continue
             gens[b] = make_generator(b)
-            gens[b].complete_many([warmup_prompt()] * min(b, 2))  # opens the batch context
+            k = min(b, 2)  # opens the batch context
+            if warm.samplings is None:
+                gens[b].complete_many(list(warm.prompts) * k)
+            else:
+                gens[b].complete_many(list(warm.prompts) * k, list(warm.samplings) * k)
         rows = {b: WorkloadRow(b, n_items) for b in order}
         before = {b: (g.stats.items_batched, g.stats.items_alone) for b, g in gens.items()}
         for r in range(rounds):
-            items = per_round(r)
+            items = first if r == 0 else per_round(r)
             for b in order:
-                if b in gens:
-                    seconds, tokens = _timed_pass(gens[b], items, clock, progress)
+                if one_at_a_time is not None and b not in gens:  # b == 1: the loop
+                    seconds, result = _timed_loop(one_at_a_time, items, clock, progress)
                 else:
-                    seconds, tokens = _timed_loop(one_at_a_time, items, clock, progress)
-                rows[b].per_item_s.append(seconds / len(items))
-                rows[b].tokens.append(tokens)
+                    seconds, result = _timed_pass(gens[b], items, clock, progress)
+                row = rows[b]
+                row.per_item_s.append(seconds / len(items.prompts))
+                row.tokens.append(result.tokens)
+                row.items_failed += result.failed
+                row.first_error = row.first_error or result.first_error
         alone = rows[1].per_item_s
         for b in order:
             row = rows[b]

@@ -14,6 +14,15 @@ tables (a progress bar runs on stderr):
    in a loop, which keeps the previous prompt's cache) in the same round (below 1:
    batching wins). Both parts drive the same engine as BatchGenerator.
 
+With --prompts FILE the workload's items are the user's own instead: FILE is read as
+llamabatch complete and llamabatch tune read it (JSONL with prompt or messages and
+per-line fields such as choices, json_schema, max_tokens, temperature; OpenAI batch
+requests; text lines, wrapped as --system, --template and --raw say), each round takes
+--items fresh items disjoint from every other round's (sampled with --seed, as tune
+samples them with --items-seed; a file too small for disjoint rounds is refused, as
+tune refuses it), and each item keeps its own sampling and constraint on both paths
+(base: --temperature, default 0.1; items without a seed get seed 0).
+
 With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench``).
 """
 
@@ -27,18 +36,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
+from ..bench.file_workload import FileItems, LlamaLoop, file_json, run_file_workload
 from ..bench.host import collect_header
 from ..bench.raw import ctx_per_seq, run_raw
 from ..bench.report import document, format_header, format_raw_table
-from ..bench.workload import format_workload_table, run_workload, tagging_prompts, workload_json
+from ..bench.workload import (
+    OneAtATime,
+    WorkloadRow,
+    format_workload_table,
+    run_workload,
+    tagging_prompts,
+    workload_json,
+)
 from ..bench.workloads import WORKLOADS
 from ..engine.backend import Backend
 from ..generator import BatchGenerator
-from ..params import SamplingParams
+from ..params import BatchConfig, SamplingParams
+from ..tuning.rounds import items_per_round
 from . import options
 from .common import EXIT_OK, UsageError, guarded
+from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
+from .job.items import read_items
 from .job.report import progress_bar
 from .llm import loaded_llama, model_path
 
@@ -46,6 +66,13 @@ PROG = "llamabatch bench"
 PARTS = ("raw", "workload")
 #: Prompt lengths of the workload vary within PP * (1 +- SPREAD).
 SPREAD = 0.4
+#: The workload's name when its items come from --prompts FILE.
+PROMPTS_WORKLOAD = "prompts"
+#: ``BatchConfig``'s defaults: a file's context per sequence and reply cap are
+#: ``llamabatch complete``'s and ``llamabatch tune``'s.
+_BATCH_DEFAULTS = BatchConfig()
+#: Options that only say how the items of --prompts FILE are read and sampled.
+PROMPTS_ONLY = ("--format", "--system", "--template", "--raw", "--temperature", "--n-ctx-seq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +84,13 @@ class BenchParams:
             per ``llama_decode``, the seed of the random prompts and of the workload.
         prompt_tokens, gen_tokens, rounds: the raw bench's PP and TG per sequence and its
             measurements per B (``prompt_tokens`` is also the tagging workload's mean).
-        workload, items, workload_rounds, max_tokens: the workload's name, items per
-            round, rounds, and reply cap (``None``: the workload's, see ``reply_cap``).
+        workload, items, workload_rounds, max_tokens: the workload's name (``"prompts"``
+            for the items of a file), items per round, rounds, and reply cap
+            (``None``: the workload's, see ``reply_cap``).
+        prompts, temperature, n_ctx_seq: the workload of a file (``workload ==
+            "prompts"``): its path, the temperature of items that set none, and the
+            context per sequence of both paths (the ``Llama``'s ``n_ctx`` and each
+            slot's), as for ``llamabatch tune``; ``seed`` is the seed of the sample.
     """
 
     slots: tuple[int, ...] = (1, 2, 4, 8)
@@ -74,12 +106,19 @@ class BenchParams:
     items: int = 8
     workload_rounds: int = 2
     max_tokens: int | None = None
+    # the workload of a file (--prompts)
+    prompts: str | None = None
+    temperature: float = DEFAULT_TEMPERATURE
+    n_ctx_seq: int = _BATCH_DEFAULTS.n_ctx_seq
 
     @property
     def reply_cap(self) -> int:
-        """``max_tokens``, else the workload's (S, U: 48; L: 200; tagging: 64)."""
+        """``max_tokens``, else the workload's (S, U: 48; L: 200; tagging: 64; a file:
+        200, as ``llamabatch complete``)."""
         if self.max_tokens is not None:
             return self.max_tokens
+        if self.workload == PROMPTS_WORKLOAD:
+            return _BATCH_DEFAULTS.max_tokens
         return WORKLOADS[self.workload].max_tokens if self.workload in WORKLOADS else 64
 
     def __post_init__(self) -> None:
@@ -93,9 +132,18 @@ class BenchParams:
             ("max_tokens", self.max_tokens is None or self.max_tokens >= 1, "None or >= 1"),
             (
                 "workload",
-                self.workload in (*WORKLOADS, "tagging"),
-                f"one of {', '.join((*WORKLOADS, 'tagging'))}",
+                self.workload in (*WORKLOADS, "tagging")
+                or (self.workload == PROMPTS_WORKLOAD and self.prompts is not None),
+                f"one of {', '.join((*WORKLOADS, 'tagging'))}, or {PROMPTS_WORKLOAD!r} "
+                "with prompts (a file)",
             ),
+            (
+                "prompts",
+                self.prompts is None or self.workload == PROMPTS_WORKLOAD,
+                f"None unless workload={PROMPTS_WORKLOAD!r}",
+            ),
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("n_ctx_seq", self.n_ctx_seq >= 1, ">= 1"),
             ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)"),
         ]
         for name, ok, valid in checks:
@@ -125,6 +173,9 @@ class BenchSetup:
             the prompts completed greedily one after the other without llamabatch
             (``Llama.create_completion``); the reply tokens. ``None``:
             ``BatchGenerator(slots=1)``.
+        file_loop: ``file_loop(max_tokens)``: the baseline of a file's items, each with
+            its own sampling (:class:`~llamabatch.bench.file_workload.LlamaLoop`).
+            ``None``: ``BatchGenerator(slots=1)``.
     """
 
     make_backend: Callable[[], Backend]
@@ -132,6 +183,7 @@ class BenchSetup:
     tokenize: Callable[[str], Sequence[int]]
     header: dict[str, Any]
     one_at_a_time: Callable[[Sequence[str], int], int] | None = None
+    file_loop: Callable[[int], OneAtATime] | None = None
 
 
 # -- output --------------------------------------------------------------------------------
@@ -144,16 +196,34 @@ def bench(
     setup: BenchSetup,
     params: BenchParams,
     *,
-    out: IO[str] = sys.stdout,
-    err: IO[str] = sys.stderr,
+    out: IO[str] | None = None,
+    err: IO[str] | None = None,
     json_path: Path | None = None,
     quiet: bool = False,
+    items: FileItems | None = None,
 ) -> dict[str, Any]:
     """Run the raw bench and the workload, print the header and tables on ``out``.
 
+    Args:
+        setup, params: where and what (``params.workload == "prompts"``: the workload
+            is ``items``, a file's items).
+        out, err: the tables, and the progress bars (default: ``sys.stdout`` and
+            ``sys.stderr`` as they are when called).
+        json_path: also write the JSON document there.
+        quiet: no progress bars.
+        items: the items of ``params.prompts`` (needed exactly when it is set).
+
     Returns:
         the JSON document (also written to ``json_path`` when given).
+
+    Raises:
+        ValueError: ``items`` given without ``params.prompts`` or missing with it;
+            sizes that do not fit; too few items for disjoint rounds.
     """
+    if (items is None) != (params.prompts is None):
+        raise ValueError("give items exactly when params.prompts names a file")
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
     t0 = time.perf_counter()
     header = dict(setup.header)
     header["n_batch"] = params.n_batch
@@ -185,7 +255,9 @@ def bench(
         )
         print(format_raw_table(rows), file=out, flush=True)
     workload = None
-    if "workload" in params.parts:
+    if "workload" in params.parts and items is not None:
+        workload = _file_workload(setup, params, items, out, err, quiet)
+    elif "workload" in params.parts:
         workload = _workload(setup, params, out, err, quiet)
     doc = document(header, params.to_json(), rows, workload, time.perf_counter() - t0)
     if json_path is not None:
@@ -244,13 +316,78 @@ def _workload(
         "saves time)",
         file=out,
     )
-    print(format_workload_table(rows), file=out, flush=True)
-    for r in rows:
-        if r.batch_disabled_reason:
-            print(f"note: B={r.b}: batching was off: {r.batch_disabled_reason}", file=out)
+    _print_rows(rows, params.workload_rounds, out)
     doc = workload_json(rows, lengths, params.workload_rounds, cap)
     doc["n_ctx_seq"] = n_ctx_seq
     doc["name"] = name
+    doc["prompts"] = None
+    return doc
+
+
+def _print_rows(rows: Sequence[WorkloadRow], rounds: int, out: IO[str]) -> None:
+    print(format_workload_table(rows), file=out, flush=True)
+    for r in rows:
+        label = "alone" if r.b == 1 else f"B={r.b}"
+        if r.batch_disabled_reason:
+            print(f"note: {label}: batching was off: {r.batch_disabled_reason}", file=out)
+        if r.items_failed:
+            print(
+                f"note: {label}: {r.items_failed} of {r.n_items * rounds} items failed "
+                f"(first: {r.first_error})",
+                file=out,
+            )
+
+
+def _prompt_length(setup: BenchSetup, prompt: object) -> int:
+    if isinstance(prompt, str):
+        return len(setup.tokenize(prompt))
+    return len(cast("Sequence[int]", prompt))  # a chat's token ids
+
+
+def _file_workload(
+    setup: BenchSetup,
+    params: BenchParams,
+    items: FileItems,
+    out: IO[str],
+    err: IO[str],
+    quiet: bool,
+) -> dict[str, Any]:
+    cap, rounds = params.reply_cap, params.workload_rounds
+    per_round = items_per_round(len(items), rounds, params.items)
+    n_runs = 1 + len({b for b in params.slots if b > 1})
+    bar = _bar(per_round * rounds * n_runs, "workload", "item", quiet, err)
+    try:
+        loop = setup.file_loop
+        run = run_file_workload(
+            lambda b: setup.make_generator(b, params.n_ctx_seq, cap),
+            items,
+            params.slots,
+            rounds=rounds,
+            per_round=per_round,
+            items_seed=params.seed,
+            one_at_a_time=None if loop is None else loop(cap),
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    lengths = [_prompt_length(setup, items.engine[i]) for i in run.rounds[0]]
+    print(
+        f"\nworkload prompts ({items.path}): {per_round} items per round of "
+        f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
+        f"(sampled with seed "
+        f"{params.seed}; first round {min(lengths)}-{max(lengths)} prompt tokens), each "
+        f"with its own sampling and constraint (temperature {params.temperature:g} and "
+        f"replies up to {cap} tokens unless its line sets them, seed 0 unless it sets "
+        "one); ratio = s/item over s/item one at a time (Llama.create_completion, or "
+        "create_chat_completion for a chat, per item) in the same round (< 1: batching "
+        "saves time)",
+        file=out,
+    )
+    _print_rows(run.rows, rounds, out)
+    doc = workload_json(run.rows, lengths, rounds, cap)
+    doc["n_ctx_seq"] = params.n_ctx_seq
+    doc["name"] = PROMPTS_WORKLOAD
+    doc["prompts"] = file_json(run, items, params.seed)
     return doc
 
 
@@ -293,7 +430,12 @@ def llama_setup(
         )
 
     return BenchSetup(
-        lambda: LlamaBackend(llm), make_generator, tokenizer.tokenize, header, one_at_a_time
+        lambda: LlamaBackend(llm),
+        make_generator,
+        tokenizer.tokenize,
+        header,
+        one_at_a_time,
+        lambda max_tokens: LlamaLoop(llm, max_tokens),
     )
 
 
@@ -327,7 +469,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="B,B,...",
         help="slot counts to measure (default: 1,2,4,8)",
     )
-    defaults = asdict(d)
+    defaults = {**asdict(d), "items": None}  # None: 8, or as tune with --prompts
     options.add_fields(
         p,
         defaults,
@@ -341,29 +483,72 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             ),
             ("gen_tokens", int, "TG", "generated tokens per sequence in the raw bench"),
             ("rounds", int, "N", "raw bench measurements per B, median reported"),
-            ("items", int, "N", "workload items"),
+            (
+                "items",
+                int,
+                "N",
+                "workload items per round (default: 8; with --prompts "
+                "min(8, prompts // workload rounds))",
+            ),
             ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
             (
                 "max_tokens",
                 int,
                 "N",
                 "most reply tokens per workload item (default: the "
-                "workload's: 48 for S and U, 200 for L, 64 for tagging)",
+                "workload's: 48 for S and U, 200 for L, 64 for tagging; with "
+                "--prompts 200, as complete and tune, unless a line sets max_tokens)",
             ),
         ],
     )
     p.add_argument(
         "--workload",
         choices=(*WORKLOADS, "tagging"),
-        default=d.workload,
-        help="the tagging workload (default: %(default)s, a shared system prompt)",
+        default=None,
+        help=f"the tagging workload (default: {d.workload}, a shared system prompt)",
+    )
+    p.add_argument(
+        "--prompts",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="the workload's items come from FILE, read as llamabatch complete and tune "
+        "read it (JSONL with prompt or messages and per-line fields, OpenAI batch "
+        "requests, or text lines; - reads standard input), --items fresh disjoint items "
+        "per round, instead of --workload (default: none)",
+    )
+    add_format_option(p, default=None)
+    add_text_line_options(p)
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        metavar="T",
+        help="with --prompts: the temperature of items whose line sets none, >= 0 "
+        f"(default: {DEFAULT_TEMPERATURE}, as complete and tune; the other workloads "
+        "are greedy)",
+    )
+    p.add_argument(
+        "--n-ctx-seq",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --prompts: tokens of context per sequence, prompt + reply, of one at "
+        f"a time and of each slot (default: {d.n_ctx_seq}, as complete and tune; the "
+        "other workloads size it to their prompts)",
     )
     options.add_fields(
         p,
         defaults,
         [
             ("n_batch", int, "N", "most tokens per llama_decode"),
-            ("seed", int, "N", "seed of the random prompts and the workload"),
+            (
+                "seed",
+                int,
+                "N",
+                "seed of the random prompts and the workload; with --prompts, of the "
+                "sample of items (tune's --items-seed)",
+            ),
         ],
     )
     p.add_argument(
@@ -391,24 +576,68 @@ def run(args: argparse.Namespace) -> int:
     return guarded(PROG, _run, args, "interrupted")
 
 
+def _check_prompts_options(args: argparse.Namespace) -> None:
+    if args.prompts is None:
+        values = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in PROMPTS_ONLY}
+        given = [flag for flag, v in values.items() if v is not None and v is not False]
+        if given:
+            raise UsageError(
+                f"{given[0]} applies to the items of --prompts FILE only (the synthetic "
+                "workloads are greedy, their contexts sized to their prompts): give "
+                f"--prompts FILE or drop {given[0]}"
+            )
+        return
+    if args.workload is not None:
+        raise UsageError(
+            f"--prompts {args.prompts} and --workload {args.workload} are both given: "
+            "--prompts takes the workload's items from FILE instead of a synthetic "
+            "workload; give one of them"
+        )
+    if args.only == "raw":
+        raise UsageError(
+            f"--prompts {args.prompts} gives the workload's items, but --only raw skips "
+            "the workload: drop one of them"
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..bench.host import cpu_count
 
+    _check_prompts_options(args)
+    read = None
+    items = 8 if args.items is None else args.items
+    temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+    n_ctx_seq = _BATCH_DEFAULTS.n_ctx_seq if args.n_ctx_seq is None else args.n_ctx_seq
     try:
+        options.check_threads(args.threads)
+        if args.prompts is not None:
+            base = SamplingParams(temperature=temperature)
+            read = read_items(
+                args.prompts,
+                args.format or "auto",
+                base,
+                system=args.system,
+                template=args.template,
+                raw=args.raw,
+                warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
+            )
+            items = items_per_round(len(read.items), args.workload_rounds, args.items)
         params = BenchParams(
             slots=args.slots,
             prompt_tokens=args.prompt_tokens,
             gen_tokens=args.gen_tokens,
             rounds=args.rounds,
-            items=args.items,
+            items=items,
             workload_rounds=args.workload_rounds,
             max_tokens=args.max_tokens,
             n_batch=args.n_batch,
             seed=args.seed,
             parts=PARTS if args.only is None else (args.only,),
-            workload=args.workload,
+            workload=PROMPTS_WORKLOAD if read is not None else (args.workload or "S"),
+            prompts=None if args.prompts is None else str(args.prompts),
+            temperature=temperature,
+            n_ctx_seq=n_ctx_seq,
         )
-        options.check_threads(args.threads)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json is not None and args.json.parent and not args.json.parent.is_dir():
@@ -419,12 +648,15 @@ def _run(args: argparse.Namespace) -> int:
     if params.workload in WORKLOADS:
         longest = max(longest, 600)  # S: ~390 + up to 150 ticket tokens + rest
     n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
+    if read is not None:  # one at a time runs in the Llama's context, as in tune
+        n_ctx = max(params.prompt_tokens + params.gen_tokens, params.n_ctx_seq)
     with loaded_llama(
         path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads, n_gpu_layers=args.n_gpu_layers
     ) as llm:
+        file_items = None if read is None else read.file_items(llm)
         try:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
-            bench(setup, params, json_path=args.json, quiet=args.quiet)
+            bench(setup, params, json_path=args.json, quiet=args.quiet, items=file_items)
         except ValueError as exc:  # sizes that do not fit the context, too many slots
             raise UsageError(str(exc)) from None
     return EXIT_OK

@@ -182,13 +182,7 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
     format, sampling, reply cap and context, stop strings, the constraint (--choices,
     --json-schema, --grammar) and the text-line template; shared with ``llamabatch tune``
     (read back with :func:`sampling_params`)."""
-    p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="auto",
-        help="input format (default: %(default)s: JSONL for *.jsonl or when every "
-        "non-blank line is a JSON object, else text)",
-    )
+    add_format_option(p)
     defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
     options.add_fields(
         p,
@@ -265,6 +259,25 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="every reply follows the GBNF grammar in FILE, rule root (default: none)",
     )
+    add_text_line_options(p)
+
+
+def add_format_option(p: argparse.ArgumentParser, default: str | None = "auto") -> None:
+    """Add ``--format`` (the input format of PROMPTS: one of ``FORMATS``); shared with
+    ``llamabatch tune`` and ``llamabatch bench --prompts`` (``default=None`` there: set
+    or not)."""
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=default,
+        help="input format (default: auto: JSONL for *.jsonl or when every "
+        "non-blank line is a JSON object, else text)",
+    )
+
+
+def add_text_line_options(p: argparse.ArgumentParser) -> None:
+    """Add ``--system``, ``--template`` and ``--raw``: how a line of a text file becomes
+    a prompt; shared with ``llamabatch tune`` and ``llamabatch bench --prompts``."""
     p.add_argument(
         "--system",
         metavar="TEXT",

@@ -31,8 +31,7 @@ from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
 from .common import EXIT_OK, ArgumentParser, UsageError, guarded
 from .complete import add_item_options, sampling_params
-from .job.fields import with_fields
-from .job.input import PromptItem, read_prompts, with_chat_prompts, with_text_template
+from .job.items import read_items
 from .job.report import progress_bar
 from .llm import loaded_llama, model_path
 
@@ -206,14 +205,18 @@ def _run(args: argparse.Namespace) -> int:
         options.check_threads(args.threads)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    entries = read_prompts(args.prompts, args.format, warn=_warn)
+    read = read_items(
+        args.prompts,
+        args.format,
+        base,
+        system=args.system,
+        template=args.template,
+        raw=args.raw,
+        warn=_warn,
+    )
+    samplings = read.samplings
     try:
-        entries = with_text_template(
-            entries, system=args.system, template=args.template, raw=args.raw
-        )
-        items = [e for e in entries if isinstance(e, PromptItem)]
-        samplings = [with_fields(base, it.fields) for it in items]
-        per_round = items_per_round(len(items), args.rounds, args.items)
+        per_round = items_per_round(len(read.items), args.rounds, args.items)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)
@@ -221,9 +224,7 @@ def _run(args: argparse.Namespace) -> int:
     with loaded_llama(
         path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
     ) as llm:
-        items = [
-            e for e in with_chat_prompts(llm, entries, args.prompts) if isinstance(e, PromptItem)
-        ]
+        items = read.rendered(llm)
         bar = progress_bar(args.rounds * per_round * n_runs, args.quiet, desc="tune")
         try:
             report = tune(

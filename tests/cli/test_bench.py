@@ -197,6 +197,8 @@ WORKLOAD_ROW_TYPES = {
     "tokens_per_item": float,
     "items_batched": int,
     "items_alone": int,
+    "items_failed": int,
+    "first_error": (str, type(None)),
     "batch_disabled_reason": (str, type(None)),
 }
 
@@ -229,9 +231,22 @@ def check_document(doc: dict, slots=SLOTS) -> None:
         "seed",
         "parts",
         "workload",
+        "prompts",
+        "temperature",
+        "n_ctx_seq",
     }
     w = doc["workload"]
-    assert set(w) == {"items", "rounds", "max_tokens", "n_ctx_seq", "prompt_tokens", "rows", "name"}
+    assert set(w) == {
+        "items",
+        "rounds",
+        "max_tokens",
+        "n_ctx_seq",
+        "prompt_tokens",
+        "rows",
+        "name",
+        "prompts",
+    }
+    assert (w["prompts"] is None) == (doc["params"]["prompts"] is None)
     assert len(w["prompt_tokens"]) == w["items"]
     assert [r["b"] for r in w["rows"]] == [1] + [b for b in slots if b > 1]
     for row in w["rows"]:

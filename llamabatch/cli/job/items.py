@@ -1,0 +1,118 @@
+"""A PROMPTS file's items as ``llamabatch tune`` and ``llamabatch bench --prompts`` take
+them: read as ``llamabatch complete`` reads them (:func:`.input.read_prompts`), text lines
+wrapped (:func:`.input.with_text_template`), each item's sampling the base with the
+line's own fields (:func:`llamabatch.fields.with_fields`); then, once the model is
+loaded, chats rendered with its chat template.
+
+Everything that can be wrong with the file is found by :func:`read_items`, before any
+model work, as a :class:`~llamabatch.cli.common.UsageError` naming the file and line
+(the same messages ``llamabatch complete`` gives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...bench.file_workload import FileItems
+from ...params import SamplingParams
+from ..common import UsageError
+from .fields import with_fields
+from .input import (
+    Entry,
+    PromptItem,
+    model_prompts,
+    read_prompts,
+    with_chat_prompts,
+    with_text_template,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadItems:
+    """A prompts file read and checked, before the model is loaded.
+
+    Attributes:
+        path: the file (``-``: standard input).
+        entries: its entries, text lines wrapped (chats not rendered yet).
+        items: the :class:`~.input.PromptItem` entries, in file order.
+        samplings: each item's :class:`~llamabatch.SamplingParams`.
+    """
+
+    path: Path
+    entries: list[Entry]
+    items: list[PromptItem]
+    samplings: list[SamplingParams]
+
+    def rendered(self, llm: Any) -> list[PromptItem]:
+        """The items with every chat rendered with ``llm``'s chat template.
+
+        Raises:
+            UsageError: the model has no chat template, or it refused an item (named
+                by its line).
+        """
+        entries = with_chat_prompts(llm, self.entries, self.path)
+        return [e for e in entries if isinstance(e, PromptItem)]
+
+    def file_items(self, llm: Any) -> FileItems:
+        """The items as each path takes them (:class:`~llamabatch.bench.file_workload.FileItems`):
+        ``Llama`` a prompt or the chat's messages, the engine the prompt or the chat's
+        token ids made as llama-cpp-python's chat handlers make them.
+
+        Raises:
+            UsageError: as :meth:`rendered`.
+        """
+        items = self.rendered(llm)
+        return FileItems(
+            path=str(self.path),
+            ids=[it.id for it in items],
+            alone=[it.messages if it.messages is not None else it.prompt for it in items],
+            engine=list(model_prompts(llm, items)),
+            samplings=list(self.samplings),
+        )
+
+
+def read_items(
+    path: Path,
+    fmt: str,
+    base: SamplingParams,
+    *,
+    system: str | None = None,
+    template: str | None = None,
+    raw: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> ReadItems:
+    """Read the items of ``path`` and each one's sampling: ``base`` with its line's fields.
+
+    Args:
+        path: the prompts file (JSONL, OpenAI batch requests or text; ``-``: stdin).
+        fmt: ``"auto"``, ``"jsonl"`` or ``"text"``.
+        base: the sampling of items that set nothing themselves.
+        system, template, raw: how a text line becomes a prompt (``--system``,
+            ``--template``, ``--raw``).
+        warn: hears about unknown fields (once per file and field).
+
+    Raises:
+        UsageError: the file is missing, unreadable or holds a bad line (named by its
+            line, as ``llamabatch complete`` names it), an id is repeated, ``template``
+            has no ``{text}``, ``system`` with ``raw``, or a line's fields do not go
+            with ``base``.
+    """
+    entries = read_prompts(path, fmt, warn=warn)
+    try:
+        entries = with_text_template(entries, system=system, template=template, raw=raw)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    items = [e for e in entries if isinstance(e, PromptItem)]
+    samplings = []
+    for it in items:
+        try:
+            samplings.append(with_fields(base, it.fields))
+        except ValueError as exc:
+            raise UsageError(f"{path}:{it.line}: line {it.line}: {exc}") from None
+    return ReadItems(path, entries, items, samplings)
+
+
+__all__ = ["ReadItems", "read_items"]
