@@ -45,25 +45,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llamabatch.cli.tune import slot_list
+
 SCHEMA = "llamabatch.tune_vs_bench/1"
 BASELINE = "one_at_a_time"
 #: The figures compared, as the table names them.
 LABELS = {"s_per_item": "s/item", "ratio": "ratio"}
-
-
-def slot_counts(text: str) -> tuple[int, ...]:
-    """``"2,4"`` -> ``(2, 4)``: the engine's slot counts, each >= 2."""
-    try:
-        values = tuple(dict.fromkeys(int(v) for v in text.split(",") if v.strip()))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not values or min(values) < 2:
-        raise argparse.ArgumentTypeError(
-            f"slot counts must be integers >= 2 (one at a time is always measured): {text!r}"
-        )
-    return values
 
 
 def spread(values: Sequence[float]) -> dict[str, Any] | None:
@@ -180,7 +167,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("prompts", metavar="PROMPTS", type=Path, help="the items, as for tune")
-    ap.add_argument("--slots", type=slot_counts, default=(2, 4), metavar="2,4")
+    ap.add_argument("--slots", type=slot_list, default=(2, 4), metavar="2,4")
     ap.add_argument("--rounds", type=int, default=2, metavar="N")
     ap.add_argument(
         "--items",

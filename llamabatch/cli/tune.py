@@ -40,7 +40,13 @@ DEFAULT_ROUNDS = 3
 DEFAULT_SLOTS = (2, 4, 8)
 
 
-def _slot_list(text: str) -> tuple[int, ...]:
+def slot_list(text: str) -> tuple[int, ...]:
+    """``"2,4"`` -> ``(2, 4)`` (an argparse ``type``): the engine's slot counts, each >= 2,
+    duplicates dropped.
+
+    Raises:
+        argparse.ArgumentTypeError: not a comma-separated list of integers >= 2.
+    """
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -72,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add(p, "--model")
     p.add_argument(
         "--slots",
-        type=_slot_list,
+        type=slot_list,
         default=DEFAULT_SLOTS,
         metavar="2,4,8",
         help="slot counts of the engine to try, comma-separated, each >= 2 (default: 2,4,8)",
