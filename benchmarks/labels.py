@@ -61,8 +61,8 @@ def fresh_prompts(round_no: int, n: int, at: str = "item") -> list[str]:
     out = []
     for i in range(n):
         p = base[i % len(base)]
-        at = p.index(marker) + len(marker)
-        out.append(f"{p[:at]}Ticket {round_no}-{i}. {p[at:]}")
+        cut = p.index(marker) + len(marker)
+        out.append(f"{p[:cut]}Ticket {round_no}-{i}. {p[cut:]}")
     return out
 
 

@@ -229,25 +229,21 @@ class ScoreJob:
                     self._got[(key, t)] = float(v)
 
     # -- runs --------------------------------------------------------------------------
-    def fold(self) -> list[int]:
+    def fold(self) -> None:
         """Make the first run part of the prompt's prefill: :attr:`goal` becomes the
-        longest path that keeps the whole prompt (its last token left out), so the
-        prompt's span goes on with that path's tokens and scores their rows in the same
-        decode, one run fewer and no token decoded twice (the prompt's last row is then
-        in a span of at least two tokens, :data:`MIN_RUN`). Only for a cache that can be
-        cut back: a recurrent memory's snapshot must hold the prompt alone.
-
-        Returns:
-            the tokens the prefill adds after the prompt (empty when every continuation
-            is one token, scored from the prompt's last row).
-        """
+        longest continuation path that keeps the whole prompt (``n_keep`` = its length;
+        its last token left out), so the prompt's span goes on with that path's tokens
+        and scores their rows in the same decode, one run fewer and no token decoded
+        twice (the prompt's last row is then in a span of at least two tokens,
+        :data:`MIN_RUN`). The goal stays the prompt when every such continuation is one
+        token (scored from the prompt's last row). Only for a cache that can be cut
+        back: a snapshot must hold the prompt alone."""
         n = len(self.prompt)
         longest: tuple[int, ...] = ()
         for path, cont in zip(self._paths, self.conts):
             if cont.n_keep == n and len(path) - 1 - n > len(longest):
                 longest = path[n:-1]
         self.goal = list(self.prompt) + list(longest)
-        return list(longest)
 
     def next_run(self, cached: Sequence[int], min_run: int = MIN_RUN) -> int | None:
         """Choose the next path with rows not scored yet and make it :attr:`goal`.

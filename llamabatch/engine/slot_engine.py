@@ -259,7 +259,7 @@ class SlotEngine:
             seq.status = Status.COPY
             leader.followers.append(seq)
             return
-        if score is not None and not self.exact:  # the first label run in the prefill
+        if score is not None and not self._snapshots(seq):  # the first label run in the prefill
             score.fold()
         planned: dict[int, Sequence[int]] = {
             sid: s.tokens
@@ -351,12 +351,14 @@ class SlotEngine:
         if seq.score is not None:  # its last row is scored in a run of MIN_RUN tokens
             folded = len(seq.score.goal) - len(seq.tokens)  # a first run after it
             n = min(n, max(0, len(seq.tokens) - max(1, MIN_RUN - folded)))
+            if not self._holds(slot, n):  # cut further back than the window was asked
+                n = 0
         if n < len(slot.cached):
             ok = False
             if n > 0 and not self.exact:
                 ok = self._trim(slot, n)
                 if not ok:
-                    self.exact = True  # a recurrent / hybrid memory: learned now
+                    self._learn_exact()
             if not ok:
                 n = 0
                 if not self._trim(slot, 0):
@@ -364,6 +366,15 @@ class SlotEngine:
             del slot.cached[n:]
         seq.fed, seq.status = n, Status.PREFILL
         self.stats.prompt_tokens_cached += n
+
+    def _learn_exact(self) -> None:
+        """The memory cannot be cut back (a recurrent / hybrid one, learned from a refused
+        trim): from now on prefixes are reused whole, and a scoring sequence still prefilling
+        its prompt is unfolded, so that its snapshot holds the prompt alone."""
+        self.exact = True
+        for seq in self.running.values():
+            if seq.score is not None and seq.fed < len(seq.tokens):
+                seq.score.goal = list(seq.tokens)
 
     def _trim(self, slot: Slot, n: int) -> bool:
         self.dirty = True
@@ -529,6 +540,15 @@ class SlotEngine:
             return []
         return list(_guard("take_scores", self.backend.take_scores))
 
+    def _snapshots(self, seq: Seq) -> bool:
+        """A scoring sequence starts its label runs from a state snapshot of its prompt
+        (``save_seq`` / ``load_seq``) instead of cutting its cache back: on a memory that
+        cannot be cut back, and on a sliding-window model whose window a prompt of
+        ``n_swa`` tokens or more fills (cut back, its window would have lost positions
+        the next token attends to: :func:`~llamabatch.engine.window.window_holds`)."""
+        window_bound = self.n_swa > 0 and len(seq.tokens) >= self.n_swa
+        return self.can_save and (self.exact or window_bound)
+
     def _advance_score(self, seq: Seq) -> None:
         """Once a scoring sequence's cache holds its goal, start its next run (cutting
         the cache back) or end it when every row is scored."""
@@ -537,7 +557,7 @@ class SlotEngine:
             return
         if len(slot.cached) < len(job.goal):
             return
-        if seq.snapshot is None and self.exact and self.can_save:
+        if seq.snapshot is None and self._snapshots(seq):
             if not job.done:
                 state = _guard("save_seq", self.backend.save_seq, slot.seq_id)
                 seq.snapshot = (state, list(slot.cached))
@@ -547,11 +567,11 @@ class SlotEngine:
             return
         if keep >= len(slot.cached):
             return
-        if not self.exact:
+        if not self.exact and self._holds(slot, keep):  # else: as if it could not be cut
             if self._trim(slot, keep):
                 del slot.cached[keep:]
                 return
-            self.exact = True  # a recurrent / hybrid memory: learned now
+            self._learn_exact()
         snapshot = seq.snapshot
         if snapshot is not None and len(snapshot[1]) <= keep:
             state, tokens = snapshot
@@ -564,6 +584,8 @@ class SlotEngine:
         if not self._trim(slot, 0):
             raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
         slot.cached.clear()
+        if snapshot is None and self._snapshots(seq):  # the prompt alone, to snapshot it
+            job.goal = list(seq.tokens)
 
     def _logprobs(self, spans: list, n: int) -> list:
         """The backend's logprobs of the ``n`` tokens just sampled

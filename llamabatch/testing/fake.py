@@ -70,7 +70,8 @@ class FakeBackend:
     reply, no error).
 
     Label scores (``Span.targets``, :meth:`take_scores`, :meth:`score_alone`) come from
-    a deterministic model of log-probabilities (:meth:`token_logprob`); a span's
+    a deterministic model of log-probabilities (:meth:`token_logprob`), over a hole
+    without its positions too; a span's
     ``share`` samples the other sequences' first token from the same row.
 
     Args:
@@ -398,8 +399,12 @@ class FakeBackend:
         taken, self._scores = self._scores, []
         return taken
 
-    def _span_scores(self, kv: Sequence[int], span: Span) -> tuple[tuple[float, ...], ...]:
-        """``kv`` holds the sequence's cache before ``span``."""
+    def _span_scores(
+        self, kv: Sequence[int], span: Span, hole: tuple[int, int] | None = None
+    ) -> tuple[tuple[float, ...], ...]:
+        """``kv`` holds the sequence's cache before ``span``; a row past a ``hole`` in
+        its window sees its context without the missing positions (another score, as
+        llama.cpp gives, no error)."""
         targets = span.targets or ()
         self._rules.require(
             len(targets) == len(span.tokens) and not span.logits,
@@ -413,6 +418,8 @@ class FakeBackend:
                 f"seq {span.seq_id}: a target outside [0, {self.n_vocab})",
             )
             context = path[: span.pos + r + 1]
+            if hole is not None and hole[1] <= len(context):
+                context = context[: hole[0]] + context[hole[1] :]
             out.append(tuple(self.token_logprob(context, t) for t in ids))
         return tuple(out)
 
@@ -552,9 +559,10 @@ class FakeBackend:
         self._logprobs, self._scores = [], []
         for span in spans:
             seq = seqs[span.seq_id]
-            if span.targets is not None:
-                self._scores.append(self._span_scores(seq.kv, span))
+            kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
+            if span.targets is not None:  # after append: over a hole it notes
+                self._scores.append(self._span_scores(kv, span, seq.hole))
             if span.logits:
                 if seq.reply is None:
                     seq.reply = self.reply_of(self._seen(seq))

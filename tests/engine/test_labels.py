@@ -86,8 +86,8 @@ def test_scoring_runs_in_the_same_decodes_as_replies() -> None:
 @pytest.mark.parametrize("recurrent", [False, True])
 def test_the_first_label_run_goes_in_the_prompts_prefill(recurrent: bool) -> None:
     """A cache that can be cut back prefills the prompt and goes on, in the same span,
-    with its longest label path: one run and one decode fewer. A recurrent memory
-    prefills the prompt alone (its snapshot must hold just the prompt)."""
+    with its longest label path (so that path needs no run of its own). A recurrent
+    memory prefills the prompt alone (its snapshot must hold just the prompt)."""
     fake = FakeBackend(recurrent=recurrent)
     gen = BatchGenerator(backend=fake, slots=2, n_batch=64)
     prompt = PROMPTS[0]
@@ -103,6 +103,36 @@ def test_the_first_label_run_goes_in_the_prompts_prefill(recurrent: bool) -> Non
     else:
         assert len(first.tokens) == n + longest - 1  # the path's last token is not decoded
         assert list(first.tokens[:n]) == fake.tokenize(prompt)
+    assert fake.violations == []
+
+
+def test_a_recurrent_memory_learned_while_scoring_costs_one_prefill_more_at_most() -> None:
+    """A memory that says nothing up front and then refuses a trim: scoring goes on from a
+    snapshot of the prompt, as when the memory was declared, after at most one more
+    prefill of a prompt."""
+    runs = {}
+    for declares in (True, False):
+        fake = FakeBackend(recurrent=True, declares_recurrent=declares)
+        gen = BatchGenerator(backend=fake, slots=2, n_batch=16)
+        for c, p in zip(gen.complete_many(PROMPTS, SCORED), PROMPTS):
+            check(c, expected_logprobs(fake, p))
+        assert fake.violations == []
+        runs[declares] = gen.stats.label_tokens_decoded
+    longest = max(len(fake.tokenize(p)) for p in PROMPTS)
+    assert runs[True] <= runs[False] <= runs[True] + longest
+
+
+@pytest.mark.parametrize("n_swa", [4, 16, 64])
+def test_scores_on_a_sliding_window_model_never_see_a_hole(n_swa: int) -> None:
+    """The fake scores a row over a hole in its window without the missing positions, as
+    llama.cpp does: every score must still be the fake model's, cold and cached, for
+    prompts longer and shorter than the window."""
+    fake = FakeBackend(n_swa=n_swa)
+    gen = BatchGenerator(backend=fake, slots=2, n_batch=16)
+    want = [expected_logprobs(fake, p) for p in PROMPTS]
+    for _run in range(2):
+        for c, e in zip(gen.complete_many(PROMPTS, SCORED), want):
+            check(c, e)
     assert fake.violations == []
 
 
