@@ -353,7 +353,9 @@ def _file_workload(
     quiet: bool,
 ) -> dict[str, Any]:
     cap, rounds = params.reply_cap, params.workload_rounds
-    per_round = items_per_round(len(items), rounds, params.items)
+    per_round = items_per_round(
+        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
+    )
     n_runs = 1 + len({b for b in params.slots if b > 1})
     bar = _bar(per_round * rounds * n_runs, "workload", "item", quiet, err)
     try:
@@ -620,8 +622,15 @@ def _run(args: argparse.Namespace) -> int:
                 template=args.template,
                 raw=args.raw,
                 warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
+                command="bench",
             )
-            items = items_per_round(len(read.items), args.workload_rounds, args.items)
+            items = items_per_round(
+                len(read.items),
+                args.workload_rounds,
+                args.items,
+                names=("--workload-rounds", "--items"),
+                source=str(args.prompts),
+            )
         params = BenchParams(
             slots=args.slots,
             prompt_tokens=args.prompt_tokens,

@@ -100,12 +100,16 @@ def test_a_bad_file_gives_the_error_complete_gives(capsys, tmp_path, content):
 
 
 def test_too_few_prompts_for_disjoint_rounds_is_refused_as_tune_refuses(capsys, tmp_path):
+    """Each command in its own flags (tune's rounds are --rounds, the workload's
+    --workload-rounds), both naming the file."""
     src = items_file(tmp_path, 5)
     missing = tmp_path / "no.gguf"
     code, _, err = run_cli(capsys, "tune", src, "--model", missing, "--rounds", "2", "--items", "3")
     assert code == 2
-    expected = error_after_prog(single_error_line(err))
-    assert "needs 6 distinct prompts, but there are 5" in expected
+    assert error_after_prog(single_error_line(err)) == (
+        f"--rounds 2 x --items 3 needs 6 distinct prompts, but {src} holds 5: "
+        "give --items <= 2 or fewer --rounds"
+    )
     code, _, err = run_cli(
         capsys,
         "bench",
@@ -119,7 +123,61 @@ def test_too_few_prompts_for_disjoint_rounds_is_refused_as_tune_refuses(capsys, 
         "3",
     )
     assert code == 2
-    assert error_after_prog(single_error_line(err)) == expected
+    assert error_after_prog(single_error_line(err)) == (
+        f"--workload-rounds 2 x --items 3 needs 6 distinct prompts, but {src} holds 5: "
+        "give --items <= 2 or fewer --workload-rounds"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["tune", "{src}", "--rounds", "1"], "{src} holds no prompts: --rounds 1"),
+        (
+            ["bench", "--prompts", "{src}", "--workload-rounds", "1"],
+            "{src} holds no prompts: --workload-rounds 1",
+        ),
+    ],
+)
+def test_an_empty_file_is_named_by_both_commands(capsys, tmp_path, argv, says):
+    src = tmp_path / "empty.jsonl"
+    src.write_text("", encoding="utf-8")
+    argv = [a.format(src=src) for a in argv]
+    code, _, err = run_cli(capsys, *argv, "--model", tmp_path / "no.gguf")
+    assert code == 2
+    assert says.format(src=src) in single_error_line(err)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"n": 3}, "n=3 asks for 3 replies"),
+        ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
+        ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
+    ],
+)
+def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fields, named):
+    rows = [{"id": f"i{k}", "prompt": chat(f"Label ticket {k}.")} for k in range(6)]
+    rows[2].update(fields)
+    src = write_jsonl(tmp_path / "items.jsonl", rows)
+    code, _, err = run_cli(capsys, "bench", "--prompts", src, "--model", tmp_path / "no.gguf")
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{src}:3: {named}" in line
+    assert "but bench compares one generated reply per item" in line
+
+
+def test_the_library_bench_refuses_an_item_asking_for_more_than_one_reply(tmp_path):
+    samplings = [SamplingParams(temperature=0.0)] * 4
+    samplings[1] = SamplingParams(temperature=0.0, n=2)
+    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
+    params = BenchParams(
+        slots=(1, 2), parts=("workload",), workload="prompts", prompts="items.jsonl", items=2
+    )
+    backends: list[FakeBackend] = []
+    with pytest.raises(ValueError, match="items.jsonl item 'b': n=2 asks for 2 replies"):
+        bench(fake_setup(tmp_path, backends), params, quiet=True, items=items)
+    assert backends == []  # refused before any generator was made
 
 
 def test_help_names_prompts(capsys):
