@@ -47,7 +47,9 @@ def items_per_round(
         raise ValueError(f"{spell(i_name, items)} is out of range: valid is an integer >= 1")
     needs = f"{spell(r_name, rounds)} needs at least {rounds * (items or 1)}"
     if n_prompts < 1:
-        raise ValueError(f"{source} holds no prompts: {needs}" if source else f"no prompts: {needs}")
+        raise ValueError(
+            f"{source} holds no prompts: {needs}" if source else f"no prompts: {needs}"
+        )
     what = f"{source} holds {n_prompts} prompts" if source else f"{n_prompts} prompts"
     there = f"{source} holds {n_prompts}" if source else f"there are {n_prompts}"
     if items is None:
