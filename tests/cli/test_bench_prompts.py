@@ -257,6 +257,31 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
     assert "workload prompts (items.jsonl): 3 items per round of 10" in out.getvalue()
 
 
+def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
+    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], [SamplingParams()] * 4)
+    params = BenchParams(
+        slots=(1, 2),
+        parts=("workload",),
+        workload="prompts",
+        prompts="items.jsonl",
+        items=2,
+        workload_rounds=1,
+        max_tokens=2,
+        n_ctx_seq=48,
+    )
+    out = io.StringIO()
+    doc = bench(
+        fake_setup(tmp_path, []), params, out=out, err=io.StringIO(), quiet=True, items=items
+    )
+    assert "n_ctx_seq 48 per sequence (workload)" in out.getvalue()
+    assert doc["header"]["n_ctx_seq"] == doc["workload"]["n_ctx_seq"] == 48
+    synthetic = BenchParams(slots=(1, 2), parts=("workload",), workload="U", items=2, max_tokens=2)
+    out = io.StringIO()
+    doc = bench(fake_setup(tmp_path, []), synthetic, out=out, err=io.StringIO(), quiet=True)
+    n_ctx_seq = doc["workload"]["n_ctx_seq"]
+    assert f"n_ctx_seq {n_ctx_seq} per sequence (workload)" in out.getvalue()
+
+
 def test_failed_items_are_counted_and_named(tmp_path):
     samplings = [SamplingParams(temperature=0.0, choices=("billing", "account"))] * 4
     items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
@@ -342,6 +367,39 @@ def test_a_lines_choices_constrain_both_paths(capsys, tmp_path, model_path):
         return {r["b"]: r["tokens_per_item"] for r in rows}
 
     free = tokens_per_item(STORIES, "free")
+    # the Llama is sized from --n-ctx-seq as in tune, not from the raw bench's PP + TG
+    # (512): a ~300-token prompt fits neither one at a time nor a slot of 256
+    long_rows = [{"id": k, "prompt": chat("word " * 300)} for k in "pm"]
+    src = write_jsonl(tmp_path / "long.jsonl", long_rows)
+    code, out, err = run_cli(
+        capsys,
+        "bench",
+        "--prompts",
+        src,
+        "--only",
+        "workload",
+        "--slots",
+        "1,2",
+        "--items",
+        "2",
+        "--workload-rounds",
+        "1",
+        "--n-ctx-seq",
+        "16",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "1",
+        "--model",
+        model_path,
+        "--json",
+        tmp_path / "long.json",
+        "--quiet",
+    )
+    assert code == 0, err
+    assert "n_ctx_seq 16 per sequence (workload)" in out
+    rows = json.loads((tmp_path / "long.json").read_text(encoding="utf-8"))["workload"]["rows"]
+    assert [r["items_failed"] for r in rows] == [2, 2]
     constrained = tokens_per_item([{**s, "choices": ["yes"]} for s in STORIES], "choices")
     assert free == {1: 16.0, 2: 16.0}
     assert all(t <= 3 for t in constrained.values()), constrained
