@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
 from ..params import SamplingParams
-from ..tuning.baseline import completion_kwargs, is_chat
+from ..tuning.baseline import check_one_reply, completion_kwargs, is_chat
 from ..tuning.rounds import items_per_round, sample_rounds
 from ..tuning.run import DEFAULT_SEED
 from .workload import (
@@ -204,11 +204,15 @@ def run_file_workload(
         a :class:`FileRun`.
 
     Raises:
-        ValueError: ``rounds`` or ``per_round`` out of range, or fewer than ``rounds *
-            per_round`` items (the message says what would fit).
+        ValueError: ``rounds`` or ``per_round`` out of range, fewer than ``rounds *
+            per_round`` items (the message says what would fit), or an item whose
+            sampling asks for more than one generated reply (``n`` > 1,
+            ``score_choices`` with choices, ``logprobs``: the loop's one
+            ``create_completion`` call gives one), before any item runs.
     """
     n = len(items)
-    k = items_per_round(n, rounds, per_round)
+    k = items_per_round(n, rounds, per_round, source=items.path)
+    check_one_reply(items.samplings, lambda i: f"{items.path} item {items.ids[i]!r}", "bench")
     chosen = sample_rounds(n, rounds, k, items_seed)
     used = {i for r in chosen for i in r}
     spare = next((i for i in range(n) if i not in used), None)

@@ -16,7 +16,9 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
         "system_info": str | null,        # llama_print_system_info()
         "model_path": str, "model_name": str | null, "model_arch": str | null,
         "model_size_bytes": int | null, "quantization": str,
-        "n_ctx_seq": int | null,          # per sequence, as allocated (raw bench context)
+        "n_ctx_seq": int | null,          # per sequence, as allocated (raw bench context);
+                                          # with only the workload, the workload's
+        "n_ctx_seq_of": "workload",       # present only then
         "n_batch": int,
         "llama_cpp_python_version": str,
         "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
@@ -125,7 +127,8 @@ def format_header(h: dict[str, Any]) -> str:
             f"gpu:      {gpu}",
             f"model:    {name} ({h['quantization']}{arch}, {_mb(h['model_size_bytes'])})",
             f"          {h['model_path']}",
-            f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence (raw bench), "
+            f"context:  n_ctx_seq {h['n_ctx_seq'] or 'n/a'} per sequence "
+            f"({h.get('n_ctx_seq_of', 'raw bench')}), "
             f"n_batch {h['n_batch']}",
             f"versions: llama-cpp-python {h['llama_cpp_python_version']}, "
             f"llama.cpp {h['llama_cpp_version']}",

@@ -246,6 +246,12 @@ def bench(
             bar.close()
             backend.close()
         header["n_ctx_seq"] = limits.n_ctx_seq
+    synthetic = None
+    if "workload" in params.parts and items is None:
+        synthetic = _synthetic_rounds(setup, params)
+    if rows is None and "workload" in params.parts:  # the header's context: the workload's
+        header["n_ctx_seq"] = synthetic[2] if synthetic is not None else params.n_ctx_seq
+        header["n_ctx_seq_of"] = "workload"
     print(format_header(header), file=out)
     if rows is not None:
         print(
@@ -257,8 +263,8 @@ def bench(
     workload = None
     if "workload" in params.parts and items is not None:
         workload = _file_workload(setup, params, items, out, err, quiet)
-    elif "workload" in params.parts:
-        workload = _workload(setup, params, out, err, quiet)
+    elif synthetic is not None:
+        workload = _workload(setup, params, synthetic, out, err, quiet)
     doc = document(header, params.to_json(), rows, workload, time.perf_counter() - t0)
     if json_path is not None:
         with open(json_path, "w", encoding="utf-8") as f:
@@ -267,10 +273,10 @@ def bench(
     return doc
 
 
-def _workload(
-    setup: BenchSetup, params: BenchParams, out: IO[str], err: IO[str], quiet: bool
-) -> dict[str, Any]:
-    name, cap = params.workload, params.reply_cap
+def _synthetic_rounds(setup: BenchSetup, params: BenchParams) -> tuple[list[list[str]], str, int]:
+    """A synthetic workload's prompts per round, its description, and its context per
+    sequence (longest prompt + reply cap, padded)."""
+    name = params.workload
     if name in WORKLOADS:
 
         def prompts(r: int) -> list[str]:
@@ -290,9 +296,21 @@ def _workload(
 
         what = "ChatML tagging prompts"
     rounds = [prompts(r) for r in range(params.workload_rounds)]
-    lengths = [len(setup.tokenize(p)) for p in rounds[0]]
     longest = max(len(setup.tokenize(p)) for items in rounds for p in items)
-    n_ctx_seq = ctx_per_seq(longest + cap)
+    return rounds, what, ctx_per_seq(longest + params.reply_cap)
+
+
+def _workload(
+    setup: BenchSetup,
+    params: BenchParams,
+    synthetic: tuple[list[list[str]], str, int],
+    out: IO[str],
+    err: IO[str],
+    quiet: bool,
+) -> dict[str, Any]:
+    name, cap = params.workload, params.reply_cap
+    rounds, what, n_ctx_seq = synthetic
+    lengths = [len(setup.tokenize(p)) for p in rounds[0]]
     n_runs = 1 + len({b for b in params.slots if b > 1})
     bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
     try:
@@ -353,7 +371,9 @@ def _file_workload(
     quiet: bool,
 ) -> dict[str, Any]:
     cap, rounds = params.reply_cap, params.workload_rounds
-    per_round = items_per_round(len(items), rounds, params.items)
+    per_round = items_per_round(
+        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
+    )
     n_runs = 1 + len({b for b in params.slots if b > 1})
     bar = _bar(per_round * rounds * n_runs, "workload", "item", quiet, err)
     try:
@@ -534,8 +554,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="N",
         help="with --prompts: tokens of context per sequence, prompt + reply, of one at "
-        f"a time and of each slot (default: {d.n_ctx_seq}, as complete and tune; the "
-        "other workloads size it to their prompts)",
+        "a time (the Llama's n_ctx) and of each slot, as in tune; llama.cpp rounds both "
+        "up to a multiple of 256; without --only workload the Llama also holds the raw "
+        f"bench's PP + TG (default: {d.n_ctx_seq}, as complete and tune; the other "
+        "workloads size it to their prompts)",
     )
     options.add_fields(
         p,
@@ -620,8 +642,15 @@ def _run(args: argparse.Namespace) -> int:
                 template=args.template,
                 raw=args.raw,
                 warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
+                command="bench",
             )
-            items = items_per_round(len(read.items), args.workload_rounds, args.items)
+            items = items_per_round(
+                len(read.items),
+                args.workload_rounds,
+                args.items,
+                names=("--workload-rounds", "--items"),
+                source=str(args.prompts),
+            )
         params = BenchParams(
             slots=args.slots,
             prompt_tokens=args.prompt_tokens,
@@ -648,11 +677,12 @@ def _run(args: argparse.Namespace) -> int:
     if params.workload in WORKLOADS:
         longest = max(longest, 600)  # S: ~390 + up to 150 ticket tokens + rest
     n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
+    n_ctx = ctx_per_seq(n_ctx)
     if read is not None:  # one at a time runs in the Llama's context, as in tune
-        n_ctx = max(params.prompt_tokens + params.gen_tokens, params.n_ctx_seq)
-    with loaded_llama(
-        path, n_ctx=ctx_per_seq(n_ctx), n_threads=threads, n_gpu_layers=args.n_gpu_layers
-    ) as llm:
+        n_ctx = params.n_ctx_seq
+        if "raw" in params.parts:  # which also holds the raw bench's PP + TG
+            n_ctx = max(params.prompt_tokens + params.gen_tokens, n_ctx)
+    with loaded_llama(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=args.n_gpu_layers) as llm:
         file_items = None if read is None else read.file_items(llm)
         try:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)

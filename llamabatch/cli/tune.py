@@ -201,11 +201,23 @@ def _check_plot_available() -> None:
         raise UsageError(f"--plot: {exc}") from None
 
 
+def _check_one_reply_flags(args: argparse.Namespace) -> None:
+    """--n and --score-choices (complete's) would make every item ask for more than the
+    one reply a create_completion call gives: refused, as such a line is."""
+    for flag, given in (("--n", args.n != 1), ("--score-choices", args.score_choices)):
+        if given:
+            raise UsageError(
+                f"{flag}: tune compares one generated reply per item with one "
+                f"Llama.create_completion call per item, which gives one reply: drop {flag}"
+            )
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..tuning import tune
 
     if args.plot is not None:
         _check_plot_available()  # before minutes of work, not after
+    _check_one_reply_flags(args)
     try:
         base = sampling_params(args)
         options.check_threads(args.threads)
@@ -222,7 +234,13 @@ def _run(args: argparse.Namespace) -> int:
     )
     samplings = read.samplings
     try:
-        per_round = items_per_round(len(read.items), args.rounds, args.items)
+        per_round = items_per_round(
+            len(read.items),
+            args.rounds,
+            args.items,
+            names=("--rounds", "--items"),
+            source=str(args.prompts),
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)

@@ -8,6 +8,14 @@ The keyword arguments are llama-cpp-python's (0.3.x) names for the fields of
 (:func:`llamabatch.llamacpp.constraints.grammar_of`), given as a ``LlamaGrammar``.
 ``Llama`` keeps the previous prompt's KV cache, so a prefix shared with the previous
 item is not prefilled again, as in a real tagger's loop.
+
+One call gives one generated reply, so an item that asks for more than that (``n`` > 1,
+``score_choices`` with ``choices``, ``logprobs``) has no one-at-a-time counterpart:
+:func:`check_one_reply` refuses it up front (``tune``, ``bench --prompts``) rather than
+time the engine's several replies or label scores against one reply. ``logprobs`` is
+refused, not passed on: llama-cpp-python 0.3.x's ``create_completion(logprobs=...)``
+raises ``ValueError`` unless the ``Llama`` was made with ``logits_all=True``, which
+the caller's ``Llama`` usually is not (and which slows every decode).
 """
 
 from __future__ import annotations
@@ -33,9 +41,61 @@ def is_chat(prompt: object) -> bool:
     )
 
 
+def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
+    """What in ``sampling`` asks for more than one generated reply and what to change,
+    in words (``("n=3 asks for 3 replies", "give n=1 or drop n")``), or ``None``: ``n``
+    > 1, ``score_choices`` with ``choices`` (label scores, no reply), ``logprobs`` (see
+    the module's note)."""
+    if sampling.n != 1:
+        return f"n={sampling.n} asks for {sampling.n} replies", "give n=1 or drop n"
+    if sampling.scores_labels:
+        return (
+            "score_choices asks for label scores instead of a reply",
+            "drop score_choices (the reply is then generated under its choices)",
+        )
+    if sampling.logprobs is not None:
+        return (
+            f"logprobs={sampling.logprobs} asks for log-probabilities (Llama.create_completion "
+            "gives them only with logits_all=True)",
+            "drop logprobs",
+        )
+    return None
+
+
+def check_one_reply(
+    samplings: Sequence[SamplingParams], where: Callable[[int], str], command: str = "tune"
+) -> None:
+    """Refuse the first item whose sampling asks for more than one generated reply.
+
+    Args:
+        samplings: each item's sampling.
+        where: ``where(k)``: how the user finds item ``k`` (``"prompts[3]"``,
+            ``"items.jsonl:4"``).
+        command: what compares the replies, for the message.
+
+    Raises:
+        ValueError: naming the item, the field and what to change.
+    """
+    for k, s in enumerate(samplings):
+        problem = not_one_reply(s)
+        if problem is not None:
+            what, fix = problem
+            raise ValueError(
+                f"{where(k)}: {what}, but {command} compares one generated reply per item "
+                f"with one Llama.create_completion call per item: {fix}"
+            )
+
+
 def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
     """The keyword arguments of ``create_completion`` / ``create_chat_completion`` for
-    ``sampling`` (reply cap: ``sampling.max_tokens`` or ``max_tokens``)."""
+    ``sampling`` (reply cap: ``sampling.max_tokens`` or ``max_tokens``).
+
+    Raises:
+        ValueError: ``sampling`` asks for more than one reply (:func:`not_one_reply`).
+    """
+    problem = not_one_reply(sampling)
+    if problem is not None:
+        raise ValueError(f"{problem[0]}, but Llama.create_completion gives one reply: {problem[1]}")
     kwargs: dict[str, Any] = dict(
         max_tokens=sampling.max_tokens or max_tokens,
         temperature=sampling.temperature,

@@ -15,29 +15,60 @@ from collections.abc import Sequence
 DEFAULT_ITEMS = 8
 
 
-def items_per_round(n_prompts: int, rounds: int, items: int | None) -> int:
+def items_per_round(
+    n_prompts: int,
+    rounds: int,
+    items: int | None,
+    *,
+    names: tuple[str, str] = ("rounds", "items"),
+    source: str | None = None,
+) -> int:
     """How many items each round takes: ``items``, or ``min(8, n_prompts // rounds)``.
 
+    Args:
+        n_prompts, rounds, items: the prompts there are, the rounds and the items per
+            round asked for (``None``: the default).
+        names: how the caller's user spells ``rounds`` and ``items`` in the messages:
+            parameter names (``rounds=2``), or flags (``"--rounds"``: ``--rounds 2``).
+        source: where the prompts come from (a file), named in the messages.
+
     Raises:
-        ValueError: ``rounds < 1``, ``items < 1``, or fewer than ``rounds * items``
-            prompts (the rounds must be disjoint); the message says what would fit.
+        ValueError: ``rounds < 1``, ``items < 1``, no prompts, or fewer than ``rounds *
+            items`` prompts (the rounds must be disjoint); the message says what would fit.
     """
+    r_name, i_name = names
+
+    def spell(name: str, value: object) -> str:
+        return f"{name} {value}" if name.startswith("-") else f"{name}={value!r}"
+
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-        raise ValueError(f"rounds={rounds!r} is out of range: valid is an integer >= 1")
+        raise ValueError(f"{spell(r_name, rounds)} is out of range: valid is an integer >= 1")
+    if items is not None and (not isinstance(items, int) or isinstance(items, bool) or items < 1):
+        raise ValueError(f"{spell(i_name, items)} is out of range: valid is an integer >= 1")
+    needs = f"{spell(r_name, rounds)} needs at least {rounds * (items or 1)}"
+    if n_prompts < 1:
+        raise ValueError(
+            f"{source} holds no prompts: {needs}" if source else f"no prompts: {needs}"
+        )
+    what = f"{source} holds {n_prompts} prompts" if source else f"{n_prompts} prompts"
+    there = f"{source} holds {n_prompts}" if source else f"there are {n_prompts}"
     if items is None:
         items = min(DEFAULT_ITEMS, n_prompts // rounds)
         if items < 1:
             raise ValueError(
-                f"{n_prompts} prompts cannot fill {rounds} disjoint rounds of at least one "
-                f"item: give at most rounds={max(n_prompts, 1)} or more prompts"
+                f"{what}: they cannot fill {rounds} disjoint rounds of at least one item: "
+                f"give at most {spell(r_name, n_prompts)} or more prompts"
             )
         return items
-    if not isinstance(items, int) or isinstance(items, bool) or items < 1:
-        raise ValueError(f"items={items!r} is out of range: valid is an integer >= 1")
     if rounds * items > n_prompts:
+        fits = (
+            f"give {i_name} <= {n_prompts // rounds} or fewer {r_name}"
+            if n_prompts >= rounds
+            else f"give at most {spell(r_name, n_prompts)} and {spell(i_name, 1)}"
+        )
         raise ValueError(
-            f"rounds={rounds} x items={items} needs {rounds * items} distinct prompts, but "
-            f"there are {n_prompts}: give items <= {n_prompts // rounds} or fewer rounds"
+            f"{spell(r_name, rounds)} x {spell(i_name, items)} needs {rounds * items} "
+            f"distinct prompts, but {there}: {fits}"
         )
     return items
 

@@ -16,7 +16,7 @@ from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
 from ..params import BatchConfig, SamplingParams
 from .agreement import compile_label_regex, label_of, label_rule
-from .baseline import OneAtATime, is_chat, llama_one_at_a_time
+from .baseline import OneAtATime, check_one_reply, is_chat, llama_one_at_a_time
 from .records import BASELINE, FLOOR, RoundRecord, RunRecord, TuneReply, setting_name
 from .report import TuneReport
 from .rounds import items_per_round, sample_rounds, setting_order
@@ -264,8 +264,8 @@ def tune(
         rounds: rounds, >= 1.
         items: items per round (default ``min(8, len(prompts) // rounds)``).
         sampling: one :class:`~llamabatch.SamplingParams` for every item, or one per
-            prompt (default: ``SamplingParams()``). Items without a seed get seed 0, so
-            that every setting samples alike.
+            prompt (default: ``SamplingParams()``), each for one generated reply.
+            Items without a seed get seed 0, so that every setting samples alike.
         max_tokens, n_ctx_seq, n_batch, cache_ram_mib: as for
             :class:`~llamabatch.BatchGenerator` (``max_tokens`` also caps the baseline).
         label_regex: a regular expression whose first match (group 1 if it has groups)
@@ -290,7 +290,11 @@ def tune(
 
     Raises:
         ValueError: a parameter out of range (named), too few prompts for disjoint
-            rounds, a bad ``label_regex``, or ``ids`` / ``sampling`` of the wrong length.
+            rounds, a bad ``label_regex``, ``ids`` / ``sampling`` of the wrong length, or
+            an item whose sampling asks for more than one generated reply (``n`` > 1,
+            ``score_choices`` with ``choices``, ``logprobs``: one
+            ``create_completion`` call gives one reply, so tune compares one reply per
+            item), all before any model work.
     """
     t_start = clock()
     if (llm is None) == (backend is None):
@@ -299,6 +303,7 @@ def tune(
     n = len(prompts)
     per_round = items_per_round(n, rounds, items)
     samplings = _per_item(sampling, n)
+    check_one_reply(samplings, lambda k: f"item {k} (sampling of prompts[{k}])")
     ids = list(range(n)) if ids is None else list(ids)
     if len(ids) != n:
         raise ValueError(f"ids has {len(ids)} entries for {n} prompts")

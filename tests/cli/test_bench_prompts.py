@@ -100,12 +100,16 @@ def test_a_bad_file_gives_the_error_complete_gives(capsys, tmp_path, content):
 
 
 def test_too_few_prompts_for_disjoint_rounds_is_refused_as_tune_refuses(capsys, tmp_path):
+    """Each command in its own flags (tune's rounds are --rounds, the workload's
+    --workload-rounds), both naming the file."""
     src = items_file(tmp_path, 5)
     missing = tmp_path / "no.gguf"
     code, _, err = run_cli(capsys, "tune", src, "--model", missing, "--rounds", "2", "--items", "3")
     assert code == 2
-    expected = error_after_prog(single_error_line(err))
-    assert "needs 6 distinct prompts, but there are 5" in expected
+    assert error_after_prog(single_error_line(err)) == (
+        f"--rounds 2 x --items 3 needs 6 distinct prompts, but {src} holds 5: "
+        "give --items <= 2 or fewer --rounds"
+    )
     code, _, err = run_cli(
         capsys,
         "bench",
@@ -119,7 +123,61 @@ def test_too_few_prompts_for_disjoint_rounds_is_refused_as_tune_refuses(capsys, 
         "3",
     )
     assert code == 2
-    assert error_after_prog(single_error_line(err)) == expected
+    assert error_after_prog(single_error_line(err)) == (
+        f"--workload-rounds 2 x --items 3 needs 6 distinct prompts, but {src} holds 5: "
+        "give --items <= 2 or fewer --workload-rounds"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["tune", "{src}", "--rounds", "1"], "{src} holds no prompts: --rounds 1"),
+        (
+            ["bench", "--prompts", "{src}", "--workload-rounds", "1"],
+            "{src} holds no prompts: --workload-rounds 1",
+        ),
+    ],
+)
+def test_an_empty_file_is_named_by_both_commands(capsys, tmp_path, argv, says):
+    src = tmp_path / "empty.jsonl"
+    src.write_text("", encoding="utf-8")
+    argv = [a.format(src=src) for a in argv]
+    code, _, err = run_cli(capsys, *argv, "--model", tmp_path / "no.gguf")
+    assert code == 2
+    assert says.format(src=src) in single_error_line(err)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"n": 3}, "n=3 asks for 3 replies"),
+        ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
+        ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
+    ],
+)
+def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fields, named):
+    rows = [{"id": f"i{k}", "prompt": chat(f"Label ticket {k}.")} for k in range(6)]
+    rows[2].update(fields)
+    src = write_jsonl(tmp_path / "items.jsonl", rows)
+    code, _, err = run_cli(capsys, "bench", "--prompts", src, "--model", tmp_path / "no.gguf")
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{src}:3: {named}" in line
+    assert "but bench compares one generated reply per item" in line
+
+
+def test_the_library_bench_refuses_an_item_asking_for_more_than_one_reply(tmp_path):
+    samplings = [SamplingParams(temperature=0.0)] * 4
+    samplings[1] = SamplingParams(temperature=0.0, n=2)
+    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
+    params = BenchParams(
+        slots=(1, 2), parts=("workload",), workload="prompts", prompts="items.jsonl", items=2
+    )
+    backends: list[FakeBackend] = []
+    with pytest.raises(ValueError, match="items.jsonl item 'b': n=2 asks for 2 replies"):
+        bench(fake_setup(tmp_path, backends), params, quiet=True, items=items)
+    assert backends == []  # refused before any generator was made
 
 
 def test_help_names_prompts(capsys):
@@ -197,6 +255,31 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
     starts = [c for fake in backends for c in fake.calls(StartSeqCall)]
     assert starts and all(c.sampling.choices == LABELS for c in starts)
     assert "workload prompts (items.jsonl): 3 items per round of 10" in out.getvalue()
+
+
+def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
+    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], [SamplingParams()] * 4)
+    params = BenchParams(
+        slots=(1, 2),
+        parts=("workload",),
+        workload="prompts",
+        prompts="items.jsonl",
+        items=2,
+        workload_rounds=1,
+        max_tokens=2,
+        n_ctx_seq=48,
+    )
+    out = io.StringIO()
+    doc = bench(
+        fake_setup(tmp_path, []), params, out=out, err=io.StringIO(), quiet=True, items=items
+    )
+    assert "n_ctx_seq 48 per sequence (workload)" in out.getvalue()
+    assert doc["header"]["n_ctx_seq"] == doc["workload"]["n_ctx_seq"] == 48
+    synthetic = BenchParams(slots=(1, 2), parts=("workload",), workload="U", items=2, max_tokens=2)
+    out = io.StringIO()
+    doc = bench(fake_setup(tmp_path, []), synthetic, out=out, err=io.StringIO(), quiet=True)
+    n_ctx_seq = doc["workload"]["n_ctx_seq"]
+    assert f"n_ctx_seq {n_ctx_seq} per sequence (workload)" in out.getvalue()
 
 
 def test_failed_items_are_counted_and_named(tmp_path):
@@ -284,6 +367,39 @@ def test_a_lines_choices_constrain_both_paths(capsys, tmp_path, model_path):
         return {r["b"]: r["tokens_per_item"] for r in rows}
 
     free = tokens_per_item(STORIES, "free")
+    # the Llama is sized from --n-ctx-seq as in tune, not from the raw bench's PP + TG
+    # (512): a ~300-token prompt fits neither one at a time nor a slot of 256
+    long_rows = [{"id": k, "prompt": chat("word " * 300)} for k in "pm"]
+    src = write_jsonl(tmp_path / "long.jsonl", long_rows)
+    code, out, err = run_cli(
+        capsys,
+        "bench",
+        "--prompts",
+        src,
+        "--only",
+        "workload",
+        "--slots",
+        "1,2",
+        "--items",
+        "2",
+        "--workload-rounds",
+        "1",
+        "--n-ctx-seq",
+        "16",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "1",
+        "--model",
+        model_path,
+        "--json",
+        tmp_path / "long.json",
+        "--quiet",
+    )
+    assert code == 0, err
+    assert "n_ctx_seq 16 per sequence (workload)" in out
+    rows = json.loads((tmp_path / "long.json").read_text(encoding="utf-8"))["workload"]["rows"]
+    assert [r["items_failed"] for r in rows] == [2, 2]
     constrained = tokens_per_item([{**s, "choices": ["yes"]} for s in STORIES], "choices")
     assert free == {1: 16.0, 2: 16.0}
     assert all(t <= 3 for t in constrained.values()), constrained

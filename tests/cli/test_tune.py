@@ -34,7 +34,7 @@ def test_tune_has_the_item_options_of_complete(capsys):
     [
         (["--slots", "1,2"], "slot counts must be integers >= 2"),
         (["--slots", "two"], "not a comma-separated list"),
-        (["--rounds", "3", "--items", "8"], "needs 24 distinct prompts"),
+        (["--rounds", "3", "--items", "8"], "--rounds 3 x --items 8 needs 24 distinct prompts"),
         (["--temperature", "-1"], "temperature=-1.0 is out of range"),
         (["--choices", "a,,b"], "has an empty choice"),
     ],
@@ -43,6 +43,42 @@ def test_bad_usage_exits_2_before_any_model_work(capsys, args, named, tmp_path):
     code, _, err = run_cli(capsys, "tune", EXAMPLES, "--model", tmp_path / "missing.gguf", *args)
     assert code == 2
     assert named in single_error_line(err)
+
+
+@pytest.mark.parametrize("flag", [["--n", "3"], ["--score-choices"]])
+def test_a_flag_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, flag):
+    code, _, err = run_cli(capsys, "tune", EXAMPLES, "--model", tmp_path / "missing.gguf", *flag)
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{flag[0]}: tune compares one generated reply per item" in line
+    assert f"drop {flag[0]}" in line
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"n": 3}, "n=3 asks for 3 replies"),
+        ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
+        ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
+    ],
+)
+def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fields, named):
+    rows = [{"prompt": f"item {k}"} for k in range(6)]
+    rows[4].update(fields)
+    src = write_jsonl(tmp_path / "items.jsonl", rows)
+    code, _, err = run_cli(capsys, "tune", src, "--model", tmp_path / "missing.gguf")
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{src}:5: {named}" in line
+    assert "but tune compares one generated reply per item" in line
+
+
+def test_an_empty_file_is_named(capsys, tmp_path):
+    src = tmp_path / "empty.jsonl"
+    src.write_text("", encoding="utf-8")
+    code, _, err = run_cli(capsys, "tune", src, "--model", tmp_path / "missing.gguf")
+    assert code == 2
+    assert f"{src} holds no prompts: --rounds 3 needs at least 3" in single_error_line(err)
 
 
 def test_plot_without_matplotlib_says_how_to_get_it(capsys, monkeypatch, tmp_path):

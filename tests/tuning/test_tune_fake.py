@@ -169,6 +169,36 @@ def test_bad_input_is_named(kwargs, message):
         _run(**kwargs)
 
 
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(n=3), "n=3 asks for 3 replies"),
+        (dict(choices=LABELS, score_choices=True), "score_choices asks for label scores"),
+        (dict(logprobs=2), "logprobs=2 asks for log-probabilities"),
+    ],
+)
+def test_an_item_asking_for_more_than_one_reply_is_refused_before_any_work(fields, named):
+    made = []
+    samplings = [SamplingParams(temperature=0.0)] * len(PROMPTS)
+    samplings[7] = SamplingParams(temperature=0.0, **fields)
+
+    def backend(slots):
+        made.append(slots)
+        return FakeBackend()
+
+    with pytest.raises(ValueError) as info:
+        tune(None, PROMPTS, slots=(2,), rounds=2, items=4, sampling=samplings, backend=backend)
+    message = str(info.value)
+    assert "item 7" in message and named in message
+    assert "tune compares one generated reply per item" in message
+    assert made == []  # no generator was made, no item ran
+
+
+def test_no_prompts_is_named():
+    with pytest.raises(ValueError, match="no prompts: rounds=3 needs at least 3"):
+        tune(None, [], backend=lambda b: FakeBackend())
+
+
 def test_llm_or_backend():
     with pytest.raises(ValueError, match="exactly one of llm"):
         tune(None, PROMPTS)

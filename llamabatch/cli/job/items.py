@@ -18,6 +18,7 @@ from typing import Any
 
 from ...bench.file_workload import FileItems
 from ...params import SamplingParams
+from ...tuning.baseline import check_one_reply
 from ..common import UsageError
 from .fields import with_fields
 from .input import (
@@ -83,6 +84,7 @@ def read_items(
     template: str | None = None,
     raw: bool = False,
     warn: Callable[[str], None] | None = None,
+    command: str = "tune",
 ) -> ReadItems:
     """Read the items of ``path`` and each one's sampling: ``base`` with its line's fields.
 
@@ -93,12 +95,15 @@ def read_items(
         system, template, raw: how a text line becomes a prompt (``--system``,
             ``--template``, ``--raw``).
         warn: hears about unknown fields (once per file and field).
+        command: the command that reads them, for the messages.
 
     Raises:
         UsageError: the file is missing, unreadable or holds a bad line (named by its
             line, as ``llamabatch complete`` names it), an id is repeated, ``template``
             has no ``{text}``, ``system`` with ``raw``, or a line's fields do not go
-            with ``base``.
+            with ``base``, or a line asks for more than one generated reply (``n`` > 1,
+            ``score_choices`` with choices, ``logprobs``: the command compares one
+            reply per item with ``Llama.create_completion``'s one).
     """
     entries = read_prompts(path, fmt, warn=warn)
     try:
@@ -112,6 +117,10 @@ def read_items(
             samplings.append(with_fields(base, it.fields))
         except ValueError as exc:
             raise UsageError(f"{path}:{it.line}: line {it.line}: {exc}") from None
+    try:
+        check_one_reply(samplings, lambda k: f"{path}:{items[k].line}", command)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return ReadItems(path, entries, items, samplings)
 
 
