@@ -4,9 +4,12 @@ A NUL character (U+0000) can never be produced by a token: llama.cpp's grammar s
 gives ``-inf`` to every token whose text is empty or starts with a NUL, and its UTF-8
 decoder ends each token's code points with a 0 (llama-grammar.cpp,
 ``llama_grammar_apply_impl`` and ``decode_utf8``). So a choice or a GBNF string literal
-holding a NUL is a dead end at that character: the item is refused with an error naming
-the place, up front. (Other dead ends, such as an empty character class, are found
-while sampling: :class:`~llamabatch.engine.seq_errors.GrammarDeadEnd`.)
+holding a NUL is a dead end at that character, and so is a character class that matches
+no other character (``[\x00]``, or ``[^\x00-\U0010ffff]``, which leaves nothing: code
+points end at U+10FFFF). The item is refused with an error naming the place, up front,
+even where the dead end sits in an alternative that is never taken. (Other dead ends,
+which depend on what was generated, are found while sampling:
+:class:`~llamabatch.engine.seq_errors.GrammarDeadEnd`.)
 
 Pure Python, no llama.cpp.
 """
@@ -18,6 +21,11 @@ from collections.abc import Sequence
 from ..errors import GrammarError
 
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+#: GBNF's one-letter escapes (llama-grammar.cpp ``parse_char``); any other escaped
+#: character stands for itself here (llama.cpp refuses it when it parses the grammar).
+_CHAR_ESCAPES = {"n": 10, "r": 13, "t": 9}
+#: The largest code point (Unicode).
+MAX_CODE_POINT = 0x10FFFF
 
 WHY = "no token can produce it (llama.cpp's grammar ends a token's text at a NUL)"
 
@@ -39,11 +47,12 @@ def check_choices(choices: Sequence[str]) -> None:
 
 def check_literals(grammar: str) -> None:
     """Refuse GBNF text whose string literals hold a NUL, raw or escaped (``\\x00``,
-    ``\\u0000``, ``\\U00000000``). Character classes (``[...]``) may name NUL among
-    other characters (it is then never matched); comments are skipped.
+    ``\\u0000``, ``\\U00000000``), or that has a character class matching no character
+    but NUL. A class may name NUL among other characters (it is then never matched);
+    comments are skipped.
 
     Raises:
-        GrammarError: naming the line and column of the NUL.
+        GrammarError: naming the line and column of the NUL or of the class.
     """
     i, n = 0, len(grammar)
     while i < n:
@@ -51,22 +60,76 @@ def check_literals(grammar: str) -> None:
         if ch == "#":  # a comment, to the end of the line
             while i < n and grammar[i] not in "\r\n":
                 i += 1
-        elif ch in '"[':
-            close = '"' if ch == '"' else "]"
+        elif ch == "[":
+            i = _check_class(grammar, i)
+        elif ch == '"':
             i += 1
-            while i < n and grammar[i] != close:
+            while i < n and grammar[i] != '"':
                 if grammar[i] == "\\" and i + 1 < n:
                     value, width = _escape(grammar, i + 1)
-                    if close == '"' and value == 0:
+                    if value == 0:
                         _refuse(grammar, i)
                     i += 1 + width
                     continue
-                if close == '"' and grammar[i] == "\x00":
+                if grammar[i] == "\x00":
                     _refuse(grammar, i)
                 i += 1
         elif ch == "\x00":
             _refuse(grammar, i)
         i += 1
+
+
+def _char(text: str, at: int) -> tuple[int | None, int]:
+    """The code point of the class character at ``at`` (``None`` for an escape that is
+    not a number) and the characters it spans."""
+    if text[at] != "\\" or at + 1 >= len(text):
+        return ord(text[at]), 1
+    letter = text[at + 1]
+    if letter in _HEX_ESCAPES:
+        value, width = _escape(text, at + 1)
+        return value, 1 + width
+    return _CHAR_ESCAPES.get(letter, ord(letter)), 2
+
+
+def _check_class(text: str, start: int) -> int:
+    """Refuse the class ``[...]`` opening at ``start`` when it can match no character
+    but NUL; return the index of its closing ``]`` (or the end of the text)."""
+    i, n = start + 1, len(text)
+    negated = i < n and text[i] == "^"
+    i += negated
+    ranges: list[tuple[int, int]] = []
+    while i < n and text[i] != "]":
+        low, width = _char(text, i)
+        i += width
+        high = low
+        if i + 1 < n and text[i] == "-" and text[i + 1] != "]":
+            high, width = _char(text, i + 1)
+            i += 1 + width
+        if low is None or high is None:
+            return i  # not a number: llama.cpp refuses the grammar itself
+        ranges.append((low, high))
+    if not _matches_beyond_nul(ranges, negated):
+        line = text.count("\n", 0, start) + 1
+        column = start - (text.rfind("\n", 0, start) + 1) + 1
+        raise GrammarError(
+            f"the grammar's character class at line {line}, column {column} "
+            f"({text[start : i + 1]}) matches no character but NUL (U+0000), so no token "
+            "can continue there (llama.cpp would abort the process); widen or remove it"
+        )
+    return i
+
+
+def _matches_beyond_nul(ranges: list[tuple[int, int]], negated: bool) -> bool:
+    """True when a class of ``ranges`` (``[^...]`` when ``negated``) matches a code
+    point in [1, MAX_CODE_POINT]."""
+    if not negated:
+        return any(high >= 1 and low <= high for low, high in ranges)
+    nxt = 1  # the smallest code point not yet covered by the ranges
+    for low, high in sorted(ranges):
+        if low > nxt:
+            return True
+        nxt = max(nxt, high + 1)
+    return nxt <= MAX_CODE_POINT
 
 
 def _escape(text: str, at: int) -> tuple[int | None, int]:

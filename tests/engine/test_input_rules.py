@@ -75,11 +75,27 @@ def test_a_nul_in_a_grammar_literal_is_refused_with_its_place(grammar, where):
 
 
 @pytest.mark.parametrize(
+    "grammar, where",
+    [
+        ('root ::= "x" [^\\x00-\\U0010FFFF]', "line 1, column 14"),  # leaves nothing
+        ('root ::= "a"\nb ::= [\\x00]', "line 2, column 7"),  # NUL alone
+        ('root ::= [^\\x01-\\x7f\\x80-\\U0010FFFF] "a"', "line 1, column 10"),
+    ],
+)
+def test_a_class_matching_no_character_but_nul_is_refused_with_its_place(grammar, where):
+    with pytest.raises(GrammarError, match="matches no character but NUL") as info:
+        grammar_of(SamplingParams(grammar=grammar))
+    assert where in str(info.value)
+
+
+@pytest.mark.parametrize(
     "grammar",
     [
         'root ::= [^"\\\\\\x00-\\x1F] "ok"',  # a class may name NUL among other characters
         'root ::= "a\\"\\x01" # a comment with "\\x00"',
         'root ::= "\\\\x00"',  # an escaped backslash, then the text x00
+        'root ::= [^\\x00-\\U0010FFFE] [\\]] [-] [a-] "[" [^\\]]* "]"',  # classes that match
+        'root ::= "[^\\x01-\\U0010FFFF]"',  # brackets inside a string literal are no class
     ],
 )
 def test_grammars_without_a_nul_literal_pass(grammar):
