@@ -1,7 +1,9 @@
 """A grammar that allows no token at some step ends its own item with an error, batched
 and alone, and llama.cpp never sees an accept it aborts on (``llama-grammar.cpp: fatal
 error``, SIGABRT). Each case runs in a subprocess, so a regression fails the test
-instead of killing pytest."""
+instead of killing pytest. The dead ends that can be seen in the grammar are refused up
+front; the ``backstop`` cases switch that check off, so that the empty class reaches the
+check made while sampling."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ SCRIPT = textwrap.dedent(
     import json, os, sys
     import llama_cpp
     from llamabatch import BatchGenerator, SamplingParams
+    if os.environ.get("NO_UPFRONT_CHECK"):
+        import llamabatch.llamacpp.constraints as constraints
+        constraints.check_literals = lambda grammar: None
 
     poison = SamplingParams(temperature=0.0, **json.loads(sys.argv[1]))
     slots = int(sys.argv[2])
@@ -43,12 +48,20 @@ POISONS = {
     "empty-class-first": {"grammar": "root ::= [^\\x00-\\U0010FFFF]"},
     "nul-literal": {"grammar": 'root ::= "yes\\x00"'},
 }
+BACKSTOP = {"backstop-empty-class", "backstop-empty-class-first"}
+POISONS |= {
+    "backstop-empty-class": POISONS["empty-class"],
+    "backstop-empty-class-first": POISONS["empty-class-first"],
+}
 
 
-def run_case(model_path, poison: dict, slots: int) -> dict:
+def run_case(model_path, poison: dict, slots: int, backstop: bool = False) -> dict:
+    env = dict(os.environ, MODEL=str(model_path))
+    if backstop:
+        env["NO_UPFRONT_CHECK"] = "1"
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, json.dumps(poison), str(slots)],
-        env=dict(os.environ, MODEL=str(model_path)),
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -61,16 +74,18 @@ def run_case(model_path, poison: dict, slots: int) -> dict:
 @pytest.mark.parametrize("slots", [4, 1])
 @pytest.mark.parametrize("kind", list(POISONS))
 def test_a_dead_end_grammar_ends_only_its_item(model_path, kind: str, slots: int) -> None:
-    result = run_case(model_path, POISONS[kind], slots)
+    result = run_case(model_path, POISONS[kind], slots, backstop=kind in BACKSTOP)
     out = result["out"]
     reason, error, path, _ = out[2]
     assert reason == "error", out[2]
     if kind.startswith("nul"):
         assert "NUL character" in error  # refused up front, with its place
         assert ("choices[0]" in error) if kind == "nul-in-choice" else ("line 1" in error)
+    elif kind.startswith("empty"):
+        assert "matches no character but NUL" in error and "line 1" in error, error
     else:
         assert "allows no token" in error
-        n = 1 if kind == "empty-class" else 0
+        n = 1 if kind == "backstop-empty-class" else 0
         assert f"after {n} reply token" in error, error
     for k in (0, 1, 3):
         assert out[k][0] in ("stop", "length") and out[k][1] is None, out[k]
