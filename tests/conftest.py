@@ -72,3 +72,17 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture()
+def pair(model_path):
+    """Two fresh ``Llama``s on the test model, alike: one to use, one left untouched."""
+    import llama_cpp
+
+    made = [
+        llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42, verbose=False)
+        for _ in range(2)
+    ]
+    yield made
+    for llm in made:
+        llm.close()

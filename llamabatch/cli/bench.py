@@ -460,15 +460,7 @@ def llama_setup(
 
 
 def _slots(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"slot counts must be integers >= 1: {text!r}")
-    return values
+    return options.slot_counts(text, 1)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

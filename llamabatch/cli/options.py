@@ -63,3 +63,29 @@ def check_threads(threads: int | None) -> None:
     """Raise ``ValueError`` unless ``threads`` is ``None`` or an integer >= 1."""
     if threads is not None and threads < 1:
         raise ValueError(f"threads={threads} is out of range: valid is an integer >= 1")
+
+
+def slot_counts(text: str, minimum: int, why: str = "") -> tuple[int, ...]:
+    """``"2,4"`` -> ``(2, 4)``: a ``--slots`` list, in the given order.
+
+    Args:
+        text: comma-separated integers (empty items are skipped).
+        minimum: the smallest slot count allowed.
+        why: said after the bound in the error (e.g. ``" (one at a time is always
+            measured)"``).
+
+    Raises:
+        argparse.ArgumentTypeError: not a comma-separated list of integers, none given,
+            or one below ``minimum``.
+    """
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+    if not values or min(values) < minimum:
+        raise argparse.ArgumentTypeError(
+            f"slot counts must be integers >= {minimum}{why}: {text!r}"
+        )
+    return values

@@ -47,16 +47,7 @@ def slot_list(text: str) -> tuple[int, ...]:
     Raises:
         argparse.ArgumentTypeError: not a comma-separated list of integers >= 2.
     """
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not values or min(values) < 2:
-        raise argparse.ArgumentTypeError(
-            f"slot counts must be integers >= 2 (one at a time is always measured): {text!r}"
-        )
+    values = options.slot_counts(text, 2, " (one at a time is always measured)")
     return tuple(dict.fromkeys(values))
 
 

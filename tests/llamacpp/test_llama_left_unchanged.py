@@ -29,19 +29,6 @@ CALLER_PROMPTS = [
 ]
 
 
-@pytest.fixture()
-def pair(model_path):
-    import llama_cpp
-
-    made = [
-        llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42, verbose=False)
-        for _ in range(2)
-    ]
-    yield made
-    for llm in made:
-        llm.close()
-
-
 def caller_replies(llm) -> list[str]:
     return [
         llm.create_completion(p, max_tokens=12, temperature=0.9, repeat_penalty=1.3)["choices"][0][

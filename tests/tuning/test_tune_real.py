@@ -27,19 +27,6 @@ def caller_replies(llm) -> list[str]:
     ]
 
 
-@pytest.fixture()
-def pair(model_path):
-    import llama_cpp
-
-    made = [
-        llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42, verbose=False)
-        for _ in range(2)
-    ]
-    yield made
-    for llm in made:
-        llm.close()
-
-
 def test_tune_leaves_the_llama_as_it_was(pair):
     used, untouched = pair
     report = tune(
