@@ -35,6 +35,7 @@ from .scoring import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import StopRule
+from .ubatch import pair_scored_rows
 from .window import window_holds
 
 
@@ -626,6 +627,9 @@ class SlotEngine:
             )
         spans = plan_step(decoding, prefilling, self.limits.n_batch)
         spans = [self._special(span) for span in spans]
+        scoring = {sid for sid, s in self.running.items() if s.score is not None}
+        if scoring:  # no token of theirs decoded one per sequence (engine/ubatch.py)
+            spans = pair_scored_rows(spans, scoring)
         if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running sequence waits for a copy")
         return spans

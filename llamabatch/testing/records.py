@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.backend import BatchLimits, Span
+from ..engine.ubatch import split_equal
 from ..params import SamplingParams
 
 if sys.version_info >= (3, 11):
@@ -97,25 +98,10 @@ class DecodeCall(Call):
         """How many ubatches (passes over the weights) llama.cpp makes of this call
         with a non-unified KV cache and ``n_ubatch >= n_tokens``.
 
-        The rule of ``llama_batch_allocr::split_equal(n_ubatch, sequential=true)``
-        (llama.cpp ``src/llama-batch.cpp``): walking the batch in order, a ubatch takes
-        the first sequence with tokens left and then each next one whose id is the last
-        taken id + 1; it takes the same number of tokens of each (the fewest any of them
-        has left).
+        The rule of ``llama_batch_allocr::split_equal(n_ubatch, sequential=true)``:
+        :func:`~llamabatch.engine.ubatch.split_equal`.
         """
-        left = {s.seq_id: len(s.tokens) for s in self.spans}
-        order = [s.seq_id for s in self.spans]
-        n = 0
-        while any(left.values()):
-            taken: list[int] = []
-            for seq_id in order:
-                if left[seq_id] and (not taken or seq_id == taken[-1] + 1):
-                    taken.append(seq_id)
-            k = min(left[seq_id] for seq_id in taken)
-            for seq_id in taken:
-                left[seq_id] -= k
-            n += 1
-        return n
+        return len(split_equal(self.spans))
 
 
 class ClearCall(Call):

@@ -1,0 +1,130 @@
+"""How llama.cpp splits one decode call into ubatches, and keeping label scoring out of
+ubatches of a single token per sequence.
+
+With a non-unified KV cache (one stream per sequence) llama.cpp splits a batch with
+``llama_batch_allocr::split_equal(n_ubatch, sequential=true)`` (``src/llama-batch.cpp``):
+walking the batch in order, a ubatch takes the first sequence with tokens left, then
+each next one whose id is the last taken id + 1, and the same number of tokens of each
+(the fewest any of them has left). The engine lays spans out by ascending seq id and
+plans at most ``n_batch`` = ``n_ubatch`` tokens, so ``n_ubatch`` never cuts a ubatch
+shorter.
+
+A ubatch of one token takes llama.cpp's matrix-vector kernels instead of the tiled ones
+(``MIN_RUN`` in :mod:`llamabatch.engine.scoring`). A span's tail can end up alone like
+that when its neighbours are shorter: measured on SmolLM2-135M Q4_1, a prompt of 50
+tokens decoded next to one of 49 left its last row alone, and a label scored from it
+was 0.11 nats off ``Llama(logits_all=True)``, against 0.0000 with the neighbour cut to
+48. A ubatch of one token per sequence (the tail of a chunk next to a single
+token of another) takes them too, and the keys and values it writes move every later
+row of that prompt: the prompts' first tokens decoded one per sequence next to a
+one-token remainder put a label 0.15 nats off. :func:`pair_scored_rows` cuts the spans
+of a call so that no token of a scoring sequence is decoded in such a ubatch, unless a
+decode token (every reply step is one token per sequence) makes it so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from .backend import Span
+
+#: A piece of a ubatch: (index of the span in the call, offset in its tokens, tokens).
+Piece = tuple[int, int, int]
+
+
+def split_equal(spans: Sequence[Span]) -> list[list[Piece]]:
+    """The ubatches llama.cpp makes of a call (see the module doc), in order.
+
+    Args:
+        spans: the call's spans, in batch order.
+
+    Returns:
+        one list of pieces per ubatch.
+    """
+    left = [len(s.tokens) for s in spans]
+    done = [0] * len(spans)
+    out: list[list[Piece]] = []
+    while any(left):
+        taken: list[int] = []
+        for i, span in enumerate(spans):
+            if left[i] and (not taken or span.seq_id == spans[taken[-1]].seq_id + 1):
+                taken.append(i)
+        k = min(left[i] for i in taken)
+        out.append([(i, done[i], k) for i in taken])
+        for i in taken:
+            left[i] -= k
+            done[i] += k
+    return out
+
+
+def is_decode(span: Span) -> bool:
+    """A sampled token fed back (one token with logits): the only span a one-token
+    ubatch cannot be kept from (every decode step is one)."""
+    return span.logits and len(span.tokens) == 1
+
+
+def thin(spans: Sequence[Span], scoring: Collection[int]) -> list[int]:
+    """Indices of the spans of ``scoring`` sequences with a token in a ubatch of one token
+    per sequence that holds no decode token (see the module doc)."""
+    bad: list[int] = []
+    for ubatch in split_equal(spans):
+        if ubatch[0][2] != 1 or any(is_decode(spans[i]) for i, _, _ in ubatch):
+            continue
+        bad += [i for i, _, _ in ubatch if spans[i].seq_id in scoring and i not in bad]
+    return bad
+
+
+def _cut(span: Span, n: int) -> Span:
+    """``span``'s first ``n`` tokens (a prompt chunk: no logits on a cut span)."""
+    targets = None if span.targets is None else tuple(span.targets[:n])
+    if targets is not None and not any(targets):
+        targets = None
+    return Span(span.seq_id, span.pos, tuple(span.tokens[:n]), False, targets)
+
+
+def _cuts(span: Span, scoring: Collection[int]) -> list[Span]:
+    """Shorter versions of a prefill chunk or a label run (what is left of it goes into
+    the next call): one or two tokens shorter, two or three for a scoring sequence, so
+    that it never leaves a single token for the next call. A decode token, and a
+    prompt's last chunk whose row samples (its own token or a shared one), stay whole."""
+    if span.logits:
+        return []
+    ds = (2, 3) if span.seq_id in scoring else (1, 2)
+    return [_cut(span, len(span.tokens) - d) for d in ds if len(span.tokens) > d]
+
+
+def pair_scored_rows(spans: Sequence[Span], scoring: Collection[int]) -> list[Span]:
+    """``spans`` cut so that no token of a scoring sequence is decoded in a ubatch of one
+    token per sequence (see the module doc), where a cut can do it: another prefill
+    chunk or label run shortened, else the span itself shortened, else another chunk
+    or the span itself left for the next call. Unchanged when nothing is thin, when a
+    decode token makes the ubatch thin (label runs ride along with replies: that is
+    llama.cpp's batch-shape noise), or when nothing helps.
+
+    Args:
+        spans: one call's spans, in batch order (at most one per sequence).
+        scoring: the seq ids of the sequences scoring labels.
+
+    Returns:
+        the spans to decode, in the same order; each is a prefix of the one given.
+    """
+    out = list(spans)
+    for _ in range(2 * len(out) + 1):  # each round mends one span or gives up
+        bad = thin(out, scoring)
+        if not bad:
+            return out
+        i = bad[0]
+        rest = {out[k].seq_id for k in bad[1:]}
+        trials: list[list[Span]] = []
+        for j, span in enumerate(out):
+            if j != i:
+                trials += [out[:j] + [c] + out[j + 1 :] for c in _cuts(span, scoring)]
+        trials += [out[:i] + [c] + out[i + 1 :] for c in _cuts(out[i], scoring)]
+        if len(out) > 1:  # leave a chunk for the next call: another one, else this one
+            order = [j for j in range(len(out)) if j != i] + [i]
+            trials += [out[:j] + out[j + 1 :] for j in order if not out[j].logits]
+        fixed = next((t for t in trials if {t[k].seq_id for k in thin(t, scoring)} <= rest), None)
+        if fixed is None:
+            return out
+        out = fixed
+    return out
