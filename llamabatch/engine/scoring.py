@@ -21,6 +21,13 @@ another label, has one form). ``choice_probs`` is ``softmax`` over the labels' s
 The reference is llama-cpp-python's ``Llama(logits_all=True)``: ``eval(prompt + c)``
 then the log-softmax of ``scores`` at the continuation's rows.
 
+**Forms that cannot matter** are left unfinished: once a label has a finished form, a
+form of the same label whose log-probability is bounded so far below it that adding it
+would raise the label's score by at most :data:`SKIP_NATS` is not decoded further
+("billing" without its space after ``"Category:"``, when its first token is already
+8 nats below ``" billing"``). A label's score is then the log-sum-exp of its finished
+forms: at most ``SKIP_NATS`` below the full sum, never above it.
+
 **The work** (:class:`ScoreJob`): every continuation needs the logits of the rows
 ``n_keep - 1 ... n_keep + len(c) - 2`` of its path ``prompt[:n_keep] + c``; the last
 token of a path is never decoded. The rows are keyed by their context, so paths
@@ -45,9 +52,20 @@ from .slots import common_prefix
 #: than for several (tiled, e.g. llamafile's sgemm), and the two round differently:
 #: measured on SmolLM2-135M Q4_1, a label's log-probability from a one-token decode
 #: differs from ``Llama(logits_all=True)``'s whole-prompt evaluation by up to 0.28
-#: nats, from a decode of two or more tokens by 0.00. So a scored row is always decoded
-#: together with the token before it (a cached prompt gives back its last two tokens).
+#: nats, from a decode of two or more tokens by 0.00. So the span that scores a row always
+#: holds two tokens or more: where nothing follows the row, the token before it is
+#: decoded again (a cached prompt gives back its last token or two).
 MIN_RUN = 2
+
+#: The most a label's log-probability may lack (nats) for the forms left unfinished
+#: (module doc). The bound: a label's finished forms sum to ``a`` (log-sum-exp); a form
+#: with rows still to score has a log-probability of at most ``u``, the sum of its rows
+#: scored so far (every further row adds a log-softmax <= 0); leaving out the forms
+#: ``s`` lowers the label's score by ``log1p(sum_s exp(u_s - a))`` at most, and a form is
+#: left out only while that stays <= SKIP_NATS. 0.02 nats (2 % of the label's
+#: probability) is a tenth of llama.cpp's own spread between batch shapes: log-probs
+#: moved by up to 0.2 nats with n_batch 17 instead of 512, measured on SmolLM2-135M Q4_1.
+SKIP_NATS = 0.02
 
 #: A row of a path: (its position, the path's tokens from the first shared position up
 #: to and including it).
@@ -63,12 +81,17 @@ class Continuation:
         written: the text scored (the label, or the label with a leading space).
         n_keep: prompt tokens it follows (< the prompt's length where they merge).
         tokens: its token ids after ``prompt[:n_keep]``, at least one.
+        likely: the form a writer would use after this prompt, a guess from its text
+            that chooses what is decoded first (:meth:`ScoreJob.fold`): the spaced
+            form, unless the prompt's text ends in whitespace (then the label as
+            written); a label's only form is always likely.
     """
 
     label: str
     written: str
     n_keep: int
     tokens: tuple[int, ...]
+    likely: bool = True
 
 
 def forms(labels: Sequence[str], leading_space: bool) -> list[tuple[str, str]]:
@@ -109,7 +132,10 @@ def continuations(
     """
     out = []
     base: list[int] | None = None
-    for label, written in forms(labels, leading_space):
+    pairs = forms(labels, leading_space)
+    n_forms = {label: sum(1 for lab, _ in pairs if lab == label) for label, _ in pairs}
+    ends_in_space = text is not None and text[-1:].isspace()
+    for label, written in pairs:
         if text is not None:
             full = tokenize(text + written)
             k = common_prefix(full, prompt)
@@ -127,7 +153,8 @@ def continuations(
         tokens = tuple(full[k:])
         if not tokens:
             raise ValueError(f"label {written!r} adds no token after the prompt")
-        out.append(Continuation(label, written, k, tokens))
+        likely = n_forms[label] == 1 or (written != label) != ends_in_space
+        out.append(Continuation(label, written, k, tokens, likely))
     return out
 
 
@@ -161,6 +188,7 @@ class ScoreJob:
     _k_min: int = 0
     _got: dict[tuple[RowKey, int], float] = field(default_factory=dict)
     _wanted: dict[RowKey, set[int]] = field(default_factory=dict)
+    _skipped: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if not self.conts:
@@ -228,25 +256,68 @@ class ScoreJob:
                 for t, v in zip(ids, values):
                     self._got[(key, t)] = float(v)
 
+    # -- forms left unfinished (SKIP_NATS) ---------------------------------------------
+    def _finished(self, i: int) -> bool:
+        path, cont = self._paths[i], self.conts[i]
+        return all((self._key(path, j), t) in self._got for j, t in self._rows(path, cont))
+
+    def _bound(self, i: int) -> float:
+        """The most continuation ``i``'s log-probability can be: its scored rows summed."""
+        path, cont = self._paths[i], self.conts[i]
+        return sum(self._got.get((self._key(path, j), t), 0.0) for j, t in self._rows(path, cont))
+
+    def _settle(self) -> None:
+        """Leave unfinished the forms that cannot move their label's score by more than
+        :data:`SKIP_NATS` (the lowest bounds first)."""
+        for label in dict.fromkeys(c.label for c in self.conts):
+            mine = [i for i, c in enumerate(self.conts) if c.label == label]
+            done = [i for i in mine if self._finished(i)]
+            if not done or len(done) == len(mine):
+                continue
+            a = logsumexp([self.continuation_logprob(i) for i in done])
+            left = [i for i in mine if i not in done]
+            mass = sum(math.exp(self._bound(i) - a) for i in left if i in self._skipped)
+            for i in sorted((i for i in left if i not in self._skipped), key=self._bound):
+                m = math.exp(self._bound(i) - a)
+                if math.log1p(mass + m) > SKIP_NATS:
+                    break
+                self._skipped.add(i)
+                mass += m
+
+    def _open(self) -> list[int]:
+        """The continuations still to finish, the likeliest first: the highest bound,
+        then the likely forms (:attr:`Continuation.likely`)."""
+        self._settle()
+        left = [i for i in range(len(self.conts)) if i not in self._skipped]
+        return sorted((i for i in left if not self._finished(i)), key=self._rank, reverse=True)
+
+    def _rank(self, i: int) -> tuple[float, bool]:
+        return (self._bound(i), self.conts[i].likely)
+
     # -- runs --------------------------------------------------------------------------
     def fold(self) -> None:
         """Make the first run part of the prompt's prefill: :attr:`goal` becomes the
-        longest continuation path that keeps the whole prompt (``n_keep`` = its length;
-        its last token left out), so the prompt's span goes on with that path's tokens
-        and scores their rows in the same decode, one run fewer and no token decoded
-        twice (the prompt's last row is then in a span of at least two tokens,
-        :data:`MIN_RUN`). The goal stays the prompt when every such continuation is one
-        token (scored from the prompt's last row). Only for a cache that can be cut
-        back: a snapshot must hold the prompt alone."""
+        longest likely continuation path (:attr:`Continuation.likely`) that keeps the
+        whole prompt (``n_keep`` = its length; its last token left out), so the
+        prompt's span goes on with that path's tokens and scores their rows in the
+        same decode, one run fewer and no token decoded twice (the prompt's last row is
+        then in a span of at least two tokens, :data:`MIN_RUN`). The goal stays the
+        prompt when every such continuation is one token (scored from the prompt's
+        last row): an unlikely form is not folded, as it is usually left unfinished
+        (:data:`SKIP_NATS`). Only for a cache that can be cut back: a snapshot must
+        hold the prompt alone."""
         n = len(self.prompt)
         longest: tuple[int, ...] = ()
         for path, cont in zip(self._paths, self.conts):
-            if cont.n_keep == n and len(path) - 1 - n > len(longest):
+            if cont.likely and cont.n_keep == n and len(path) - 1 - n > len(longest):
                 longest = path[n:-1]
         self.goal = list(self.prompt) + list(longest)
 
     def next_run(self, cached: Sequence[int], min_run: int = MIN_RUN) -> int | None:
-        """Choose the next path with rows not scored yet and make it :attr:`goal`.
+        """Choose the next path with rows not scored yet and make it :attr:`goal`: the
+        likeliest continuation still to finish (:meth:`_open`; forms that cannot matter
+        are left out: :data:`SKIP_NATS`), the one keeping the most of the cache among
+        equals.
 
         Args:
             cached: what the sequence's cache holds now.
@@ -256,46 +327,42 @@ class ScoreJob:
         Returns:
             how many cached tokens the run may keep (the cache must be cut back to at
             most that many; the run then decodes ``goal[len(cache):]``), or ``None``
-            when every row is scored. A run decodes at least two tokens (its first
-            scored row and the token before it): see :data:`MIN_RUN`.
+            when every row is scored. A run decodes its first row not scored yet and
+            what follows it, and at least ``min_run`` tokens in all (the token before
+            that row too when the rest is shorter): see :data:`MIN_RUN`.
         """
-        best: tuple[int, int] | None = None  # (keep, index): the most kept first
-        for i, (path, cont) in enumerate(zip(self._paths, self.conts)):
+        best: tuple[tuple[float, bool], int] | None = None  # (rank, keep) of the chosen one
+        chosen = -1
+        for i in self._open():
+            path, cont = self._paths[i], self.conts[i]
             missing = [
                 j for j, t in self._rows(path, cont) if (self._key(path, j), t) not in self._got
             ]
-            if not missing:
-                continue
-            keep = min(common_prefix(cached, path), max(0, missing[0] + 1 - min_run))
-            if best is None or keep > best[0]:
-                best = (keep, i)
+            keep = min(common_prefix(cached, path), missing[0], max(0, len(path) - 1 - min_run))
+            if best is None or (self._rank(i), keep) > best:
+                best, chosen = (self._rank(i), keep), i
         if best is None:
             return None
-        path = self._paths[best[1]]
-        self.goal = list(path[:-1])
-        return best[0]
+        self.goal = list(self._paths[chosen][:-1])
+        return best[1]
+
+    def next_path(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None:
+        """The likeliest continuation still to finish, as a path without its last token
+        and the targets of its rows not scored yet (for ``Backend.score_alone``), or
+        ``None`` when every row that matters is scored."""
+        left = self._open()
+        if not left:
+            return None
+        path = self._paths[left[0]][:-1]
+        targets = self.targets((), 0, path)
+        if targets is None:  # cannot happen: an open continuation has a row to score
+            raise ValueError(f"continuation {self.conts[left[0]]!r} has no row left")
+        return path, targets
 
     @property
     def done(self) -> bool:
-        """True once every row of every continuation is scored."""
-        return all(
-            (self._key(path, j), t) in self._got
-            for path, cont in zip(self._paths, self.conts)
-            for j, t in self._rows(path, cont)
-        )
-
-    def paths(self) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
-        """The continuations' paths without their last token, each with the targets of
-        its rows (for ``Backend.score_alone``); equal paths are merged, sorted so that
-        paths sharing a prefix follow each other."""
-        merged: dict[tuple[int, ...], list[set[int]]] = {}
-        for path, cont in zip(self._paths, self.conts):
-            rows = merged.setdefault(path[:-1], [set() for _ in range(len(path) - 1)])
-            for j, t in self._rows(path, cont):
-                rows[j].add(t)
-        return [
-            (path, tuple(tuple(sorted(r)) for r in rows)) for path, rows in sorted(merged.items())
-        ]
+        """True once every row of every continuation that matters is scored."""
+        return not self._open()
 
     # -- the result --------------------------------------------------------------------
     def continuation_logprob(self, i: int) -> float:
@@ -308,14 +375,18 @@ class ScoreJob:
         return sum(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
 
     def result(self) -> LabelScores:
-        """Every label's log-probability and probability, and the winner.
+        """Every label's log-probability (over its finished forms) and probability, and
+        the winner.
 
         Raises:
             KeyError: a row is not scored yet (:attr:`done` is False).
         """
+        self._settle()
         by_label: dict[str, list[float]] = {}
         best: dict[str, tuple[float, int]] = {}
         for i, cont in enumerate(self.conts):
+            if i in self._skipped and not self._finished(i):
+                continue
             lp = self.continuation_logprob(i)
             by_label.setdefault(cont.label, []).append(lp)
             if cont.label not in best or lp > best[cont.label][0]:
@@ -365,13 +436,14 @@ def job_for(
 
 def score_alone(job: ScoreJob, score: Callable[..., list]) -> LabelScores:
     """Score ``job`` outside the batch context with ``Backend.score_alone``, one call
-    per continuation path.
+    per continuation path that matters (:meth:`ScoreJob.next_path`).
 
     Raises:
         ValueError: the backend returned scores that do not match the targets.
         BackendError: from the backend.
     """
-    for path, targets in job.paths():
+    while (found := job.next_path()) is not None:
+        path, targets = found
         scores = score(list(path), targets)
         job.record(path, 0, path, targets, scores)
     return job.result()
