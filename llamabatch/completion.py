@@ -52,7 +52,10 @@ class Completion:
             log P(label | prompt) in nats (the natural log of the model's softmax,
             summed over the label's tokens; with ``choice_leading_space`` the
             probabilities of the label as written and with one leading space are
-            added), in the order of ``choices``; else ``None``.
+            added, a form that cannot move the sum by more than
+            :data:`~llamabatch.engine.scoring.SKIP_NATS` left out, so a value is at
+            most that below the full sum, never above), in the order of ``choices``;
+            else ``None``.
         choice_probs: the same normalised over the labels (they sum to 1); ``text`` is
             the label with the highest one (the first of equal ones).
         samples: with ``SamplingParams(n=K)``, K > 1, the K replies (:class:`Sample`),

@@ -86,7 +86,9 @@ class SamplingParams:
             ``text`` the likeliest label (:mod:`llamabatch.engine.scoring`).
         choice_leading_space: with ``score_choices``, a label also counts as written
             with one leading space (``" bug"`` for ``"bug"``); the probabilities of the
-            two continuations are summed. False scores each label as written only.
+            two continuations are summed (a form that cannot move the sum by more than
+            :data:`~llamabatch.engine.scoring.SKIP_NATS` is left unfinished). False
+            scores each label as written only.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``
     acts only with ``choices`` (without them the item samples a reply, so that a job's
