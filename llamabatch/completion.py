@@ -56,7 +56,8 @@ class Completion:
             :data:`~llamabatch.engine.scoring.SKIP_NATS` left out, so a value is at
             most that below the full sum, never above), in the order of ``choices``;
             else ``None``.
-        choice_probs: the same normalised over the labels (they sum to 1); ``text`` is
+        choice_probs: the same normalised over the labels (they sum to 1; with forms
+            left out a value can move either way by about ``SKIP_NATS``); ``text`` is
             the label with the highest one (the first of equal ones).
         samples: with ``SamplingParams(n=K)``, K > 1, the K replies (:class:`Sample`),
             reply j drawn with seed ``seed + j``; ``text``, ``token_ids``,

@@ -62,7 +62,7 @@ MIN_RUN = 2
 #: with rows still to score has a log-probability of at most ``u``, the sum of its rows
 #: scored so far (every further row adds a log-softmax <= 0); leaving out the forms
 #: ``s`` lowers the label's score by ``log1p(sum_s exp(u_s - a))`` at most, and a form is
-#: left out only while that stays <= SKIP_NATS. 0.02 nats (2 % of the label's
+#: left out only while that stays <= SKIP_NATS. 0.02 nats (about 2 % of the label's
 #: probability) is a tenth of llama.cpp's own spread between batch shapes: log-probs
 #: moved by up to 0.2 nats with n_batch 17 instead of 512, measured on SmolLM2-135M Q4_1.
 SKIP_NATS = 0.02
@@ -361,7 +361,8 @@ class ScoreJob:
 
     @property
     def done(self) -> bool:
-        """True once every row of every continuation that matters is scored."""
+        """True once every row of every continuation that matters is scored (settles
+        which forms are left out, as :meth:`next_run` does)."""
         return not self._open()
 
     # -- the result --------------------------------------------------------------------

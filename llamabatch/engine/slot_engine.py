@@ -35,7 +35,7 @@ from .scoring import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import StopRule
-from .ubatch import pair_scored_rows
+from .ubatch import avoid_one_per_seq
 from .window import window_holds
 
 
@@ -629,7 +629,7 @@ class SlotEngine:
         spans = [self._special(span) for span in spans]
         scoring = {sid for sid, s in self.running.items() if s.score is not None}
         if scoring:  # no token of theirs decoded one per sequence (engine/ubatch.py)
-            spans = pair_scored_rows(spans, scoring)
+            spans = avoid_one_per_seq(spans, scoring, {d.seq_id for d in decoding})
         if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running sequence waits for a copy")
         return spans

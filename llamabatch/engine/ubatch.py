@@ -17,9 +17,9 @@ was 0.11 nats off ``Llama(logits_all=True)``, against 0.0000 with the neighbour 
 48. A ubatch of one token per sequence (the tail of a chunk next to a single
 token of another) takes them too, and the keys and values it writes move every later
 row of that prompt: the prompts' first tokens decoded one per sequence next to a
-one-token remainder put a label 0.15 nats off. :func:`pair_scored_rows` cuts the spans
+one-token remainder put a label 0.15 nats off. :func:`avoid_one_per_seq` cuts the spans
 of a call so that no token of a scoring sequence is decoded in such a ubatch, unless a
-decode token (every reply step is one token per sequence) makes it so.
+decode token (every reply step is one token per sequence) shares it.
 """
 
 from __future__ import annotations
@@ -57,20 +57,29 @@ def split_equal(spans: Sequence[Span]) -> list[list[Piece]]:
     return out
 
 
-def is_decode(span: Span) -> bool:
-    """A sampled token fed back (one token with logits): the only span a one-token
-    ubatch cannot be kept from (every decode step is one)."""
-    return span.logits and len(span.tokens) == 1
-
-
-def thin(spans: Sequence[Span], scoring: Collection[int]) -> list[int]:
+def one_per_seq(
+    spans: Sequence[Span], scoring: Collection[int], decoding: Collection[int] = ()
+) -> list[int]:
     """Indices of the spans of ``scoring`` sequences with a token in a ubatch of one token
-    per sequence that holds no decode token (see the module doc)."""
+    per sequence (``n_seq_tokens`` = 1), leaving out a span that shares a ubatch with a
+    ``decoding`` sequence's token (a reply step is one token per sequence: a label run
+    beside it rides along, with that batch-shape noise)."""
+    pieces = split_equal(spans)
+    beside_reply = {
+        i
+        for ubatch in pieces
+        if any(spans[j].seq_id in decoding for j, _, _ in ubatch)
+        for i, _, _ in ubatch
+    }
     bad: list[int] = []
-    for ubatch in split_equal(spans):
-        if ubatch[0][2] != 1 or any(is_decode(spans[i]) for i, _, _ in ubatch):
+    for ubatch in pieces:
+        if ubatch[0][2] != 1:
             continue
-        bad += [i for i, _, _ in ubatch if spans[i].seq_id in scoring and i not in bad]
+        bad += [
+            i
+            for i, _, _ in ubatch
+            if spans[i].seq_id in scoring and i not in beside_reply and i not in bad
+        ]
     return bad
 
 
@@ -82,48 +91,47 @@ def _cut(span: Span, n: int) -> Span:
     return Span(span.seq_id, span.pos, tuple(span.tokens[:n]), False, targets)
 
 
-def _cuts(span: Span, scoring: Collection[int]) -> list[Span]:
+def _cuts(span: Span) -> list[Span]:
     """Shorter versions of a prefill chunk or a label run (what is left of it goes into
-    the next call): one or two tokens shorter, two or three for a scoring sequence, so
-    that it never leaves a single token for the next call. A decode token, and a
-    prompt's last chunk whose row samples (its own token or a shared one), stay whole."""
+    the next call): two or three tokens shorter, at least one token kept, so that a cut
+    never leaves a single token for the next call. A decode token, and a prompt's last
+    chunk whose row samples (its own token or a shared one), stay whole."""
     if span.logits:
         return []
-    ds = (2, 3) if span.seq_id in scoring else (1, 2)
-    return [_cut(span, len(span.tokens) - d) for d in ds if len(span.tokens) > d]
+    return [_cut(span, len(span.tokens) - d) for d in (2, 3) if len(span.tokens) > d]
 
 
-def pair_scored_rows(spans: Sequence[Span], scoring: Collection[int]) -> list[Span]:
+def avoid_one_per_seq(
+    spans: Sequence[Span], scoring: Collection[int], decoding: Collection[int] = ()
+) -> list[Span]:
     """``spans`` cut so that no token of a scoring sequence is decoded in a ubatch of one
-    token per sequence (see the module doc), where a cut can do it: another prefill
-    chunk or label run shortened, else the span itself shortened, else another chunk
-    or the span itself left for the next call. Unchanged when nothing is thin, when a
-    decode token makes the ubatch thin (label runs ride along with replies: that is
-    llama.cpp's batch-shape noise), or when nothing helps.
+    token per sequence (see the module doc and :func:`one_per_seq`), where shortening
+    another prefill chunk or label run, else the span itself, does it. Every span keeps
+    at least one token, so no sequence waits for another; unchanged when nothing is
+    found, or when no cut helps (a run of one token, a call of one span).
 
     Args:
         spans: one call's spans, in batch order (at most one per sequence).
         scoring: the seq ids of the sequences scoring labels.
+        decoding: the seq ids of the sequences feeding back a sampled token.
 
     Returns:
-        the spans to decode, in the same order; each is a prefix of the one given.
+        the spans to decode, in the same order, each a prefix (at least one token) of
+        the one given.
     """
     out = list(spans)
     for _ in range(2 * len(out) + 1):  # each round mends one span or gives up
-        bad = thin(out, scoring)
+        bad = one_per_seq(out, scoring, decoding)
         if not bad:
             return out
         i = bad[0]
         rest = {out[k].seq_id for k in bad[1:]}
-        trials: list[list[Span]] = []
-        for j, span in enumerate(out):
-            if j != i:
-                trials += [out[:j] + [c] + out[j + 1 :] for c in _cuts(span, scoring)]
-        trials += [out[:i] + [c] + out[i + 1 :] for c in _cuts(out[i], scoring)]
-        if len(out) > 1:  # leave a chunk for the next call: another one, else this one
-            order = [j for j in range(len(out)) if j != i] + [i]
-            trials += [out[:j] + out[j + 1 :] for j in order if not out[j].logits]
-        fixed = next((t for t in trials if {t[k].seq_id for k in thin(t, scoring)} <= rest), None)
+        order = [j for j in range(len(out)) if j != i] + [i]
+        trials = [out[:j] + [c] + out[j + 1 :] for j in order for c in _cuts(out[j])]
+        fixed = next(
+            (t for t in trials if {t[k].seq_id for k in one_per_seq(t, scoring, decoding)} <= rest),
+            None,
+        )
         if fixed is None:
             return out
         out = fixed
