@@ -34,6 +34,7 @@ from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
 from .items import Item
+from .label_tokens import TailTokens
 from .samples import SampleGroups
 from .scoring import LabelScores, ScoreJob, job_for, score_alone
 from .seq_errors import GrammarDeadEnd
@@ -135,6 +136,7 @@ class Scheduler:
         self.limits: BatchLimits | None = None
         self.engine: SlotEngine | None = None
         self._open_tried = False
+        self._tails = TailTokens(backend.tokenize)  # label tokens per prompt end
         self._failures = 0  # failures of the batch path since an item completed in it
         self._retry: deque[Item] = deque()  # items in flight at a failure: alone, once
         self.samples = SampleGroups()
@@ -449,6 +451,7 @@ class Scheduler:
                 sampling.choices,
                 sampling.choice_leading_space,
                 self.backend.tokenize,
+                self._tails,
             )
         except (ValueError, BackendError) as exc:
             return f"cannot score the labels: {exc}"

@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .label_tokens import TailTokens
 from .slots import common_prefix
 
 #: Fewest tokens of a sequence decoded in the call that scores a row. llama.cpp's CPU
@@ -115,6 +116,7 @@ def continuations(
     labels: Sequence[str],
     leading_space: bool,
     tokenize: Callable[[str], list[int]],
+    tails: TailTokens | None = None,
 ) -> list[Continuation]:
     """The continuations to score for ``labels`` after ``prompt`` (see the module doc).
 
@@ -125,6 +127,8 @@ def continuations(
         leading_space: also score each label with one leading space.
         tokenize: the backend's ``tokenize`` (special tokens parsed, BOS as the model
             wants).
+        tails: answers kept from the prompts' ends
+            (:class:`~llamabatch.engine.label_tokens.TailTokens`, same ``tokenize``).
 
     Raises:
         ValueError: a label adds no token after the prompt, or merges with the whole
@@ -136,7 +140,11 @@ def continuations(
     n_forms = {label: sum(1 for lab, _ in pairs if lab == label) for label, _ in pairs}
     ends_in_space = text is not None and text[-1:].isspace()
     for label, written in pairs:
-        if text is not None:
+        found = None if text is None or tails is None else tails.after(prompt, text, written)
+        if found is not None:
+            k, tail_tokens = found
+            full = list(prompt[:k]) + list(tail_tokens)
+        elif text is not None:
             full = tokenize(text + written)
             k = common_prefix(full, prompt)
             if k == 0:
@@ -426,13 +434,15 @@ def job_for(
     labels: Sequence[str],
     leading_space: bool,
     tokenize: Callable[[str], list[int]],
+    tails: TailTokens | None = None,
 ) -> ScoreJob:
-    """The :class:`ScoreJob` of one item.
+    """The :class:`ScoreJob` of one item (``tails``: see :func:`continuations`).
 
     Raises:
         ValueError: see :func:`continuations`.
     """
-    return ScoreJob(list(prompt), continuations(prompt, text, labels, leading_space, tokenize))
+    conts = continuations(prompt, text, labels, leading_space, tokenize, tails)
+    return ScoreJob(list(prompt), conts)
 
 
 def score_alone(job: ScoreJob, score: Callable[..., list]) -> LabelScores:
