@@ -60,9 +60,7 @@ def plan_step(
     Every sequence gets at most one span. Decoding sequences come first (at most
     ``n_batch`` of them, in the given order: the caller rotates it when they do not all
     fit); the prefilling ones then fill the remaining budget in the given order, a
-    prompt being split across calls when it does not fit (never leaving its last token
-    alone for the next call when three or more fit: a one-token ubatch takes other
-    kernels, :mod:`llamabatch.engine.ubatch`). The chosen spans are
+    prompt being split across calls when it does not fit. The chosen spans are
     returned by ascending seq id (one ubatch for consecutive ids: see the module
     docstring). Logits are requested on a
     decode token and on the last token of a prompt only, so each sequence samples its
@@ -91,8 +89,6 @@ def plan_step(
         if n == 0:
             raise ValueError(f"seq {p.seq_id} has no prompt tokens left to prefill")
         take = min(room, n if p.stop_at is None else min(n, p.stop_at))
-        if n - take == 1 and take >= 3:  # leave two: a last token alone rounds otherwise
-            take -= 1
         spans.append(Span(p.seq_id, p.pos, p.tokens[:take], take == n))
         room -= take
     spans.sort(key=lambda span: span.seq_id)

@@ -69,11 +69,11 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
 
 def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[float, ...]:
     """``log_softmax(logits)[t]`` for each ``t`` of ``ids`` (natural log; ``logits`` is a
-    float32 row of n_vocab, its ``exp`` taken in float32 and summed in float64: within
-    1e-8 of a float64 row for SmolLM2's 49,152 logits; ``Llama.logits_to_logprobs``
-    computes the same)."""
-    top = float(logits.max())
-    logz = top + math.log(float(np.exp(logits - np.float32(top)).sum(dtype=np.float64)))
+    row of n_vocab, its ``exp`` taken in the row's own dtype and summed in float64: for a
+    float32 row of SmolLM2's 49,152 logits within 2e-8 of a float64 computation;
+    ``Llama.logits_to_logprobs`` computes the same)."""
+    top = logits.max()
+    logz = float(top) + math.log(float(np.exp(logits - top).sum(dtype=np.float64)))
     return tuple(float(logits[t]) - logz for t in ids)
 
 
