@@ -347,8 +347,9 @@ class ScoreJob:
                 j for j, t in self._rows(path, cont) if (self._key(path, j), t) not in self._got
             ]
             keep = min(common_prefix(cached, path), missing[0], max(0, len(path) - 1 - min_run))
-            if best is None or (self._rank(i), keep) > best:
-                best, chosen = (self._rank(i), keep), i
+            key = (self._rank(i), keep)
+            if best is None or key > best:
+                best, chosen = key, i
         if best is None:
             return None
         self.goal = list(self._paths[chosen][:-1])

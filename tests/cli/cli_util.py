@@ -61,3 +61,12 @@ def popen_cli(*argv: object, **kwargs) -> subprocess.Popen:
         env=env,
         **kwargs,
     )
+
+
+#: Line fields that ask for more than one generated reply, and how tune's and bench's
+#: refusal names each (their one-at-a-time loop gives one reply per item).
+MULTI_REPLY_LINES = [
+    ({"n": 3}, "n=3 asks for 3 replies"),
+    ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
+    ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
+]

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_util import run_cli, single_error_line, write_jsonl
+from cli_util import MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
 
 from llamabatch import BatchGenerator, SamplingParams, tune
 from llamabatch.bench.file_workload import FileItems
@@ -148,14 +148,7 @@ def test_an_empty_file_is_named_by_both_commands(capsys, tmp_path, argv, says):
     assert says.format(src=src) in single_error_line(err)
 
 
-@pytest.mark.parametrize(
-    "fields, named",
-    [
-        ({"n": 3}, "n=3 asks for 3 replies"),
-        ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
-        ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
-    ],
-)
+@pytest.mark.parametrize("fields, named", MULTI_REPLY_LINES)
 def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fields, named):
     rows = [{"id": f"i{k}", "prompt": chat(f"Label ticket {k}.")} for k in range(6)]
     rows[2].update(fields)

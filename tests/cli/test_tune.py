@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from cli_util import EXAMPLES, FAST, run_cli, single_error_line, write_jsonl
+from cli_util import EXAMPLES, FAST, MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
 
 from llamabatch.cli.common import ArgumentParser
 from llamabatch.cli.complete import add_item_options
@@ -54,14 +54,7 @@ def test_a_flag_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, flag
     assert f"drop {flag[0]}" in line
 
 
-@pytest.mark.parametrize(
-    "fields, named",
-    [
-        ({"n": 3}, "n=3 asks for 3 replies"),
-        ({"choices": ["a", "b"], "score_choices": True}, "score_choices asks for label scores"),
-        ({"logprobs": 1}, "logprobs=1 asks for log-probabilities"),
-    ],
-)
+@pytest.mark.parametrize("fields, named", MULTI_REPLY_LINES)
 def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fields, named):
     rows = [{"prompt": f"item {k}"} for k in range(6)]
     rows[4].update(fields)
