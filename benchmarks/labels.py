@@ -1,10 +1,10 @@
 """Label scores and n replies per prompt: what they cost per item, side by side.
 
 SmolLM2-135M-Instruct (the default model, or ``--model``), 4 labels, ``--slots`` slots,
-``--items`` fresh ticket prompts per round (the example tickets with a round and item
-number added, so no round replays a cached prompt), the methods run in alternating
-order each round (ABCDEF, then FEDCBA, ...). ``--fresh-at item`` (the default) puts the
-number in front of the ticket's text, after the instruction every item shares, as a
+``--items`` fresh ticket prompts per job (the example tickets with a job tag and item
+number added, so no job replays a cached prompt), the methods run in alternating
+order each round (ABCDEFGH, then HGFEDCBA, ...). ``--fresh-at item`` (the default) puts the
+tag in front of the ticket's text, after the instruction every item shares, as a
 tagger's items vary after a fixed instruction; ``--fresh-at front`` puts it in front of
 the user's message, so only the system prompt is shared. Methods:
 
@@ -21,14 +21,23 @@ the user's message, so only the system prompt is shared. Methods:
 - ``floor``: ``SamplingParams(temperature=0, max_tokens=1)``, the prompt's prefill and one
   token: the least any method of the slot engine costs per item. ``llama-cpp-python /
   floor`` bounds what scoring can gain over the llama-cpp-python way here, were its label
-  tokens free (on a CPU, prefill costs the same per token batched or not).
+  tokens free (on a CPU, prefill costs the same per token batched or not);
+- ``floor + label``: the same with the prompt given as token ids and the tokens of the
+  longest label's likely form (``" feature_request"``) but its last one appended: what
+  every exact scoring must decode per item at least, with one row of logits instead of
+  that form's three;
+- ``longest label``: ``SamplingParams(choices=[" feature_request"], score_choices=True)``,
+  that form scored alone: its tokens and its three rows, the least any exact scoring of
+  these labels computes (the one-token labels ride on the prompt's last row). ``llama-
+  cpp-python / longest label`` bounds what scoring can gain here.
 
     python benchmarks/labels.py [--rounds 6] [--items 16] [--slots 4] [--threads 2]
         [--fresh-at item|front] [--model GGUF] [--json OUT]
 
 Targets: ``scored`` at most 1.5x ``greedy`` per item, and at least 2x faster than
 ``llama-cpp-python``. Prints seconds per item for each method and round, their medians
-and the ratios.
+and the ratios (of the medians, and the range of the same ratio within each round, whose
+methods ran minutes apart at most).
 """
 
 from __future__ import annotations
@@ -43,7 +52,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tag_prompts.jsonl"
 LABELS = ["billing", "bug", "account", "feature_request"]
-METHODS = ("scored", "greedy", "llama-cpp-python", "n=5 shared", "n=5 separate", "floor")
+METHODS = (
+    "scored",
+    "greedy",
+    "llama-cpp-python",
+    "n=5 shared",
+    "n=5 separate",
+    "floor",
+    "floor + label",
+    "longest label",
+)
+#: (numerator, denominator) of each ratio printed.
+RATIOS = (
+    ("scored", "greedy"),
+    ("llama-cpp-python", "scored"),
+    ("n=5 separate", "n=5 shared"),
+    ("llama-cpp-python", "floor"),
+    ("llama-cpp-python", "floor + label"),
+    ("llama-cpp-python", "longest label"),
+)
 
 
 def tickets() -> list[str]:
@@ -52,18 +79,33 @@ def tickets() -> list[str]:
     return [r["prompt"] for r in rows if r["choices"] == LABELS]
 
 
-def fresh_prompts(round_no: int, n: int, at: str = "item") -> list[str]:
-    """``n`` prompts no earlier round saw: a ticket number in front of the ticket's text
-    (``at="item"``, after the shared instruction) or of the user's message
-    (``at="front"``)."""
+def fresh_prompts(tag: str, n: int, at: str = "item") -> list[str]:
+    """``n`` prompts no earlier round saw: ``Ticket <tag>-<i>.`` in front of the ticket's
+    text (``at="item"``, after the shared instruction) or of the user's message
+    (``at="front"``). The caller's tags start with a letter of their own per job (see
+    :func:`job_tag`), so that a job's prompts share with the previous job's, which the
+    slots still hold, the same tokens for every method: up to ``Ticket`` and no digit."""
     base = tickets()
     marker = "?\n\n" if at == "item" else "<|im_start|>user\n"
     out = []
     for i in range(n):
         p = base[i % len(base)]
         cut = p.index(marker) + len(marker)
-        out.append(f"{p[:cut]}Ticket {round_no}-{i}. {p[cut:]}")
+        out.append(f"{p[:cut]}Ticket {tag}-{i}. {p[cut:]}")
     return out
+
+
+def job_tag(round_no: int, position: int) -> str:
+    """The tag of the ``position``-th job of round ``round_no``: a letter per position
+    (each job's letter differs from the one before it, also across rounds) and the round."""
+    return f"{chr(ord('A') + position)}{round_no}"
+
+
+def with_label_tokens(llm, prompt: str, written: str) -> list[int]:
+    """``prompt``'s tokens (with BOS) and those of ``written`` after it but the last: the
+    tokens a scoring of ``written`` must decode (the last one is only a row's target)."""
+    full = llm.tokenize((prompt + written).encode(), add_bos=True, special=True)
+    return full[:-1]
 
 
 def llama_cpp_python_way(ref, prompt: str) -> dict[str, float]:
@@ -111,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fresh-at",
         choices=("item", "front"),
         default="item",
-        help="where the round and item number go: before the ticket (after the shared "
+        help="where the job tag and item number go: before the ticket (after the shared "
         "instruction) or before the user's message (default: item)",
     )
     ap.add_argument("--model", type=Path, default=None)
@@ -130,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = BatchGenerator(llm, slots=args.slots, n_ctx_seq=512, max_tokens=16)
     scored = SamplingParams(choices=LABELS, score_choices=True)
     greedy = SamplingParams(temperature=0.0, choices=LABELS)
+    longest = SamplingParams(choices=[" " + max(LABELS, key=len)], score_choices=True)
 
     def run(method: str, prompts: list[str], round_no: int) -> None:
         seed = 1000 * round_no
@@ -142,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                 llama_cpp_python_way(ref, p)
         elif method == "floor":
             gen.complete_many(prompts, SamplingParams(temperature=0.0, max_tokens=1))
+        elif method == "floor + label":
+            ids = [with_label_tokens(llm, p, " " + max(LABELS, key=len)) for p in prompts]
+            gen.complete_many(ids, SamplingParams(temperature=0.0, max_tokens=1))
+        elif method == "longest label":
+            gen.complete_many(prompts, longest)
         elif method == "n=5 shared":
             gen.complete_many(prompts, SamplingParams(n=5, temperature=0.8, seed=seed))
         else:
@@ -155,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         order = METHODS if r % 2 == 0 else tuple(reversed(METHODS))
         for k, method in enumerate(order):
-            prompts = fresh_prompts(r * len(METHODS) + k, args.items, args.fresh_at)
+            prompts = fresh_prompts(job_tag(r, k), args.items, args.fresh_at)
             t0 = time.perf_counter()
             run(method, prompts, r)
             times[method].append((time.perf_counter() - t0) / args.items)
@@ -164,18 +212,20 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     med = {m: statistics.median(v) for m, v in times.items()}
-    ratios = {
-        "scored / greedy": med["scored"] / med["greedy"],
-        "llama-cpp-python / scored": med["llama-cpp-python"] / med["scored"],
-        "n=5 separate / n=5 shared": med["n=5 separate"] / med["n=5 shared"],
-        "llama-cpp-python / floor": med["llama-cpp-python"] / med["floor"],
-    }
+    ratios = {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS}
+    per_round = {f"{a} / {b}": [x / y for x, y in zip(times[a], times[b])] for a, b in RATIOS}
     print("median ms per item: " + ", ".join(f"{m} {med[m] * 1000:.1f}" for m in METHODS))
-    print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print(
+        "ratios: "
+        + ", ".join(
+            f"{k} {v:.2f} (rounds {min(per_round[k]):.2f}-{max(per_round[k]):.2f})"
+            for k, v in ratios.items()
+        )
+    )
     print(f"stats: {gen.stats}")
     if args.json is not None:
         report = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds_per_item": times}
-        report |= {"median": med, "ratios": ratios}
+        report |= {"median": med, "ratios": ratios, "ratios_per_round": per_round}
         args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
     gen.close()
     ref.close()
