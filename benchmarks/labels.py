@@ -80,7 +80,7 @@ def tickets() -> list[str]:
 
 
 def fresh_prompts(tag: str, n: int, at: str = "item") -> list[str]:
-    """``n`` prompts no earlier round saw: ``Ticket <tag>-<i>.`` in front of the ticket's
+    """``n`` prompts no earlier job saw: ``Ticket <tag>-<i>.`` in front of the ticket's
     text (``at="item"``, after the shared instruction) or of the user's message
     (``at="front"``). The caller's tags start with a letter of their own per job (see
     :func:`job_tag`), so that a job's prompts share with the previous job's, which the
