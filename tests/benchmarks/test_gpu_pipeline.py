@@ -14,23 +14,12 @@ import json
 import os
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import BENCHMARKS, load_script
 
-GPU = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
-
-
-def load(name: str, path: Path) -> ModuleType:
-    loader = SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+GPU = BENCHMARKS / "gpu"
 
 
 def gguf_py() -> Path | None:
@@ -72,7 +61,7 @@ def test_random_model_loads_tokenizes_and_never_stops_early(tmp_path, monkeypatc
     llama_cpp = pytest.importorskip("llama_cpp")
     if GGUF_PY != Path():
         monkeypatch.syspath_prepend(str(GGUF_PY))
-    writer = load("random_gguf", GPU / "random_gguf.py")
+    writer = load_script("random_gguf", GPU / "random_gguf.py")
     shape = writer.PRESETS["tiny"]
     path = tmp_path / "tiny.gguf"
     info = writer.write_random_llama(path, shape, seed=3)
@@ -99,7 +88,7 @@ def test_random_model_loads_tokenizes_and_never_stops_early(tmp_path, monkeypatc
 
 
 def test_shape_rejects_bad_dimensions():
-    writer = load("random_gguf_shape", GPU / "random_gguf.py")
+    writer = load_script("random_gguf_shape", GPU / "random_gguf.py")
     with pytest.raises(ValueError, match="n_head must divide n_embd"):
         writer.Shape(512, 65, 2, 4, 2, 128)
     with pytest.raises(ValueError, match="n_vocab=100"):
@@ -197,7 +186,7 @@ def test_run_refuses_without_an_output_folder(tmp_path):
 
 
 def test_targets_read_from_the_results():
-    run = load("gpu_run", GPU / "run")
+    run = load_script("gpu_run", GPU / "run")
     raw = {
         "results": {
             "4": {
@@ -229,7 +218,7 @@ def test_targets_read_from_the_results():
 
 
 def test_prepare_trims_an_sdist(tmp_path):
-    prepare = load("gpu_prepare", GPU / "prepare")
+    prepare = load_script("gpu_prepare", GPU / "prepare")
     src = tmp_path / "llama_cpp_python-9.9.9"
     files = [
         "CMakeLists.txt",
@@ -298,7 +287,7 @@ def test_cublas_from_the_nvidia_wheels_is_passed_to_cmake(tmp_path, monkeypatch)
     (wheel / "lib" / "libcublas.so.13").write_text("")
     (wheel / "lib" / "libcublasLt.so.13").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    run = load("gpu_run_cuda", GPU / "run")
+    run = load_script("gpu_run_cuda", GPU / "run")
     info = run.find_cuda(str(nvcc), sys.executable)
     assert info["toolkit"] == str(toolkit)
     assert f"-DCUDA_cublas_LIBRARY={wheel / 'lib' / 'libcublas.so.13'}" in info["cmake_args"]

@@ -3,28 +3,21 @@ the real test model whose JSON holds every method and ratio. No timing is assert
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_scripts import BENCHMARKS, load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "labels.py"
+ROOT = BENCHMARKS.parent
+SCRIPT = BENCHMARKS / "labels.py"
 
 
 def load() -> ModuleType:
-    loader = SourceFileLoader("labels_bench", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("labels_bench", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("labels_bench", SCRIPT)
 
 
 def test_each_job_tag_starts_unlike_the_one_before_it_and_none_repeats():

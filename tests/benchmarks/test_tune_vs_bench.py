@@ -3,28 +3,21 @@ to end on the real test model whose JSON holds both reports. No timing is assert
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from importlib.machinery import SourceFileLoader
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_scripts import BENCHMARKS, load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "tune_vs_bench.py"
+ROOT = BENCHMARKS.parent
+SCRIPT = BENCHMARKS / "tune_vs_bench.py"
 
 
 def load() -> ModuleType:
-    loader = SourceFileLoader("tune_vs_bench", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("tune_vs_bench", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("tune_vs_bench", SCRIPT)
 
 
 def tune_json(base: list[float], slots2: list[float]) -> dict:
