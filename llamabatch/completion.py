@@ -53,7 +53,7 @@ class Completion:
             summed over the label's tokens; with ``choice_leading_space`` the
             probabilities of the label as written and with one leading space are
             added, a form that cannot move the sum by more than
-            :data:`~llamabatch.engine.scoring.SKIP_NATS` left out, so a value is at
+            :data:`~llamabatch.engine.features.labels.SKIP_NATS` left out, so a value is at
             most that below the full sum, never above), in the order of ``choices``;
             else ``None``.
         choice_probs: the same normalised over the labels (they sum to 1; with forms

@@ -83,11 +83,11 @@ class SamplingParams:
         score_choices: with ``choices``, score every label instead of generating:
             ``Completion.choice_logprobs`` (log P(label | prompt), summed over the
             label's tokens), ``Completion.choice_probs`` (normalised over the labels) and
-            ``text`` the likeliest label (:mod:`llamabatch.engine.scoring`).
+            ``text`` the likeliest label (:mod:`llamabatch.engine.features.labels`).
         choice_leading_space: with ``score_choices``, a label also counts as written
             with one leading space (``" bug"`` for ``"bug"``); the probabilities of the
             two continuations are summed (a form that cannot move the sum by more than
-            :data:`~llamabatch.engine.scoring.SKIP_NATS` is left unfinished). False
+            :data:`~llamabatch.engine.features.labels.SKIP_NATS` is left unfinished). False
             scores each label as written only.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``

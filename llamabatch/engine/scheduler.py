@@ -34,9 +34,9 @@ from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
 from .items import Item
-from .label_tokens import TailTokens
-from .samples import SampleGroups
-from .scoring import LabelScores, ScoreJob, job_for, score_alone
+from .features.label_tokens import TailTokens
+from .features.samples import SampleGroups
+from .features.labels import LabelScores, ScoreJob, job_for, score_alone
 from .seq_errors import GrammarDeadEnd
 from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
 from .stop import StopRule
@@ -439,7 +439,7 @@ class Scheduler:
 
     # -- label scores ------------------------------------------------------------------
     def _score_job(self, item: Item) -> ScoreJob | str | None:
-        """The item's :class:`~llamabatch.engine.scoring.ScoreJob` (``score_choices``),
+        """The item's :class:`~llamabatch.engine.features.labels.ScoreJob` (``score_choices``),
         ``None`` when it samples a reply, or why its labels cannot be scored."""
         sampling = item.sampling
         if not sampling.scores_labels or sampling.choices is None:

@@ -31,7 +31,7 @@ from .backend import Backend, BackendCapabilities, BatchLimits, Span
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
-from .scoring import MIN_RUN, ScoreJob
+from .features.labels import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import StopRule
@@ -84,7 +84,7 @@ class Seq:
             the sequence samples nothing and ends once every row is scored.
         followers: sequences waiting (``Status.COPY``, no ``copy``) to sample their
             first token from this sequence's last prompt row and copy its cache then
-            (the ``n`` replies of one prompt, :mod:`llamabatch.engine.samples`).
+            (the ``n`` replies of one prompt, :mod:`llamabatch.engine.features.samples`).
     """
 
     item: Item
@@ -226,7 +226,7 @@ class SlotEngine:
         """Start ``item`` (tokens that fit a slot) in the free slot that suits it best.
 
         With ``score``, the item's labels are scored instead of a reply sampled
-        (:mod:`llamabatch.engine.scoring`). A later reply of a prompt already
+        (:mod:`llamabatch.engine.features.labels`). A later reply of a prompt already
         prefilling here (``item.sample`` > 0, same ``index``) shares its prefill when
         the backend can (``can_share_rows``).
 

@@ -10,7 +10,7 @@ plans at most ``n_batch`` = ``n_ubatch`` tokens, so ``n_ubatch`` never cuts a ub
 shorter.
 
 A ubatch of one token takes llama.cpp's matrix-vector kernels instead of the tiled ones
-(``MIN_RUN`` in :mod:`llamabatch.engine.scoring`). A span's tail can end up alone like
+(``MIN_RUN`` in :mod:`llamabatch.engine.features.labels`). A span's tail can end up alone like
 that when its neighbours are shorter: measured on SmolLM2-135M Q4_1, a prompt of 50
 tokens decoded next to one of 49 left its last row alone, and a label scored from it
 was 0.11 nats off ``Llama(logits_all=True)``, against 0.0000 with the neighbour cut to

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _ffi
 from ..engine.backend import BackendCapabilities, BatchLimits, Span
-from ..engine.scoring import MIN_RUN
+from ..engine.features.labels import MIN_RUN
 from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
 from ..engine.window import window_holds
 from ..errors import (
@@ -386,7 +386,7 @@ class LlamaBackend:
         row with targets, the ``Llama``'s cache is cut back to what it shares with
         ``tokens`` but at most to the token before that row, the rest up to the row is
         evaluated with ``Llama.eval`` (at least two tokens,
-        :data:`~llamabatch.engine.scoring.MIN_RUN`) and the last row's logits read (on a
+        :data:`~llamabatch.engine.features.labels.MIN_RUN`) and the last row's logits read (on a
         sliding-window model whose window no longer holds what that row attends to, the
         cache is emptied first: :func:`~llamabatch.engine.window.window_holds`); the
         ``Llama``'s settings are put back, its cache is cut back like

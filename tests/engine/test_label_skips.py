@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-import llamabatch.engine.scoring as scoring
+import llamabatch.engine.features.labels as scoring
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.testing import FakeBackend
 

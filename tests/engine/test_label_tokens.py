@@ -8,8 +8,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamabatch.engine.label_tokens import TAIL_CHARS, TailTokens
-from llamabatch.engine.scoring import continuations
+from llamabatch.engine.features.label_tokens import TAIL_CHARS, TailTokens
+from llamabatch.engine.features.labels import continuations
 from llamabatch.testing import FakeBackend
 
 

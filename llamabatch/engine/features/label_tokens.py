@@ -1,6 +1,6 @@
 """What a written label adds after a prompt, from the prompt's last characters.
 
-:func:`~llamabatch.engine.scoring.continuations` tokenizes ``prompt + label`` for every
+:func:`~llamabatch.engine.features.labels.continuations` tokenizes ``prompt + label`` for every
 written form of every label; a tagger's prompts end alike (the item, then a fixed
 instruction such as ``"...\\nCategory:"``), so :class:`TailTokens` tokenizes only the
 prompt's last :data:`TAIL_CHARS` characters with each form and keeps the answer per
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .slots import common_prefix
+from ..slots import common_prefix
 
 #: Characters of the prompt's end tokenized with each label.
 TAIL_CHARS = 64

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .label_tokens import TailTokens
-from .slots import common_prefix
+from ..slots import common_prefix
 
 #: Fewest tokens of a sequence decoded in the call that scores a row. llama.cpp's CPU
 #: matrix products take another kernel for a batch of one token (``ggml_vec_dot_*``)
@@ -128,7 +128,7 @@ def continuations(
         tokenize: the backend's ``tokenize`` (special tokens parsed, BOS as the model
             wants).
         tails: answers kept from the prompts' ends
-            (:class:`~llamabatch.engine.label_tokens.TailTokens`, same ``tokenize``).
+            (:class:`~llamabatch.engine.features.label_tokens.TailTokens`, same ``tokenize``).
 
     Raises:
         ValueError: a label adds no token after the prompt, or merges with the whole

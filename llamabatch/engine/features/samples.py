@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from ..completion import Completion, Sample
-from .items import Item
+from ...completion import Completion, Sample
+from ..items import Item
 
 
 class SampleGroups:
