@@ -33,10 +33,10 @@ from ..completion import Completion, Path, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
-from .items import Item
 from .features.label_tokens import TailTokens
-from .features.samples import SampleGroups
 from .features.labels import LabelScores, ScoreJob, job_for, score_alone
+from .features.samples import SampleGroups
+from .items import Item
 from .seq_errors import GrammarDeadEnd
 from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
 from .stop import StopRule

@@ -28,10 +28,10 @@ from typing import Any
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
 from .backend import Backend, BackendCapabilities, BatchLimits, Span
+from .features.labels import MIN_RUN, ScoreJob
 from .host_cache import HostCache, SavedState
 from .items import Item
 from .plan import Decoding, Prefilling, plan_step
-from .features.labels import MIN_RUN, ScoreJob
 from .seq_errors import SampleErrors
 from .slots import CopyPlan, Slot, SlotTable, common_prefix, reusable
 from .stop import StopRule

@@ -45,8 +45,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .label_tokens import TailTokens
 from ..slots import common_prefix
+from .label_tokens import TailTokens
 
 #: Fewest tokens of a sequence decoded in the call that scores a row. llama.cpp's CPU
 #: matrix products take another kernel for a batch of one token (``ggml_vec_dot_*``)
