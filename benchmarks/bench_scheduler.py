@@ -51,8 +51,7 @@ class Recorder:
 
     def __init__(self, fake: FakeBackend) -> None:
         self.fake, self.calls = fake, []
-        for name in ("n_vocab", "n_ctx", "eog_ids", "kv_bytes", "llm_closed"):
-            setattr(self, name, getattr(fake, name))
+        self.info, self.vocab, self.closed = fake.info, fake.vocab, fake.closed
 
     def __getattr__(self, name: str):
         method = getattr(self.fake, name)
@@ -63,12 +62,12 @@ class Recorder:
 
         return call
 
-    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
+    def run_alone(self, tokens: Sequence[int], sampling, targets) -> Iterator:
         pulled = [0]
-        self.calls.append(("generate_alone", (tokens, sampling, pulled)))
-        for token in self.fake.generate_alone(tokens, sampling):
+        self.calls.append(("run_alone", (tokens, sampling, targets, pulled)))
+        for out in self.fake.run_alone(tokens, sampling, targets):
             pulled[0] += 1
-            yield token
+            yield out
 
 
 def make_fake(reply_len: int) -> FakeBackend:
@@ -88,9 +87,9 @@ def replay(calls: list, reply_len: int) -> float:
     gc.collect()
     start = time.perf_counter()
     for name, args in calls:
-        if name == "generate_alone":
-            tokens, sampling, pulled = args
-            stream = fake.generate_alone(tokens, sampling)
+        if name == "run_alone":
+            tokens, sampling, targets, pulled = args
+            stream = fake.run_alone(tokens, sampling, targets)
             for _ in range(pulled[0]):
                 next(stream)
             stream.close()

@@ -12,8 +12,6 @@ Errors that come from llama.cpp carry the return code of the C call in ``.code``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 
 class LlamaBatchError(Exception):
     """Base class of every error llamabatch raises on purpose."""
@@ -42,7 +40,7 @@ class DecodeError(BackendError):
 class BatchUnavailable(BackendError):
     """The batch context could not be created, so batching is off.
 
-    Raised by ``Backend.open_batch`` (memory exhausted, essential symbol missing, …).
+    Raised by ``Backend.open`` (memory exhausted, essential symbol missing, …).
     """
 
 
@@ -146,27 +144,6 @@ class GrammarDeadEnd(GrammarError):
     def __init__(self, message: str, n_accepted: int = 0) -> None:
         super().__init__(message)
         self.n_accepted = n_accepted
-
-
-class SampleErrors(LlamaBatchError):
-    """``Backend.decode`` decoded the batch but could not sample some sequences
-    (:mod:`llamabatch.engine.seq_errors`; the slot engine catches it, it never reaches a
-    caller of ``BatchGenerator``).
-
-    The decode itself succeeded (every span's tokens are in the cache); the sequences
-    named in ``errors`` got no token (their grammars reached a dead end) and must not be
-    decoded again; the others were sampled as usual.
-
-    Attributes:
-        sampled: one entry per span with logits, in span order: the sampled token id,
-            or ``None`` for a sequence in ``errors``.
-        errors: seq id -> the error of that sequence (a :class:`GrammarDeadEnd`).
-    """
-
-    def __init__(self, sampled: Sequence[int | None], errors: Mapping[int, GrammarError]) -> None:
-        super().__init__("; ".join(f"seq {sid}: {exc}" for sid, exc in sorted(errors.items())))
-        self.sampled = list(sampled)
-        self.errors = dict(errors)
 
 
 class RayJobError(LlamaBatchError):

@@ -19,7 +19,7 @@ from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
-from .engine.items import prepare
+from .engine.request import prepare
 from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
 from .errors import GeneratorBusy, GeneratorClosed
 from .fields import per_item_sampling
@@ -156,14 +156,14 @@ class BatchGenerator(Closing):
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
             backend = LlamaBackend(llm)
-        caps = backend.capabilities()
+        caps = backend.info
         if slots > caps.max_slots:
             raise ValueError(
                 f"slots={slots} is out of range: valid is 1 to "
                 f"{caps.max_slots} (llama_max_parallel_sequences())"
             )
         if n_ctx_seq is None:
-            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)
+            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, caps.n_ctx)
             config = dataclasses.replace(config, n_ctx_seq=n_ctx_seq)
         self.config = config
         check = caps.check_batch_params  # llama.cpp's own limits
@@ -177,7 +177,7 @@ class BatchGenerator(Closing):
             min_copy_tokens,
             cache_ram_mib * 1024 * 1024,
             max_batch_failures=max_batch_failures,
-            capabilities=caps,
+            info=caps,
         )
         self.lock = caps.lock if caps.lock is not None else threading.RLock()
         self._closed = False
@@ -223,7 +223,7 @@ class BatchGenerator(Closing):
     def _check_open(self) -> None:
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
-        if self.backend.llm_closed:
+        if self.backend.closed:
             raise GeneratorClosed(
                 "the Llama of this BatchGenerator was closed "
                 "(Llama.close()); close the generator before the Llama"
@@ -234,9 +234,7 @@ class BatchGenerator(Closing):
     def stats(self) -> Stats:
         """Counters so far: items batched and alone, cache reuse, why batching is off,
         KV bytes allocated…"""
-        stats = self._scheduler.stats
-        stats.kv_bytes = int(self.backend.kv_bytes)
-        return stats
+        return self._scheduler.stats
 
     @property
     def limits(self) -> BatchLimits | None:
@@ -315,7 +313,8 @@ class BatchGenerator(Closing):
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
         slots, backend = self.config.slots, self.backend
-        items = (prepare(i, p, backend, next(samplings)) for i, p in enumerate(prompts))
+        vocab, n_ctx = backend.vocab, backend.info.n_ctx
+        items = (prepare(i, p, next(samplings), vocab, n_ctx) for i, p in enumerate(prompts))
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():

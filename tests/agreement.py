@@ -232,7 +232,7 @@ def _eog_ids(llm: Any) -> frozenset[int]:
     if id(llm) not in _EOG_IDS:
         from llamabatch.llamacpp.backend import LlamaBackend
 
-        _EOG_IDS[id(llm)] = frozenset(LlamaBackend(llm).eog_ids)
+        _EOG_IDS[id(llm)] = frozenset(LlamaBackend(llm).vocab.eog_ids)
     return _EOG_IDS[id(llm)]
 
 

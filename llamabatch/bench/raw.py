@@ -33,9 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.backend import Backend, BatchLimits, Span
-from ..engine.items import Item
+from ..engine.backend import Backend, BatchLimits, Vocab
+from ..engine.request import Request
 from ..engine.scheduler import Scheduler
+from ..engine.step import Span, StepResult
 from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
 
@@ -158,10 +159,9 @@ class RawBackend:
     generates a fixed number of tokens), and the clock read right after the decode that
     ends the last prompt of a measurement. Everything else is the wrapped backend's."""
 
-    eog_ids: frozenset[int] = frozenset()
-
     def __init__(self, backend: Backend, clock: Clock) -> None:
         self._backend, self._clock = backend, clock
+        self.vocab = _NoEog(backend.vocab)
         self.prompt_left = self.pp = 0
         self.t_pp: float | None = None
 
@@ -173,14 +173,27 @@ class RawBackend:
         (positions [0, pp) of each sequence; later positions are decode tokens)."""
         self.prompt_left, self.pp, self.t_pp = n_prompts * pp, pp, None
 
-    def decode(self, spans: Sequence[Span]) -> list[int]:
-        sampled = self._backend.decode(spans)
+    def run(self, spans: Sequence[Span]) -> StepResult:
+        result = self._backend.run(spans)
         if self.prompt_left > 0:
             pp = self.pp
-            self.prompt_left -= sum(max(0, min(s.pos + len(s.tokens), pp) - s.pos) for s in spans)
+            self.prompt_left -= sum(
+                max(0, min(s.pos + n, pp) - s.pos) for s, n in zip(spans, result.decoded)
+            )
             if self.prompt_left <= 0:
                 self.t_pp = self._clock()
-        return sampled
+        return result
+
+
+class _NoEog:
+    """A vocabulary without end-of-generation ids: every sequence generates its
+    ``max_tokens``."""
+
+    eog_ids: frozenset[int] = frozenset()
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.n_vocab = vocab.n_vocab
+        self.tokenize, self.detokenize = vocab.tokenize, vocab.detokenize
 
 
 class RawEngine:
@@ -216,8 +229,8 @@ class RawEngine:
         scheduler = self.scheduler
         scheduler.engine.reset()  # llama-batched-bench: a fresh cache
         sampling = SamplingParams(temperature=0.0, max_tokens=tg + 1)
-        items = [Item(i, list(p), None, sampling) for i, p in enumerate(prompts)]
-        self.backend.expect(len(items), len(items[0].tokens) if items else 0)
+        items = [Request(i, list(p), sampling) for i, p in enumerate(prompts)]
+        self.backend.expect(len(items), len(items[0].prompt) if items else 0)
         t0 = self.clock()
         for _ in scheduler.iter_steps(iter(items), contextlib.nullcontext, len(items)):
             pass
@@ -242,7 +255,7 @@ def time_raw(
     Raises:
         BackendError: from the engine (batching turned off).
     """
-    return engine.time(random_prompts(b, pp, engine.backend.n_vocab, rng), tg)
+    return engine.time(random_prompts(b, pp, engine.backend.vocab.n_vocab, rng), tg)
 
 
 def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int) -> None:

@@ -452,7 +452,7 @@ def llama_setup(
     return BenchSetup(
         lambda: LlamaBackend(llm),
         make_generator,
-        tokenizer.tokenize,
+        tokenizer.vocab.tokenize,
         header,
         one_at_a_time,
         lambda max_tokens: LlamaLoop(llm, max_tokens),

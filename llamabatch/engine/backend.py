@@ -1,14 +1,11 @@
-"""The Backend protocol: what the scheduler needs from llama.cpp, in token ids.
+"""The Backend protocol: what the engine needs from a model, in token ids.
 
-The scheduler (``scheduler.py``) drives a backend and never imports ``_ffi``. Two
-backends exist: :class:`llamabatch.llamacpp.backend.LlamaBackend` (llama.cpp through a
-loaded ``llama_cpp.Llama``) and :class:`llamabatch.testing.FakeBackend` (no library).
-
-What a backend can do is declared once, as plain data: :meth:`Backend.capabilities`
-returns a :class:`BackendCapabilities`, which the generator, the scheduler and the slot
-engine read instead of probing the backend's attributes. Every member of the protocol
-is required; a method the capabilities rule out (``copy_seq`` with ``can_copy`` False,
-``save_seq`` / ``load_seq`` with ``can_save`` False) is never called and may raise.
+The engine never imports ``_ffi`` or ``llamacpp``. Two backends exist:
+:class:`llamabatch.llamacpp.backend.LlamaBackend` (a loaded ``llama_cpp.Llama``) and
+:class:`llamabatch.testing.FakeBackend` (no library). A custom backend implements the
+eight members of :class:`Backend`; what it can do is declared once, as data
+(:class:`BackendInfo`), and the operations on sequences are data too
+(:data:`SeqOp`).
 """
 
 from __future__ import annotations
@@ -19,139 +16,140 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..params import SamplingParams
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A run of consecutive tokens of one sequence inside one decode.
-
-    Attributes:
-        seq_id: the sequence (slot), in [0, n_seq_max).
-        pos: position of ``tokens[0]``; the next positions follow without gaps.
-        tokens: token ids, at least one.
-        logits: request logits on the last token only (then the backend samples the
-            sequence's next token from them).
-        targets: label scoring (``logits`` is then False): one tuple of token ids per
-            token of the span; a row with ids gets logits, and the backend reports
-            their log-softmax (:meth:`Backend.take_scores`; only with
-            ``BackendCapabilities.can_score``). ``None``: no scores.
-        share: with ``logits``, more sequences whose chains also sample their first
-            token from this span's last row (the ``n`` replies of one prompt; only with
-            ``BackendCapabilities.can_share_rows``): ``decode`` returns, for this span,
-            its own token and then one per id of ``share``, in that order.
-    """
-
-    seq_id: int
-    pos: int
-    tokens: Sequence[int]
-    logits: bool
-    targets: tuple[tuple[int, ...], ...] | None = None
-    share: tuple[int, ...] = ()
+from .step import SeqOutput, Span, StepResult, Targets
 
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """What llama.cpp actually allocated for the batch context (read back after creation).
+    """What the batch context allocated (read back after creation).
 
     Attributes:
         n_seq_max: sequences (``llama_n_seq_max``).
-        n_ctx_seq: tokens per sequence (``llama_n_ctx_seq``; padded to 256 by llama.cpp).
+        n_ctx_seq: tokens per sequence (``llama_n_ctx_seq``; llama.cpp pads to 256).
         n_batch: most tokens per decode (``llama_n_batch``).
         n_ctx: tokens of the whole context (``llama_n_ctx``).
+        kv_bytes: bytes of KV cache allocated (0 when unknown).
     """
 
     n_seq_max: int
     n_ctx_seq: int
     n_batch: int
     n_ctx: int
+    kv_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class BackendCapabilities:
-    """What a backend can do, declared once (:meth:`Backend.capabilities`).
+class BackendInfo:
+    """What a backend is and can do; read once, never changes.
 
     Attributes:
-        max_slots: most sequences a batch context can hold
-            (``llama_max_parallel_sequences()``); ``BatchGenerator(slots=...)`` above it
-            is refused.
-        can_copy: :meth:`Backend.copy_seq` works (llama.cpp: the binding has
-            ``llama_state_seq_*``). False: no prefix is copied between slots and no
-            state is kept in host memory.
-        partial_trim: :meth:`Backend.trim` may keep a position > 0. False for a memory
-            known to refuse it (recurrent and hybrid models): then only a cache that
-            ends exactly where a new prompt diverges is reused. True is not a promise:
-            the engine still copes with a refused trim (and learns from it).
-        can_save: :meth:`Backend.save_seq` and :meth:`Backend.load_seq` work, so
-            ``BatchGenerator(cache_ram_mib=...)`` can keep sequence states in host
-            memory (used only together with ``can_copy``).
-        lock: the lock the generator holds around every call of the backend (for a
-            ``Llama``: :func:`llamabatch.llm_lock`, shared with every user of that
-            ``Llama``); ``None``: each generator makes its own ``threading.RLock``.
+        n_ctx: tokens of the one-at-a-time context (prompt + reply of an item alone).
+        max_slots: most sequences of a batch context (``llama_max_parallel_sequences``).
+        can_copy: :class:`Copy` works; False: no prefix is copied between slots.
+        can_save: :class:`Save` / :class:`Load` work (host-memory states, checkpoints).
+        partial_trim: :class:`Trim` may keep a position > 0 (False for recurrent and
+            hybrid memories; True is not a promise: a refused trim is learned from).
+        n_swa: the window of sliding-window layers in positions, 0 without one; a cache
+            is then cut back only where :class:`CutFloor` allows.
+        can_score: ``Span.targets`` and scoring alone work.
+        can_share_rows: ``Span.share`` works.
+        min_score_run: fewest tokens of a sequence decoded in the call that scores a row
+            (llama.cpp: 2, as its one-token kernels round differently).
+        lock: held around every call (for a ``Llama``: :func:`llamabatch.llm_lock`);
+            ``None``: the generator makes its own.
         check_batch_params: ``(slots, n_ctx_seq, n_batch) -> None``, raising
-            ``ValueError`` (naming the parameter and its valid range) for a batch
-            context the backend's library would abort or fail on; called by the
-            generator before any batch context exists. ``None``: no such limits.
-        can_score: :meth:`Backend.decode` honours ``Span.targets`` and
-            :meth:`Backend.take_scores` / :meth:`Backend.score_alone` report label
-            scores (``SamplingParams(score_choices=True)``). False: a scored item fails
-            with an error naming the backend.
-        can_share_rows: :meth:`Backend.decode` honours ``Span.share``. False: the ``n``
-            replies of a prompt run as separate sequences, each reusing the cache as
-            usual.
-        n_swa: the sliding window of the batch context's window layers, in positions
-            (``llama_model_n_swa``; 0 when the model has none or its cache keeps every
-            position, ``swa_full``). With ``n_swa`` > 0 a cache is cut back to a prefix
-            (own, copied or loaded from host memory) only where its window still holds
-            that prefix's end (:func:`llamabatch.engine.window.window_holds`, from
-            :meth:`Backend.seq_pos_min`).
+            ``ValueError`` for sizes the library would abort on; ``None``: no limits.
     """
 
+    n_ctx: int
     max_slots: int
     can_copy: bool = True
-    partial_trim: bool = True
     can_save: bool = False
-    lock: AbstractContextManager[Any] | None = None
-    check_batch_params: Callable[[int, int, int], None] | None = None
+    partial_trim: bool = True
+    n_swa: int = 0
     can_score: bool = False
     can_share_rows: bool = False
-    n_swa: int = 0
+    min_score_run: int = 1
+    lock: AbstractContextManager[Any] | None = None
+    check_batch_params: Callable[[int, int, int], None] | None = None
+
+
+# -- operations on sequences (Backend.apply) ------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays.
+    Returns ``None``; raises ``GrammarError`` when the grammar is refused."""
+
+    seq_id: int
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """Keep positions [0, n_keep) of ``seq_id``. Returns False when the memory refused
+    (the cache is then unknown until trimmed to 0, which is never refused)."""
+
+    seq_id: int
+    n_keep: int
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """``dst``'s cache becomes a copy of ``src``'s whole cache. Returns ``None``."""
+
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    """A copy of ``seq_id``'s cache; ``len(state)`` is its size in bytes."""
+
+    seq_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """``seq_id``'s cache becomes ``state`` (of :class:`Save`). Returns ``None``."""
+
+    seq_id: int
+    state: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CutFloor:
+    """The smallest ``n`` > 0 that ``seq_id``'s cache can be cut back to and decoded on
+    from (0: any; a cut to 0 or to the whole cache is always fine). Asked only with
+    ``n_swa`` > 0."""
+
+    seq_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    """Empty every sequence of the batch context (a no-op without one)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give the model's own state back as it was before the items run alone since the
+    last release (for a ``Llama``: its KV cache and settings)."""
+
+
+SeqOp = Start | Trim | Copy | Save | Load | CutFloor | Clear | Release
 
 
 @runtime_checkable
-class Backend(Protocol):
-    """What the scheduler calls. All token ids are Python ints.
+class Vocab(Protocol):
+    """The model's vocabulary.
 
     Attributes:
-        n_vocab: size of the vocabulary; valid ids are [0, n_vocab).
-        n_ctx: tokens of the one-at-a-time context (prompt + reply of an item alone).
+        n_vocab: valid token ids are [0, n_vocab).
         eog_ids: every end-of-generation token (``llama_vocab_is_eog``).
-        kv_bytes: bytes of KV cache the open batch context allocated (0 before it
-            exists, or when unknown); read into ``Stats.kv_bytes``.
-        llm_closed: True once the model the backend runs on was freed (the ``Llama``
-            closed): the generator then refuses to run (``GeneratorClosed``).
-
-    Members, all required: the attributes above; :meth:`capabilities` (what the
-    backend can do); text: :meth:`tokenize`, :meth:`detokenize`; the batch context:
-    :meth:`open_batch`, :meth:`start_seq`, :meth:`trim`, :meth:`copy_seq`,
-    :meth:`save_seq`, :meth:`load_seq`, :meth:`seq_pos_min`, :meth:`decode`,
-    :meth:`take_logprobs`, :meth:`take_scores`, :meth:`clear`, :meth:`close`; one at a
-    time: :meth:`generate_alone`, :meth:`score_alone`, :meth:`release_alone`.
     """
 
     n_vocab: int
-    n_ctx: int
     eog_ids: frozenset[int]
-
-    @property
-    def kv_bytes(self) -> int: ...
-
-    @property
-    def llm_closed(self) -> bool: ...
-
-    def capabilities(self) -> BackendCapabilities:
-        """What this backend can do. Read once, before the first batch context; the
-        answer must not change afterwards."""
-        ...
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``, special tokens parsed, BOS as the model wants.
@@ -165,7 +163,32 @@ class Backend(Protocol):
         """The text of ``tokens``, decoded from all their bytes at once."""
         ...
 
-    def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the engine calls. Token ids are Python ints.
+
+    A backend call that fails raises: ``BackendError`` (``DecodeError`` from
+    :meth:`run`), ``GrammarError`` for a refused grammar, or any exception; the engine
+    empties the caches and completes the items in flight alone.
+    """
+
+    @property
+    def info(self) -> BackendInfo:
+        """What the backend is and can do."""
+        ...
+
+    @property
+    def vocab(self) -> Vocab:
+        """The model's vocabulary."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """True once the model is gone (the ``Llama`` was closed)."""
+        ...
+
+    def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
         """Create the batch context (once).
 
         Raises:
@@ -173,124 +196,29 @@ class Backend(Protocol):
         """
         ...
 
-    def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
-        """Give sequence ``seq_id`` a fresh sampler chain built from ``sampling``.
+    def apply(self, op: SeqOp) -> Any:
+        """Do one operation on the sequences' state (see each op for what it returns)."""
+        ...
 
-        Its KV cache (or recurrent state) is left as it is: the engine trims or copies it
-        before feeding the rest of the new prompt.
+    def run(self, spans: Sequence[Span]) -> StepResult:
+        """Decode ``spans`` (<= n_batch tokens) in one call and read their rows.
 
         Raises:
-            BackendError: the chain cannot be built.
+            DecodeError: the decode failed (``.code``).
         """
         ...
 
-    def trim(self, seq_id: int, n_keep: int) -> bool:
-        """Keep positions [0, n_keep) of ``seq_id`` and remove the rest
-        (``llama_memory_seq_rm(mem, seq_id, n_keep, -1)``).
+    def run_alone(
+        self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
+    ) -> Iterator[SeqOutput]:
+        """Work on ``tokens`` outside the batch context: with ``sampling``, generate after
+        them, one output per token, without end (the caller stops); with ``targets`` (one
+        tuple per token), one output holding their scores.
 
-        Returns:
-            True when done. False when the memory refused a partial removal (recurrent
-            and hybrid models keep one state per sequence, not one per position): the
-            sequence's cache is then in an unknown state and must be emptied with
-            ``trim(seq_id, 0)``, which is never refused.
+        Raises (when iterated):
+            BackendError: the prompt cannot be decoded.
+            GrammarError: the grammar is refused.
         """
-        ...
-
-    def copy_seq(self, src: int, dst: int) -> None:
-        """Make ``dst``'s cache a copy of ``src``'s whole cache (every position, or the
-        recurrent state), replacing what ``dst`` held. The sampler chains are untouched.
-
-        Raises:
-            BackendError: the copy failed (``dst`` is then in an unknown state).
-        """
-        ...
-
-    def save_seq(self, seq_id: int) -> Any:
-        """A copy of sequence ``seq_id``'s whole cache (``llama_state_seq_get_data``);
-        ``len(state)`` is its size in bytes. Called only with ``can_save``.
-
-        Raises:
-            BackendError: the state cannot be read.
-        """
-        ...
-
-    def load_seq(self, seq_id: int, state: Any) -> None:
-        """Make ``seq_id``'s cache the ``state`` of :meth:`save_seq`, replacing what it
-        held (``llama_state_seq_set_data``). Called only with ``can_save``.
-
-        Raises:
-            BackendError: the state was refused (the sequence is then unknown).
-        """
-        ...
-
-    def seq_pos_min(self, seq_id: int) -> int | None:
-        """The oldest position sequence ``seq_id`` still holds in every layer
-        (``llama_memory_seq_pos_min``; for a sliding-window model, in its window
-        layers); -1 when it holds nothing, ``None`` when the backend cannot tell (then
-        only a cache the prompt continues whole is reused). Called only with
-        ``n_swa`` > 0."""
-        ...
-
-    def decode(self, spans: Sequence[Span]) -> list[int]:
-        """Decode ``spans`` (<= n_batch tokens in all) in one ``llama_decode``.
-
-        Returns:
-            one sampled token id per span with ``logits=True``, in span order; each is
-            sampled by that span's sequence's chain (:meth:`start_seq`) from the logits
-            of its last token (followed by one per id of ``Span.share``).
-
-        Raises:
-            DecodeError: ``llama_decode`` returned non-zero (``.code``).
-            SampleErrors: some sequences' grammars reached a dead end
-                (:mod:`llamabatch.engine.seq_errors`); the other rows were sampled.
-        """
-        ...
-
-    def take_logprobs(self) -> list[tuple[tuple[int, float], ...] | None]:
-        """The log-probabilities of the tokens produced since the previous call: one
-        entry per token returned by the last :meth:`decode` (in its order) or per token
-        pulled from :meth:`generate_alone`; each entry is ``(token_id, logprob)`` pairs,
-        or ``None`` when the sequence's ``SamplingParams.logprobs`` is ``None``. Called
-        only when some sequence asked for logprobs."""
-        ...
-
-    def take_scores(self) -> list[tuple[tuple[float, ...], ...]]:
-        """Label scores of the last :meth:`decode`: one entry per span with
-        ``targets`` (in span order), one tuple per token of the span, holding
-        ``log_softmax(logits of that row)[t]`` for each ``t`` of that row's targets
-        (empty where a row has none). Called only with ``can_score``."""
-        ...
-
-    def clear(self) -> None:
-        """Remove every sequence from the cache (``llama_memory_seq_rm`` of each seq id);
-        a no-op without a batch context."""
-        ...
-
-    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
-        """Generate after ``tokens`` one token at a time, outside the batch context.
-
-        The iterator never stops by itself; the caller applies the stop rule and closes it.
-
-        Raises:
-            BackendError: the prompt cannot be decoded (when iterated).
-        """
-        ...
-
-    def score_alone(
-        self, tokens: Sequence[int], targets: Sequence[Sequence[int]]
-    ) -> list[tuple[float, ...]]:
-        """Label scores outside the batch context: evaluate ``tokens`` from position 0
-        (a prefix the one-at-a-time context already holds may be reused) and return,
-        per position, the log-softmax of that position's logits at each id of
-        ``targets[j]`` (``targets`` as long as ``tokens``). Called only with
-        ``can_score``."""
-        ...
-
-    def release_alone(self) -> None:
-        """Give the model's own state back as it was before the items completed alone
-        since the last call (for a ``Llama``: its KV cache and settings); until then it
-        may keep the last such item, so the next one reuses their shared prefix. A
-        no-op for a backend with nothing to give back."""
         ...
 
     def close(self) -> None:

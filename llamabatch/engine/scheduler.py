@@ -1,25 +1,20 @@
-"""The scheduler: which items go to the slot engine, which are completed alone, and the
-fallback to one at a time.
+"""The scheduler: which requests go to the slot engine, which are completed alone, and
+the fallback to one at a time.
 
-Pure Python over a :class:`~llamabatch.engine.backend.Backend`; never imports ``_ffi``.
-:meth:`Scheduler.iter_steps` turns a stream of prepared items into their completions, in the
-order they finish (the generator puts them back in input order), whatever fails:
+:meth:`Scheduler.iter_steps` turns a stream of requests into completions, in the order
+they finish (the generator puts them back in input order), whatever fails:
 
-- an item whose prompt is an error completes as that error, at once;
-- an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``) is completed alone
-  through the backend's one-at-a-time path, in its place;
-- the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch context is
-  opened once two valid items are waiting. If it cannot be created, it is tried smaller
-  (:func:`smaller_tries`: half the slots down to 2, then half ``n_ctx_seq``, first cut to
-  at most the one-at-a-time ``n_ctx``, down to what the longest waiting item needs), one
-  log line per try; if no size can be created, batching is off for good.
-- failure isolation: when a backend call of the batch path fails (a decode, a cache
-  copy, a state save or load), every cache is emptied and the items in flight are each
-  completed alone once (a failure there is that item's error); batching goes on with
-  the next items. After ``max_batch_failures`` such failures with no item completed in
-  the batch in between, batching is turned off for good with one logged reason
-  (``Stats.batch_disabled_reason``). A grammar error (refused, or a dead end) is the
-  item's own error and never counts.
+- a request whose prompt is an error completes as that error, at once;
+- a request that does not fit a slot (:meth:`Request.need` > ``n_ctx_seq``) is completed
+  alone through the backend's one-at-a-time path, in its place;
+- the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch
+  context is opened once two valid requests wait. If it cannot be created it is tried
+  smaller (:func:`smaller_tries`), one log line per try; if no size works, batching is off.
+- failure isolation: when a backend call of the batch path fails, every cache is emptied
+  and the requests in flight are each completed alone once; batching goes on. After
+  ``max_batch_failures`` such failures with no item completed in the batch in between,
+  batching is turned off for good (``Stats.batch_disabled_reason``). A grammar error is
+  the item's own error and never counts.
 """
 
 from __future__ import annotations
@@ -29,17 +24,13 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..completion import Completion, Path, Stats
+from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
-from .backend import Backend, BackendCapabilities, BatchLimits
-from .features.label_tokens import TailTokens
-from .features.labels import LabelScores, ScoreJob, job_for, score_alone
-from .features.samples import SampleGroups
-from .items import Item
-from .seq_errors import GrammarDeadEnd
-from .slot_engine import BatchFailed, Seq, SlotEngine, dead_end_message
-from .stop import StopRule
+from .backend import Backend, BackendInfo, BatchLimits, Release
+from .features import Features
+from .request import Request
+from .slot_engine import BatchFailed, SlotEngine
 
 log = logging.getLogger("llamabatch")
 
@@ -100,17 +91,15 @@ def check_max_batch_failures(max_batch_failures: object) -> None:
 
 
 class Scheduler:
-    """Runs items on a backend, batched when it can, alone when it must.
+    """Runs requests on a backend, batched when it can, alone when it must.
 
     Args:
         backend: the backend to drive.
         config: slots, n_ctx_seq, n_batch, max_tokens, lookahead.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
-        max_batch_failures: failures of the batch path in a row (no item completed in
-            the batch in between) after which batching is turned off for good, >= 1
-            (1: the first failure turns it off).
-        capabilities: what the backend can do (default: ``backend.capabilities()``, read
-            here once).
+        max_batch_failures: failures of the batch path in a row after which batching is
+            turned off for good, >= 1.
+        info: what the backend can do (default: ``backend.info``).
 
     Raises:
         ValueError: ``max_batch_failures`` is not an integer >= 1.
@@ -123,11 +112,12 @@ class Scheduler:
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
         max_batch_failures: int = MAX_BATCH_FAILURES,
-        capabilities: BackendCapabilities | None = None,
+        info: BackendInfo | None = None,
     ):
         check_max_batch_failures(max_batch_failures)
         self.backend = backend
-        self.capabilities = backend.capabilities() if capabilities is None else capabilities
+        self.info = backend.info if info is None else info
+        self.vocab = backend.vocab
         self.config = config
         self.min_copy_tokens = min_copy_tokens
         self.cache_ram_bytes = cache_ram_bytes
@@ -135,22 +125,21 @@ class Scheduler:
         self.stats = Stats()
         self.limits: BatchLimits | None = None
         self.engine: SlotEngine | None = None
+        self.features = Features(self.vocab, self.info)
         self._open_tried = False
-        self._tails = TailTokens(backend.tokenize)  # label tokens per prompt end
         self._failures = 0  # failures of the batch path since an item completed in it
-        self._retry: deque[Item] = deque()  # items in flight at a failure: alone, once
-        self.samples = SampleGroups()
+        self._retry: deque[Request] = deque()  # requests in flight at a failure: alone, once
         if config.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
-    # -- the batch context -------------------------------------------------------------
+    # -- the batch context ---------------------------------------------------------------
     def _disable(self, reason: str) -> None:
         log.warning("llamabatch: batching turned off, completing items one at a time: %s", reason)
         self.stats.batch_disabled_reason = reason
 
     def _open(self, min_n_ctx_seq: int | None = None) -> bool:
         """Create the batch context, smaller when it cannot be created
-        (:func:`smaller_tries`; ``min_n_ctx_seq``: the longest waiting item's need,
+        (:func:`smaller_tries`; ``min_n_ctx_seq``: the longest waiting request's need,
         ``None``: only fewer slots are tried)."""
         if self.engine is not None:
             return True
@@ -159,14 +148,12 @@ class Scheduler:
         self._open_tried = True
         cfg = self.config
         floor = cfg.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
-        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor, self.backend.n_ctx)
+        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor, self.info.n_ctx)
         why = ""
         for k, (slots, n_ctx_seq) in enumerate(tries, 1):
             try:
-                self.limits = self.backend.open_batch(slots, n_ctx_seq, cfg.n_batch)
+                self.limits = self.backend.open(slots, n_ctx_seq, cfg.n_batch)
                 break
-            except AssertionError:  # a broken rule (FakeBackendViolation), not a failure
-                raise
             except Exception as exc:  # noqa: BLE001 - BatchUnavailable, MemoryError, ...
                 what = "" if isinstance(exc, BatchUnavailable) else f"{type(exc).__name__}: "
                 why = f"{what}{exc}"
@@ -193,6 +180,7 @@ class Scheduler:
             return False
         lim = self.limits
         self.stats.batch_slots, self.stats.batch_n_ctx_seq = lim.n_seq_max, lim.n_ctx_seq
+        self.stats.kv_bytes = lim.kv_bytes
         log.info(
             "llamabatch: batch context of %d sequences x %d tokens (n_ctx_seq=%d "
             "requested), n_batch %d, n_ctx %d",
@@ -203,23 +191,16 @@ class Scheduler:
             lim.n_ctx,
         )
         self.engine = SlotEngine(
-            self.backend,
-            lim,
-            self.stats,
-            self.min_copy_tokens,
-            self.cache_ram_bytes,
-            self.capabilities,
+            self.backend, lim, self.stats, self.min_copy_tokens, self.cache_ram_bytes, self.info
         )
         return True
 
     def open(self) -> BatchLimits | None:
-        """Open the batch context now (else it opens when two valid items wait); if it
-        cannot be created, fewer slots are tried (not a shorter ``n_ctx_seq``: no item
-        is known yet).
+        """Open the batch context now (else it opens when two valid requests wait); if it
+        cannot be created, fewer slots are tried.
 
         Returns:
-            its limits, or ``None`` when batching is off (the reason is in
-            :attr:`stats`).
+            its limits, or ``None`` when batching is off (the reason is in :attr:`stats`).
         """
         return self.limits if self._open() else None
 
@@ -228,16 +209,24 @@ class Scheduler:
         """True while the batch path may be used (it may not be open yet)."""
         return self.stats.batching_enabled
 
-    # -- items -------------------------------------------------------------------------
-    def budget(self, item: Item) -> int:
-        """Most tokens ``item`` may generate: its ``max_tokens`` (else the generator's),
-        or less when the one-at-a-time context (``n_ctx``) is shorter, so a reply never
+    # -- requests ------------------------------------------------------------------------
+    def budget(self, req: Request) -> int:
+        """Most tokens ``req`` may generate: its ``max_tokens`` (else the generator's), or
+        less when the one-at-a-time context (``n_ctx``) is shorter, so that a reply never
         depends on its path."""
-        cap = item.sampling.max_tokens or self.config.max_tokens
-        return min(cap, self.backend.n_ctx - len(item.tokens))
+        cap = req.sampling.max_tokens or self.config.max_tokens
+        return min(cap, self.info.n_ctx - len(req.prompt))
+
+    def admit(self, req: Request) -> list[Request]:
+        """The requests that run for ``req`` (its features'), ready for the engine."""
+        out = self.features.expand(req)
+        for r in out:
+            r.max_tokens = self.budget(r)
+            r.bind(self.vocab.detokenize, self.vocab.eog_ids)
+        return out
 
     def _alone_because(self, reason: str) -> None:
-        """Count an item sent alone for a reason the user can change; say so once."""
+        """Count a request sent alone for a reason the user can change; say so once."""
         counts = self.stats.alone_reasons
         if reason not in counts:
             n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
@@ -251,31 +240,29 @@ class Scheduler:
             )
         counts[reason] = counts.get(reason, 0) + 1
 
-    def fits(self, item: Item) -> bool:
-        """True when ``item`` can run in a slot (``n_prompt + budget <= n_ctx_seq``,
-        the allocated size once the context is open, the requested one before)."""
-        if item.error is not None:
+    def fits(self, req: Request) -> bool:
+        """True when ``req`` can run in a slot (:meth:`Request.need` <= ``n_ctx_seq``,
+        allocated once the context is open, requested before)."""
+        if req.error is not None:
             return False
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
-        return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
+        return req.need() <= n_ctx_seq
 
     def iter_steps(
-        self, items: Iterator[Item], hold: Callable[[], Any], lookahead: int
+        self, items: Iterator[Request], hold: Callable[[], Any], lookahead: int
     ) -> Iterator[list[Completion]]:
-        """Complete ``items``, one step (at most one decode, as
-        :meth:`SlotEngine.step <llamabatch.engine.slot_engine.SlotEngine.step>`) at a time.
+        """Complete ``items``, one step (at most one backend call) at a time.
 
         Args:
-            items: prepared items in input order, read lazily (inside a step).
+            items: requests in input order, read lazily (inside a step).
             hold: a context manager factory held around each step (the lock).
-            lookahead: an item is started only while it is fewer than ``lookahead``
-                places after the oldest unfinished one (bounds what waits to be
-                reordered).
+            lookahead: a request is started only while it is fewer than ``lookahead``
+                places after the oldest unfinished one.
 
         Yields:
             the completions of each step (maybe none), in finishing order.
         """
-        queue: deque[Item] = deque()
+        queue: deque[Request] = deque()
         open_: set[int] = set()
         self._retry.clear()
         state = {"next": 0, "exhausted": False}
@@ -291,7 +278,7 @@ class Scheduler:
                     return
                 state["next"] = item.index + 1
                 open_.add(item.index)
-                queue.extend(self.samples.expand(item))  # the n replies of its prompt
+                queue.extend(self.admit(item))
 
         try:
             while True:
@@ -299,18 +286,18 @@ class Scheduler:
                     done = self._step(queue, pull)
                 if done is None:
                     return
-                done = self.samples.merge(done)
-                for c in done:
+                completions = self.features.merge(done)
+                for c in completions:
                     open_.discard(c.index)
-                yield done
+                yield completions
         finally:
             self._end_run()
 
     def release_alone(self) -> None:
         """Give the caller's ``Llama`` back as it was before the items completed alone
-        since the last call (``Backend.release_alone``; until then its KV cache keeps
-        the last such item, so the next one reuses their shared prefix)."""
-        self.backend.release_alone()
+        since the last call (``Release``; until then its KV cache keeps the last such
+        item, so the next one reuses their shared prefix)."""
+        self.backend.apply(Release())
 
     def _end_run(self) -> None:
         self.release_alone()
@@ -322,73 +309,72 @@ class Scheduler:
         else:
             engine.release()  # stopped early: caches stay valid
 
-    def _step(self, queue: deque[Item], pull: Callable[[int], None]) -> list | None:
+    def _step(self, queue: deque[Request], pull: Callable[[int], None]) -> list[Request] | None:
         engine = self.engine
         if engine is None and self.batching:
-            # open it once two valid items wait (what fits is known once it is open)
-            while sum(it.error is None for it in queue) < 2:
+            # open it once two valid requests wait (what fits is known once it is open)
+            while sum(r.error is None for r in queue) < 2:
                 n = len(queue)
                 pull(n + 1)
                 if len(queue) == n:
                     break
-            if sum(it.error is None for it in queue) >= 2:
+            if sum(r.error is None for r in queue) >= 2:
                 self._open(self._longest_need(queue))
             engine = self.engine
-        if self._retry:  # the items in flight at a failure, alone, one per turn
+        if self._retry:  # the requests in flight at a failure, alone, one per turn
             return [self.run_alone(self._retry.popleft())]
         if engine is None or not self.batching:
             pull(1)
             return [self.run_alone(queue.popleft())] if queue else None
-        done: list[Completion] = []
+        done: list[Request] = []
         while engine.has_free_slot:
             pull(1)
             if not queue:
                 break
-            item = queue.popleft()
-            if item.error is not None:
-                done.append(self._error(item, item.error))
-            elif not self.fits(item):
+            req = queue.popleft()
+            if req.error is not None:
+                done.append(req)
+            elif not self.fits(req):
                 self._alone_because(TOO_LONG_FOR_A_SLOT)
-                done.append(self.run_alone(item))
+                done.append(self.run_alone(req))
+                return done
+            elif req.precise and not self.info.can_score:
+                done.append(self.run_alone(req))  # fails there, naming the backend
                 return done
             else:
-                score = self._score_job(item)
-                if isinstance(score, str):
-                    done.append(self._error(item, score))
-                    continue
-                if score is not None and not self.capabilities.can_score:
-                    done.append(self.run_alone(item))  # fails there, naming the backend
-                    return done
                 try:
-                    engine.place(item, self.reply(item), score)
-                except GrammarError as exc:  # the item's own error; batching goes on
-                    done.append(self._error(item, str(exc)))
+                    engine.place(req)
+                except GrammarError as exc:  # the request's own error; batching goes on
+                    req.fail(str(exc))
+                    done.append(req)
                 except BatchFailed as exc:
-                    return done + self._fail(exc, queue)
+                    return done + self._fail(exc)
         if not engine.running:
             return done if done or queue else None
         try:
             finished = engine.step()
         except BatchFailed as exc:
-            return done + self._fail(exc, queue)
-        return done + [self._batched(seq) for seq in finished]
+            return done + self._fail(exc)
+        if any(r.error is None for r in finished):
+            self._failures = 0  # an item completed in the batch: the failures are not in a row
+        return done + finished
 
-    def _longest_need(self, queue: deque[Item]) -> int | None:
-        """Slot tokens (prompt + budget) of the longest waiting item that fits a slot of
-        the requested size; ``None`` when none does."""
-        needs = [it.n_prompt_tokens + self.budget(it) for it in queue if it.error is None]
+    def _longest_need(self, queue: deque[Request]) -> int | None:
+        """Slot tokens of the longest waiting request that fits a slot of the requested
+        size; ``None`` when none does."""
+        needs = [r.need() for r in queue if r.error is None]
         fitting = [n for n in needs if n <= self.config.n_ctx_seq]
         return max(fitting) if fitting else None
 
-    def _fail(self, exc: BatchFailed, queue: deque[Item]) -> list[Completion]:
-        """Empty every cache; the items in flight are each completed alone once
+    def _fail(self, exc: BatchFailed) -> list[Request]:
+        """Empty every cache; the requests in flight are each completed alone once
         (:attr:`_retry`); after ``max_batch_failures`` in a row, batching is off."""
         engine = self.engine
         n = len(engine.running) if engine is not None else 0
-        items = engine.reset() if engine is not None else []
-        self._retry.extend(items)
+        reqs = engine.reset() if engine is not None else []
+        self._retry.extend(reqs)
         self.stats.batch_failures += 1
-        self.stats.items_retried += len(items)
+        self.stats.items_retried += len(reqs)
         self.stats.last_batch_failure = reason = f"{exc.reason} (with {n} sequence(s) running)"
         if exc.counts:
             self._failures += 1
@@ -404,111 +390,44 @@ class Scheduler:
                 self._failures,
                 self.max_batch_failures,
                 reason,
-                len(items),
+                len(reqs),
             )
         return []
 
-    # -- one at a time -----------------------------------------------------------------
-    def run_alone(self, item: Item) -> Completion:
-        """Complete one item outside the batch context; failures become its error."""
-        if item.error is not None:
-            return self._error(item, item.error)
-        if item.sampling.scores_labels:
-            return self._score_alone(item)
-        reply = self.reply(item)
-        take = self._logprobs_taker(item)
-        tokens: Iterator[int] = iter(())
-        try:
-            tokens = self.backend.generate_alone(item.tokens, item.sampling)
-            for token in tokens:
-                if reply.add(token, take()[0] if take is not None else None):
-                    break
-        except GrammarDeadEnd as exc:
-            return self._error(item, dead_end_message(exc, reply))
-        except GrammarError as exc:
-            return self._error(item, str(exc))
-        except BackendError as exc:
-            return self._error(item, f"failed even alone: {exc}")
-        finally:
-            close = getattr(tokens, "close", None)
-            if close is not None:
-                close()
-        if not reply.is_finished:
-            return self._error(item, "the backend stopped generating without a reason")
-        return self._completion(item, reply, "alone")
-
-    # -- label scores ------------------------------------------------------------------
-    def _score_job(self, item: Item) -> ScoreJob | str | None:
-        """The item's :class:`~llamabatch.engine.features.labels.ScoreJob` (``score_choices``),
-        ``None`` when it samples a reply, or why its labels cannot be scored."""
-        sampling = item.sampling
-        if not sampling.scores_labels or sampling.choices is None:
-            return None
-        try:
-            return job_for(
-                item.tokens,
-                item.text,
-                sampling.choices,
-                sampling.choice_leading_space,
-                self.backend.tokenize,
-                self._tails,
-            )
-        except (ValueError, BackendError) as exc:
-            return f"cannot score the labels: {exc}"
-
-    def _score_alone(self, item: Item) -> Completion:
-        job = self._score_job(item)
-        if isinstance(job, str):
-            return self._error(item, job)
-        if job is None:  # not a scored item: never called so
-            return self._error(item, "no label scores were asked for")
-        if not self.capabilities.can_score:
-            return self._error(
-                item,
+    # -- one at a time -------------------------------------------------------------------
+    def run_alone(self, req: Request) -> Request:
+        """Complete ``req`` outside the batch context; failures become its error."""
+        req.reset()
+        if req.error is not None:
+            return req
+        if req.precise and not self.info.can_score:
+            req.fail(
                 f"{type(self.backend).__name__} cannot score labels "
-                "(BackendCapabilities.can_score is False)",
+                "(BackendInfo.can_score is False)"
             )
+            return req
         try:
-            scores = score_alone(job, self.backend.score_alone)
+            while (job := req.alone_job()) is not None:
+                stream = self.backend.run_alone(*job)
+                try:
+                    for out in stream:
+                        req.take(out, None, ())
+                        if req.finished or not req.samples:
+                            break
+                    else:
+                        if req.samples:
+                            req.fail("the backend stopped generating without a reason")
+                finally:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()
+        except GrammarError as exc:
+            req.fail(str(exc))
         except (BackendError, ValueError) as exc:
-            return self._error(item, f"failed even alone: {exc}")
-        return self._scored(item, scores, "alone")
+            req.fail(f"failed even alone: {exc}")
+        return req
 
-    def _scored(self, item: Item, scores: LabelScores, path: Path) -> Completion:
-        self.stats.labels_scored += 1
-        c = Completion(
-            item.index,
-            scores.label,
-            scores.tokens,
-            "stop",
-            None,
-            len(item.tokens),
-            path,
-            choice_logprobs=scores.logprobs,
-            choice_probs=scores.probs,
-        )
-        return self.samples.note(item, c)
-
-    def reply(self, item: Item) -> StopRule:
-        """The stop rule of ``item`` (:class:`~llamabatch.engine.stop.StopRule`): at most
-        :meth:`budget` tokens; EOG, ``stop_token_ids`` and ``stop`` strings from its
-        sampling params."""
-        sampling = item.sampling
-        return StopRule(
-            self.budget(item),
-            self.backend.eog_ids,
-            self.backend.detokenize,
-            sampling.stop,
-            sampling.stop_token_ids,
-        )
-
-    def _logprobs_taker(self, item: Item) -> Callable[[], list] | None:
-        """``backend.take_logprobs`` when ``item`` asks for logprobs."""
-        if item.sampling.logprobs is None:
-            return None
-        return self.backend.take_logprobs
-
-    # -- results -----------------------------------------------------------------------
+    # -- results -------------------------------------------------------------------------
     def count(self, c: Completion) -> None:
         """Add a completion given back to the caller to :attr:`stats`."""
         s = self.stats
@@ -517,52 +436,8 @@ class Scheduler:
             c.n_tokens if c.samples is None else sum(len(x.token_ids) for x in c.samples)
         )
         s.items_failed += c.error is not None
+        s.labels_scored += c.choice_logprobs is not None
         if c.path == "batch":
             s.items_batched += 1
         else:
             s.items_alone += 1
-
-    def _batched(self, seq: Seq) -> Completion:
-        if seq.error is not None:  # its own error (a grammar dead end): never counts
-            item = seq.item
-            return Completion(item.index, "", (), "error", seq.error, item.n_prompt_tokens, "batch")
-        self._failures = 0  # an item completed in the batch: the failures are not in a row
-        if seq.score is not None:
-            try:
-                return self._scored(seq.item, seq.score.result(), "batch")
-            except KeyError:
-                return self._error(seq.item, "label scoring ended before every row was scored")
-        return self._completion(seq.item, seq.reply, "batch")
-
-    def _completion(self, item: Item, reply: StopRule, path: Path) -> Completion:
-        choices = item.sampling.choices
-        if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
-            n = len(reply.token_ids)
-            return Completion(
-                item.index,
-                "",
-                (),
-                "error",
-                f"max_tokens ended the reply after {n} token{'s' * (n != 1)} "
-                f"({reply.text!r}) before it was one of the choices; a choices reply needs "
-                "as many tokens as the model takes to spell its longest choice: raise "
-                "max_tokens",
-                len(item.tokens),
-                path,
-            )
-        logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
-        c = Completion(
-            item.index,
-            reply.text,
-            tuple(reply.token_ids),
-            reply.finish_reason or "length",  # finished: never None here
-            None,
-            len(item.tokens),
-            path,
-            logprobs,
-        )
-        return self.samples.note(item, c)
-
-    def _error(self, item: Item, message: str) -> Completion:
-        c = Completion(item.index, "", (), "error", message, item.n_prompt_tokens, "alone")
-        return self.samples.note(item, c)

@@ -28,8 +28,7 @@ import numpy as np
 
 from .. import _ffi
 from .._util.closing import Closing
-from ..engine.seq_errors import GrammarDeadEnd
-from ..errors import GrammarError
+from ..errors import GrammarDeadEnd, GrammarError
 
 
 class AloneGrammar(Closing):

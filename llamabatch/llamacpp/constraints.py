@@ -85,7 +85,7 @@ def _schema_gbnf(schema_json: str) -> str:
         ) from exc
     try:
         return strict_strings(json_schema_to_gbnf(schema_json))
-    except (ValueError, KeyError, TypeError, AssertionError, RecursionError) as exc:
+    except Exception as exc:  # noqa: BLE001 - it asserts, raises KeyError, ... on a bad schema
         raise GrammarError(
             f"json_schema cannot be compiled to a grammar "
             f"(llama_cpp.llama_grammar.json_schema_to_gbnf): "

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _ffi
-from ..engine.window import window_holds
+from .window import window_holds
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -98,7 +98,7 @@ def forget_stale_window(llm: Any, tokens: list[int], n_swa: int) -> bool:
     (:func:`llamabatch._ffi.llm_prefix_kept`) without asking the window; with
     ``swa_full=False`` a cache that went on past that prefix lost it there, and the reply
     would come out wrong without an error. The rule is the batch path's
-    (:func:`llamabatch.engine.window.window_holds`, llama-server's ``pos_min`` test).
+    (:func:`llamabatch.llamacpp.window.window_holds`, llama-server's ``pos_min`` test).
 
     Args:
         llm: the ``llama_cpp.Llama`` about to generate.

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import _ffi
 from .._util.closing import Closing
-from ..engine.seq_errors import GrammarDeadEnd
+from ..errors import GrammarDeadEnd
 from ..params import SamplingParams
 from .constraints import grammar_of
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from ..completion import Completion
 from ..generator import BatchGenerator
 from ..params import SamplingParams
-from .fake import FakeBackend
+from .fake import FakeBackend, FakeBackendViolation
 from .records import DecodeCall, SeqLog
 
 
@@ -98,7 +98,11 @@ def run(
     sampling: Sequence[SamplingParams] | None = None,
 ) -> Run:
     """Run ``prompts`` (default: the case's) through ``iter_groups``, stopping after
-    ``stop_after`` pages (``None``: all)."""
+    ``stop_after`` pages (``None``: all).
+
+    Raises:
+        AssertionError: the fake saw a broken rule (:class:`FakeBackendViolation`).
+    """
     from hypothesis import event
 
     gen = case.generator() if gen is None else gen
@@ -108,10 +112,14 @@ def run(
     out = Run([], 0, gen)
     with counting_warnings() as records:
         pages = gen.iter_groups(items, sampling)
-        for page in itertools.islice(pages, stop_after):
-            out.pages.append(page)
-            out.batching_after.append(gen.stats.batching_enabled)
-        pages.close()
+        try:
+            for page in itertools.islice(pages, stop_after):
+                out.pages.append(page)
+                out.batching_after.append(gen.stats.batching_enabled)
+        except FakeBackendViolation as exc:  # a failure hypothesis can shrink
+            raise AssertionError(f"FakeBackendViolation: {exc}") from exc
+        finally:
+            pages.close()
     out.n_warnings = len(records)
     n_batched = sum(c.path == "batch" for c in out.completions)
     event(f"items batched: {'0' if not n_batched else '<10' if n_batched < 10 else '>=10'}")

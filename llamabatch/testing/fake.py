@@ -13,9 +13,23 @@ import random
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from ..engine.backend import BackendCapabilities, BatchLimits, Span
-from ..engine.seq_errors import GrammarDeadEnd, SampleErrors
-from ..errors import BackendError, BatchUnavailable, GrammarError
+from ..engine.backend import (
+    BackendInfo,
+    BatchLimits,
+    Clear,
+    Copy,
+    CutFloor,
+    Load,
+    Release,
+    Save,
+    SeqOp,
+    Start,
+    Trim,
+)
+from ..engine.step import SeqOutput, Span, StepResult, Targets
+from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
+from ..llamacpp.ubatch import shape
+from ..llamacpp.window import cut_floor
 from ..params import SamplingParams
 from . import oracle
 from .faults import FailAlone, decode_error, fails_alone, keeps_tokens
@@ -49,99 +63,70 @@ class FakeBackend:
 
     A sequence (and an item alone) generates ``reply(prompt)[0]``, ``reply(prompt)[1]``,
     … where ``prompt`` is every token its cache holds at its first logits after
-    ``start_seq`` (what was reused or copied, then what was fed), then ``min(eog_ids)``
-    forever (``filler`` when ``eog_ids`` is empty) — independent of batching, of the
-    cache it came from and of the sampling parameters. A scheduler that believes a
+    ``Start`` (reused, copied, then fed), then ``min(eog_ids)`` forever (``filler``
+    without EOG ids), whatever the batching or the sampling: a scheduler that believes a
     cache holds something it does not gets another reply, which the tests see.
 
-    The cache of each slot is modelled token by token: ``trim`` cuts it, ``copy_seq``
-    copies it, ``clear`` empties it, ``decode`` appends; positions must continue it.
-    With ``recurrent=True`` it behaves like a recurrent / hybrid memory: ``trim`` to a
-    position inside the cache (other than 0) is refused (returns False) and leaves the
-    cache unknown until it is emptied.
-
-    With ``n_swa`` > 0 it models a sliding-window model whose window layers keep only
-    the last ``n_swa`` positions (llama.cpp with ``swa_full=False``): after each decode a
-    slot's window layers hold the positions ``> len(cache) - n_swa`` (the oldest first
-    out), ``seq_pos_min`` says the oldest one held, and ``trim``, ``copy_seq`` and the
-    saved states keep that. A sequence decoded at a position whose window (the
-    ``n_swa - 1`` positions before it) is not all held sees a hole, as llama.cpp does:
-    its reply is then the reply of its cache without the missing positions (another
-    reply, no error).
-
-    Label scores (``Span.targets``, :meth:`take_scores`, :meth:`score_alone`) come from
-    a deterministic model of log-probabilities (:meth:`token_logprob`), over a hole
-    without its positions too; a span's
-    ``share`` samples the other sequences' first token from the same row.
+    Each slot's cache is modelled token by token (``Trim`` cuts it, ``Copy`` copies it,
+    ``Clear`` empties it, ``run`` appends; positions must continue it). ``recurrent``
+    refuses a ``Trim`` inside the cache (other than to 0) and leaves the cache unknown
+    until emptied. ``n_swa`` > 0 models a sliding window (llama.cpp with
+    ``swa_full=False``): the window layers keep the last ``n_swa`` positions, ``CutFloor``
+    says where a cut still works, and a row decoded over a hole sees its cache without
+    the missing positions (another reply or score, no error). Label scores come from a
+    deterministic model of log-probabilities (:meth:`token_logprob`).
 
     Args:
         reply: see :data:`~llamabatch.testing.replies.ReplySpec`; default
             :class:`HashReply` ``(seed=0, max_len=12)``.
-        eog_ids: end-of-generation ids (``Backend.eog_ids``).
-        n_vocab: vocabulary size; the default tokenizer needs >= 256.
+        eog_ids, n_vocab: the vocabulary (the default tokenizer needs ``n_vocab`` >= 256).
         n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
-        max_slots: the most sequences ``open_batch`` accepts.
+        max_slots: the most sequences ``open`` accepts.
         max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that
-            already sampled that many tokens is then a violation (an item's own
-            ``SamplingParams.max_tokens`` replaces it for that item, as in the scheduler).
-        ctx_pad: ``open_batch`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
-        n_batch_cap: ``open_batch`` allocates at most this n_batch (``None``: as asked).
+            sampled that many tokens (or its own ``SamplingParams.max_tokens``) is a
+            violation.
+        ctx_pad: ``open`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
+        n_batch_cap: ``open`` allocates at most this n_batch (``None``: as asked).
         filler: the token emitted after the reply when ``eog_ids`` is empty.
         tokenizer, detokenizer: replace the byte-level defaults.
-        fail_open: ``open_batch`` raises ``BatchUnavailable``.
-        fail_decode_at, fail_code: the ``fail_decode_at``-th decode call (1-based; or
-            each call whose number is in a collection of them) raises
-            ``DecodeError(code=fail_code)``; with code 2 or < -1 its tokens stay in the KV
-            cache (as in llama.cpp), with 1 or -1 nothing changes. Settable later.
-        fail_exc: raise this exception (e.g. ``MemoryError()``) instead of
-            ``DecodeError`` at ``fail_decode_at``; nothing is decoded. Settable later.
-        fail_copy_at: the ``fail_copy_at``-th ``copy_seq`` (1-based) raises
-            ``BackendError``; the destination's cache is then unknown. Settable later.
-        fail_state_at: the ``fail_state_at``-th ``save_seq`` or ``load_seq`` (1-based,
-            counted together) raises ``BackendError``; a failed load leaves the cache
-            unknown. Settable later.
-        max_kv_tokens: ``open_batch`` raises ``BatchUnavailable`` when ``slots *
-            n_ctx_seq`` (after padding) exceeds it, as llama.cpp returns NULL for a KV
-            cache too large for memory (``None``: no limit); a failed ``open_batch`` may
-            be tried again. Settable later.
-        refuse_grammar: ``start_seq`` and ``generate_alone`` raise ``GrammarError`` for an
-            item with a constraint (``SamplingParams.constraint``), as llama.cpp refuses a
-            bad grammar. Settable later.
+        fail_open: ``open`` raises ``BatchUnavailable``.
+        fail_decode_at, fail_code: the ``fail_decode_at``-th ``run`` (1-based; or each
+            one whose number is in a collection) raises ``DecodeError(code=fail_code)``;
+            with code 2 or < -1 its tokens stay in the cache (as in llama.cpp).
+        fail_exc: raise this (e.g. ``MemoryError()``) at ``fail_decode_at`` instead;
+            nothing is decoded.
+        fail_copy_at: the ``fail_copy_at``-th ``Copy`` raises ``BackendError`` (the
+            destination is then unknown).
+        fail_state_at: the ``fail_state_at``-th ``Save`` or ``Load`` (counted together)
+            raises ``BackendError`` (a failed load leaves the cache unknown).
+        max_kv_tokens: ``open`` raises ``BatchUnavailable`` above ``slots * n_ctx_seq``
+            tokens (after padding), as llama.cpp returns NULL for a KV cache too large;
+            it may be tried again smaller.
+        refuse_grammar: ``Start`` and ``run_alone`` raise ``GrammarError`` for an item
+            with a constraint, as llama.cpp refuses a bad grammar.
         dead_end_at: an item with a constraint reaches a grammar dead end after this many
-            reply tokens: ``decode`` raises
-            :class:`~llamabatch.engine.seq_errors.SampleErrors` for its sequence (the
-            others are sampled), ``generate_alone`` raises
-            :class:`~llamabatch.engine.seq_errors.GrammarDeadEnd`. Settable later.
-        recurrent: refuse partial trims (see above).
-        declares_recurrent: with ``recurrent``, say so up front (``partial_trim`` is
-            False); else the scheduler must learn it from a refused trim.
-        n_swa: the sliding window in positions (see above; 0: every position kept).
-            ``BackendCapabilities.n_swa`` is this.
-        fail_alone: prompts (token tuples) or a predicate on them whose
-            ``generate_alone`` raises ``BackendError`` when iterated. Settable later.
-        check: check every call against llama.cpp's rules and log it. ``False`` is a fast
-            mode for benchmarks: no checks, no log (``num_decode_calls`` still counts).
+            reply tokens: its ``SeqOutput.error``.
+        recurrent, declares_recurrent: refuse partial trims; say so up front
+            (``info.partial_trim`` False) or let the engine learn it.
+        n_swa: the sliding window in positions (0: every position kept).
+        fail_alone: prompts (token tuples) or a predicate on them whose ``run_alone``
+            raises ``BackendError`` when iterated.
+        shapes: shorten ``precise`` spans as :class:`~llamabatch.llamacpp.backend.LlamaBackend`
+            does (:func:`~llamabatch.llamacpp.ubatch.shape`); False runs them as planned.
+        check: check every call against llama.cpp's rules and log it; ``False`` is a fast
+            mode for benchmarks (``num_decode_calls`` still counts).
+
+    The fault arguments may also be set on the instance later.
 
     Attributes:
-        log: every call, in order, a :class:`~llamabatch.testing.records.Call` each
-            (:class:`OpenBatchCall`, :class:`StartSeqCall`, :class:`TrimCall`,
-            :class:`CopyCall`, :class:`DecodeCall`, :class:`ClearCall`,
-            :class:`AloneCall`, :class:`CloseCall`).
-        partial_trim: see :class:`~llamabatch.engine.backend.BackendCapabilities`.
+        log: every call, in order (:mod:`~llamabatch.testing.records`).
         violations: the message of every :class:`FakeBackendViolation` raised.
-        limits: what ``open_batch`` returned, or ``None``.
+        limits: what ``open`` returned, or ``None``.
 
     Raises:
-        FakeBackendViolation (from the batch calls and the iterators of
-            ``generate_alone``): more than n_batch tokens or none in a decode; a seq id
-            outside [0, n_seq_max); a sequence decoded without ``start_seq``, or whose
-            cache is unknown (a refused trim, a failed copy); a position that does not
-            continue the sequence's cache; a sequence past n_ctx_seq; a token outside
-            [0, n_vocab); prompt tokens fed after the prompt ended; a decoded token
-            other than the one just sampled, or without logits; a sequence decoded after
-            it finished; a call with no batch context or after ``close``; a second
-            ``open_batch``; a token pulled alone after an EOG, past ``max_tokens`` or
-            past the context.
+        FakeBackendViolation: a call that breaks a rule llama.cpp enforces or crashes on
+            (:mod:`~llamabatch.testing.rules`), or a token pulled alone after an EOG, past
+            ``max_tokens`` or past the context.
     """
 
     def __init__(
@@ -171,6 +156,7 @@ class FakeBackend:
         declares_recurrent: bool = True,
         n_swa: int = 0,
         fail_alone: FailAlone | None = None,
+        shapes: bool = True,
         check: bool = True,
     ) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -200,40 +186,45 @@ class FakeBackend:
         self.n_swa = n_swa
         self.num_copies = 0
         self.fail_alone = fail_alone
+        self.shapes = shapes
         self.check = check
         self.log: list[Call] = []
         self.limits: BatchLimits | None = None
         self.num_decode_calls = 0
-        self.closed = False
+        self._batch_closed = False
         self._memory = FakeMemory(recurrent, n_swa)
         self._rules = Rules()
         self._open_tried = False
-        self._logprobs: list[tuple[tuple[int, float], ...] | None] = []
-        self._scores: list[tuple[tuple[float, ...], ...]] = []
         self._rows: dict[Tokens, tuple[list[float], float]] = {}
         self.can_share_rows = True
+        self.min_score_run = 2  # llama.cpp's (BackendInfo.min_score_run)
 
-    #: The fake allocates nothing and has no model to lose (``Backend`` attributes).
-    kv_bytes = 0
-    llm_closed = False
+    #: The fake has no model to lose (``Backend.closed``).
+    closed = False
 
-    def capabilities(self) -> BackendCapabilities:
-        """Copies, saves and loads of sequence states; partial trims unless the fake is
-        recurrent and says so (``declares_recurrent``); no lock of its own; no
-        limits on the batch parameters beyond ``max_slots``; label scores, shared rows
-        (``can_share_rows``, settable before the generator is made) and ``n_swa``."""
-        return BackendCapabilities(
+    @property
+    def info(self) -> BackendInfo:
+        """Copies, saves and loads; partial trims unless the fake is recurrent and says so
+        (``declares_recurrent``); no lock and no limits beyond ``max_slots``; label scores,
+        shared rows (``can_share_rows``, settable before the generator is made),
+        ``n_swa`` and ``min_score_run`` as llama.cpp's."""
+        return BackendInfo(
+            n_ctx=self.n_ctx,
             max_slots=self.max_slots,
             can_copy=True,
-            partial_trim=self.partial_trim,
             can_save=True,
+            partial_trim=self.partial_trim,
+            n_swa=self.n_swa,
             can_score=True,
             can_share_rows=self.can_share_rows,
-            n_swa=self.n_swa,
+            min_score_run=self.min_score_run,
         )
 
-    def release_alone(self) -> None:
-        """Nothing to give back: the fake keeps no state between items alone."""
+    @property
+    def vocab(self) -> FakeBackend:
+        """The fake is its own vocabulary (``n_vocab``, ``eog_ids``, :meth:`tokenize`,
+        :meth:`detokenize`)."""
+        return self
 
     def __repr__(self) -> str:
         defaults = FakeBackend.__init__.__kwdefaults__ or {}
@@ -297,9 +288,9 @@ class FakeBackend:
 
     # -- the batch context -----------------------------------------------------------
     def _open_limits(self, what: str) -> BatchLimits:
-        return self._rules.require_open(self.closed, self.limits, what)
+        return self._rules.require_open(self._batch_closed, self.limits, what)
 
-    def open_batch(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
+    def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
         """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``.
 
         Raises:
@@ -310,7 +301,7 @@ class FakeBackend:
         """
         rules = self._rules
         rules.require(self.limits is None, "open_batch called after it created a context")
-        rules.require(not self.closed, "open_batch after close()")
+        rules.require(not self._batch_closed, "open_batch after close()")
         rules.require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
         self._open_tried = True
         n_padded = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
@@ -362,8 +353,8 @@ class FakeBackend:
         self._rules.require_seq_id(seq_id, self._open_limits(what), what)
         return self._memory.slots[seq_id]
 
-    def start_seq(self, seq_id: int, sampling: SamplingParams) -> None:
-        """Give ``seq_id`` a fresh sampler state (its cache stays).
+    def _start(self, seq_id: int, sampling: SamplingParams) -> None:
+        """``Start``: a fresh sampler state for ``seq_id`` (its cache stays).
 
         Raises:
             FakeBackendViolation: no batch context, or ``seq_id`` out of range.
@@ -393,12 +384,6 @@ class FakeBackend:
         logits, logz = row
         return logits[token] - logz
 
-    def take_scores(self) -> list[tuple[tuple[float, ...], ...]]:
-        """``Backend.take_scores``: for each span of the last decode with ``targets``,
-        per row the :meth:`token_logprob` of each target id."""
-        taken, self._scores = self._scores, []
-        return taken
-
     def _span_scores(
         self, kv: Sequence[int], span: Span, hole: tuple[int, int] | None = None
     ) -> tuple[tuple[float, ...], ...]:
@@ -423,10 +408,8 @@ class FakeBackend:
             out.append(tuple(self.token_logprob(context, t) for t in ids))
         return tuple(out)
 
-    def score_alone(
-        self, tokens: Sequence[int], targets: Sequence[Sequence[int]]
-    ) -> list[tuple[float, ...]]:
-        """``Backend.score_alone``: per position of ``tokens``, the
+    def _score_alone(self, tokens: Sequence[int], targets: Targets) -> SeqOutput:
+        """``run_alone`` with targets: per position of ``tokens``, the
         :meth:`token_logprob` of each id of ``targets[j]`` after ``tokens[:j + 1]``.
 
         Raises:
@@ -439,46 +422,67 @@ class FakeBackend:
             raise BackendError("fake: cannot score alone")
         if self.check:
             self.log.append(AloneCall(tokens, SamplingParams(temperature=0.0)))
-        return [
-            tuple(self.token_logprob(tokens[: j + 1], t) for t in ids)
-            for j, ids in enumerate(targets)
-        ]
+        return SeqOutput(
+            scores=tuple(
+                tuple(self.token_logprob(tokens[: j + 1], t) for t in ids)
+                for j, ids in enumerate(targets)
+            )
+        )
 
-    def take_logprobs(self) -> list[tuple[tuple[int, float], ...] | None]:
-        """``Backend.take_logprobs``: one entry per token sampled since the last call;
-        the fake's replies are certain, so each is ``((token, 0.0),)`` (the chosen
-        token, probability 1), or ``None`` without ``sampling.logprobs``."""
-        taken, self._logprobs = self._logprobs, []
-        return taken
-
-    def _note_logprobs(self, sampling: SamplingParams | None, token: int) -> None:
+    def _logprobs_of(self, sampling: SamplingParams | None, token: int) -> Any:
+        """The fake's replies are certain: ``((token, 0.0),)`` when logprobs are asked."""
         if sampling is not None and sampling.logprobs is not None:
-            self._logprobs.append(((token, 0.0),))
-        else:
-            self._logprobs.append(None)
+            return ((token, 0.0),)
+        return None
 
-    def trim(self, seq_id: int, n_keep: int) -> bool:
+    def apply(self, op: SeqOp) -> Any:
+        """``Backend.apply``: each operation on the fake's memory (see the class).
+
+        Raises:
+            BackendError: an injected fault (``fail_copy_at``, ``fail_state_at``).
+            GrammarError: ``Start`` with ``refuse_grammar``.
+            FakeBackendViolation: no batch context, an id or length out of range.
+        """
+        if isinstance(op, Start):
+            return self._start(op.seq_id, op.sampling)
+        if isinstance(op, Trim):
+            return self._trim(op.seq_id, op.n_keep)
+        if isinstance(op, Copy):
+            return self._copy(op.src, op.dst)
+        if isinstance(op, Save):
+            return self._save(op.seq_id)
+        if isinstance(op, Load):
+            return self._load(op.seq_id, op.state)
+        if isinstance(op, CutFloor):
+            return cut_floor(self.seq_pos_min(op.seq_id), self.n_swa)
+        if isinstance(op, Clear):
+            return self._clear()
+        if isinstance(op, Release):
+            return None  # the fake keeps no state between items alone
+        raise self._rules.violation(f"apply of {op!r}, not an operation")
+
+    def _trim(self, seq_id: int, n_keep: int) -> bool:
         """Keep positions [0, n_keep); refused (False) on a recurrent fake when
         ``0 < n_keep < len(cache)``, which leaves the cache unknown.
 
         Raises:
             FakeBackendViolation: no batch context, ``seq_id`` or ``n_keep`` out of range.
         """
-        self._seq(seq_id, "trim")
+        self._seq(seq_id, "Trim")
         self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
         ok = self._memory.trim(seq_id, n_keep)
         if self.check:
             self.log.append(TrimCall(seq_id, n_keep, ok))
         return ok
 
-    def copy_seq(self, src: int, dst: int) -> None:
+    def _copy(self, src: int, dst: int) -> None:
         """Make ``dst``'s cache a copy of ``src``'s.
 
         Raises:
             BackendError: this is the ``fail_copy_at``-th copy (``dst`` is then unknown).
             FakeBackendViolation: no batch context, an id out of range, ``src == dst``.
         """
-        a, b = self._seq(src, "copy_seq"), self._seq(dst, "copy_seq")
+        a, b = self._seq(src, "Copy"), self._seq(dst, "Copy")
         self._rules.require(src != dst, f"copy_seq of seq {src} onto itself")
         self.num_copies += 1
         if self.num_copies == self.fail_copy_at:
@@ -488,19 +492,19 @@ class FakeBackend:
             self.log.append(CopyCall(src, dst, len(a.kv)))
         self._memory.copy(src, dst)
 
-    def save_seq(self, seq_id: int) -> bytes:
-        """``Backend.save_seq``: the slot's cache as bytes (:meth:`.memory.FakeMemory.save`).
+    def _save(self, seq_id: int) -> bytes:
+        """``Save``: the slot's cache as bytes (:meth:`.memory.FakeMemory.save`).
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load.
             FakeBackendViolation: no batch context, an id out of range.
         """
-        self._seq(seq_id, "save_seq")
+        self._seq(seq_id, "Save")
         self._state_fault("save_seq")
         return self._memory.save(seq_id)
 
-    def load_seq(self, seq_id: int, state: bytes) -> None:
-        """``Backend.load_seq``: the slot's cache becomes ``state``.
+    def _load(self, seq_id: int, state: bytes) -> None:
+        """``Load``: the slot's cache becomes ``state``.
 
         Raises:
             BackendError: this is the ``fail_state_at``-th save or load (the cache is then
@@ -508,10 +512,10 @@ class FakeBackend:
             FakeBackendViolation: no batch context, an id out of range, not a state of
                 :meth:`save_seq`.
         """
-        seq = self._seq(seq_id, "load_seq")
+        seq = self._seq(seq_id, "Load")
         self._rules.require(
             FakeMemory.is_state(state),
-            f"load_seq of {type(state).__name__}, not a saved state",
+            f"Load of {type(state).__name__}, not a saved state",
         )
         try:
             self._state_fault("load_seq")
@@ -527,20 +531,24 @@ class FakeBackend:
         if self.num_states == self.fail_state_at:
             raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
-    def clear(self) -> None:
-        """Empty every slot's cache; the sequences must be started again before they
-        are decoded.
+    def _clear(self) -> None:
+        """``Clear``: empty every slot's cache; the sequences must be started again before
+        they are decoded.
 
         Raises:
             FakeBackendViolation: no batch context.
         """
-        limits = self._open_limits("clear")
+        if self.limits is None and not self._batch_closed:
+            return  # no batch context: nothing to clear
+        limits = self._open_limits("Clear")
         if self.check:
             self.log.append(ClearCall())
         self._memory.clear(limits.n_seq_max)
 
-    def decode(self, spans: Sequence[Span]) -> list[int]:
-        """Decode ``spans`` and sample one token per span with logits (see the class).
+    def run(self, spans: Sequence[Span]) -> StepResult:
+        """Decode ``spans`` (``precise`` ones shaped as llama.cpp's backend shapes them:
+        :func:`~llamabatch.llamacpp.ubatch.shape`) and give each row what it asks for
+        (see the class).
 
         Raises:
             DecodeError: this is the ``fail_decode_at``-th call (code ``fail_code``),
@@ -548,58 +556,54 @@ class FakeBackend:
             FakeBackendViolation: the plan breaks a rule (see the class).
         """
         self.num_decode_calls += 1
+        if self.shapes:
+            spans = shape(spans)
         if self.check:
-            limits = self._open_limits("decode")
+            limits = self._open_limits("run")
             self._rules.check_plan(spans, limits, self._memory.slots, self.n_vocab)
         if self._decode_fails(self.num_decode_calls):
-            return self._fail(spans)
+            self._fail(spans)
         seqs = self._memory.slots
         sampled: list[int | None] = []
-        dead: dict[int, GrammarError] = {}
-        self._logprobs, self._scores = [], []
+        outputs: dict[int, SeqOutput] = {}
         for span in spans:
             seq = seqs[span.seq_id]
             kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.targets is not None:  # after append: over a hole it notes
-                self._scores.append(self._span_scores(kv, span, seq.hole))
-            if span.logits:
-                if seq.reply is None:
-                    seq.reply = self.reply_of(self._seen(seq))
-                if self._is_dead_end(seq.sampling, seq.n_sampled):
-                    dead[span.seq_id] = self._dead_end(seq.n_sampled)
-                    seq.is_done = True  # decoding it again is a violation
+                outputs[span.seq_id] = SeqOutput(scores=self._span_scores(kv, span, seq.hole))
+            if not span.logits:
+                continue
+            if seq.reply is None:
+                seq.reply = self.reply_of(self._seen(seq))
+            if self._is_dead_end(seq.sampling, seq.n_sampled):
+                error = str(self._dead_end(seq.n_sampled))
+                seq.is_done = True  # decoding it again is a violation
+                for sid in (span.seq_id, *span.share):  # the same row: the same dead end
+                    outputs[sid] = SeqOutput(error=error)
                     sampled.append(None)
-                    self._logprobs.append(None)
-                    for sid in span.share:  # the same row: the same dead end
-                        dead[sid] = self._dead_end(seq.n_sampled)
-                        sampled.append(None)
-                        self._logprobs.append(None)
-                    continue
-                first = seq.n_sampled == 0
-                token = oracle.token_at(self, seq.reply, seq.n_sampled)
-                seq.n_sampled += 1
-                seq.last = token
-                seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
+                continue
+            first = seq.n_sampled == 0
+            token = oracle.token_at(self, seq.reply, seq.n_sampled)
+            seq.n_sampled += 1
+            seq.last = token
+            seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
+            sampled.append(token)
+            outputs[span.seq_id] = SeqOutput(token, self._logprobs_of(seq.sampling, token))
+            for sid in span.share:  # the same row, another chain: the same reply
+                self._rules.require(first, f"seq {span.seq_id}: share after its first token")
+                other = seqs[sid]
+                other.reply, other.n_sampled, other.last = seq.reply, 1, token
+                other.is_done = seq.is_done
                 sampled.append(token)
-                self._note_logprobs(seq.sampling, token)
-                for sid in span.share:  # the same row, another chain: the same reply
-                    self._rules.require(first, f"seq {span.seq_id}: share after its first token")
-                    other = seqs[sid]
-                    other.reply, other.n_sampled, other.last = seq.reply, 1, token
-                    other.is_done = seq.is_done
-                    sampled.append(token)
-                    self._note_logprobs(other.sampling, token)
-        if self.check:
+                outputs[sid] = SeqOutput(token, self._logprobs_of(other.sampling, token))
+        if self.check:  # None where a grammar reached a dead end
             self.log.append(
-                # None where a grammar reached a dead end (SampleErrors)
                 DecodeCall(
                     self.num_decode_calls, self._records(spans), cast(Tokens, tuple(sampled)), None
                 )
             )
-        if dead:
-            raise SampleErrors(sampled, dead)
-        return sampled  # type: ignore[return-value]  # no None without a dead end
+        return StepResult(tuple(len(span.tokens) for span in spans), outputs)
 
     def _decode_fails(self, k: int) -> bool:
         at = self.fail_decode_at
@@ -624,7 +628,7 @@ class FakeBackend:
     def _dead_end(n_sampled: int) -> GrammarDeadEnd:
         return GrammarDeadEnd("fake: the grammar allows no token here (dead_end_at)", n_sampled)
 
-    def _fail(self, spans: Sequence[Span]) -> list[int]:
+    def _fail(self, spans: Sequence[Span]) -> None:
         if self.fail_exc is not None:
             if self.check:
                 self.log.append(DecodeCall(self.num_decode_calls, self._records(spans), (), -100))
@@ -650,21 +654,29 @@ class FakeBackend:
         )
 
     # -- one at a time ---------------------------------------------------------------
-    def generate_alone(self, tokens: Sequence[int], sampling: SamplingParams) -> Iterator[int]:
-        """The reply stream of ``tokens``, one token per ``next``.
+    def run_alone(
+        self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
+    ) -> Iterator[SeqOutput]:
+        """``Backend.run_alone``: with ``sampling``, the reply stream of ``tokens``, one
+        output per ``next`` (a grammar dead end, ``dead_end_at``, is the last output's
+        ``error``); with ``targets``, their scores (as in a batch).
 
         Raises (when iterated):
             BackendError: ``fail_alone`` matches, the prompt is empty, has an id outside
                 [0, n_vocab) or does not fit ``n_ctx``.
+            GrammarError: ``refuse_grammar`` and a constraint.
             FakeBackendViolation: a token pulled after an EOG token, past ``max_tokens``
-                or past the context (``n_ctx - n_prompt + 1`` tokens at most).
+                or past the context (``n_ctx - n_prompt + 1`` tokens at most), or targets
+                that are not one tuple per token.
         """
+        if sampling is None:
+            return iter([self._score_alone(tokens, targets or ())])
         call = AloneCall(tuple(tokens), sampling)
         if self.check:
             self.log.append(call)
         return self._alone(call)
 
-    def _alone(self, call: AloneCall) -> Iterator[int]:
+    def _alone(self, call: AloneCall) -> Iterator[SeqOutput]:
         prompt = call.tokens
         try:
             problem = (
@@ -686,16 +698,15 @@ class FakeBackend:
             while True:
                 i = call.n_pulled
                 if self._is_dead_end(call.sampling, i):
-                    raise self._dead_end(i)
+                    yield SeqOutput(error=str(self._dead_end(i)))
+                    return
                 if self.check:
                     self._rules.check_alone_pull(
                         last, i, len(prompt), self.eog_ids, self._cap(call.sampling), self.n_ctx
                     )
                 last = oracle.token_at(self, reply, i)
                 call.n_pulled += 1
-                self._logprobs = []
-                self._note_logprobs(call.sampling, last)
-                yield last
+                yield SeqOutput(last, self._logprobs_of(call.sampling, last))
         finally:
             call.closed = True
 
@@ -703,7 +714,7 @@ class FakeBackend:
         """Free the batch context (idempotent)."""
         if self.check:
             self.log.append(CloseCall())
-        self.closed = True
+        self._batch_closed = True
 
     # -- reading the log -------------------------------------------------------------
     def copy(self, **changes: Any) -> FakeBackend:

@@ -3,7 +3,7 @@
 A prompt's tokens (:func:`prompt_tokens`), its configured reply stream
 (:func:`reply_of`, :func:`token_at`) and the completion it should become alone
 (:func:`expected`), judged by the engine's own stop rule
-(:class:`llamabatch.engine.stop.StopRule`: EOG, stop ids, stop strings, length), so that
+(:func:`llamabatch.engine.request.check_stop`: EOG, stop ids, stop strings, length), so that
 the reference and the engine cannot disagree on where a reply ends.
 """
 
@@ -13,7 +13,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ..engine.stop import StopRule
+from ..engine.request import Request, check_stop
 from ..errors import BackendError
 from ..params import SamplingParams
 from .records import Expected, Tokens
@@ -93,17 +93,11 @@ def expected(
         ValueError: the item is an error (see :func:`prompt_tokens`).
     """
     tokens = prompt_tokens(fake, prompt)
-    budget = min(max_tokens, fake.n_ctx - len(tokens))
-    rule = StopRule(
-        budget,
-        fake.eog_ids,
-        fake.detokenize,
-        sampling.stop if sampling is not None else (),
-        sampling.stop_token_ids if sampling is not None else (),
-    )
+    req = Request(0, list(tokens), sampling if sampling is not None else SamplingParams())
+    req.max_tokens = min(max_tokens, fake.n_ctx - len(tokens))
+    req.bind(fake.detokenize, fake.eog_ids)
     reply = reply_of(fake, tokens)
     i = 0
-    while rule.add(token_at(fake, reply, i)) is None:
+    while check_stop(req, token_at(fake, reply, i)) is None:
         i += 1
-    assert rule.finish_reason is not None
-    return Expected(tuple(rule.token_ids), rule.finish_reason, rule.text)
+    return Expected(tuple(req.token_ids), req.finish_reason or "length", req.reply_text)

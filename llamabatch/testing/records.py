@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.backend import BatchLimits, Span
-from ..engine.ubatch import split_equal
+from ..engine.backend import BatchLimits
+from ..engine.step import Span
+from ..llamacpp.ubatch import split_equal
 from ..params import SamplingParams
 
 if sys.version_info >= (3, 11):
@@ -99,7 +100,7 @@ class DecodeCall(Call):
         with a non-unified KV cache and ``n_ubatch >= n_tokens``.
 
         The rule of ``llama_batch_allocr::split_equal(n_ubatch, sequential=true)``:
-        :func:`~llamabatch.engine.ubatch.split_equal`.
+        :func:`~llamabatch.llamacpp.ubatch.split_equal`.
         """
         return len(split_equal(self.spans))
 

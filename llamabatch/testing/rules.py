@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from ..engine.backend import BatchLimits, Span
+from ..engine.backend import BatchLimits
+from ..engine.step import Span
 from .memory import SlotState
 
 
-class FakeBackendViolation(AssertionError):
+class FakeBackendViolation(BaseException):
     """The scheduler broke a rule that llama.cpp enforces (or crashes on).
 
-    It derives from ``AssertionError`` so that no ``except BackendError`` swallows it,
-    and the engine lets it through wherever it catches a backend's failures; every
-    violation is also appended to :attr:`FakeBackend.violations
+    A ``BaseException``, as pytest's own outcomes are, so that no ``except Exception``
+    of the code under test (the engine's failure isolation) takes it for a backend
+    failure; every violation is also appended to :attr:`FakeBackend.violations
     <llamabatch.testing.FakeBackend>`.
     """
 

@@ -75,7 +75,7 @@ def arch(request, tiny_models_dir):
     reference = Reference(path, n_ctx=2048)
     assert llm.metadata["general.architecture"] == request.param
     with BatchGenerator(llm) as gen:
-        eog_ids = frozenset(gen.backend.eog_ids)
+        eog_ids = frozenset(gen.backend.vocab.eog_ids)
     yield Arch(request.param, llm, reference, int(llm.n_vocab()), eog_ids)
     reference.close()
     llm.close()

@@ -78,7 +78,7 @@ def test_an_old_version_fails_at_import_of_the_real_backend_not_of_llamabatch(tm
             "import llamabatch; "
             "assert 'llama_cpp' not in sys.modules; "
             "print('llamabatch imported'); "
-            "import llamabatch.llamacpp"
+            "import llamabatch.llamacpp.backend"
         ),
     )
     assert done.returncode == 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator
-from llamabatch.engine.host_cache import HostCache
+from llamabatch.engine.cache import HostCache
 from llamabatch.testing import DecodeCall, FakeBackend, HashReply, LoadSeqCall
 
 A = list(range(1, 61))  # two 60-token "system prompts"

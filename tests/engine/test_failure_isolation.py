@@ -194,7 +194,7 @@ def test_the_smaller_tries_stop_at_the_longest_waiting_item():
 class NoSymbolFake(FakeBackend):
     """A fake whose batch context needs a symbol the library lacks."""
 
-    def open_batch(self, slots, n_ctx_seq, n_batch):
+    def open(self, slots, n_ctx_seq, n_batch):
         try:
             raise LibraryError("fake: no llama_batch_init")
         except LibraryError as exc:

@@ -25,11 +25,11 @@ class InterruptedFake(FakeBackend):
         super().__init__(*args, **kwargs)
         self.at, self.exc, self.n_decodes = at, exc, 0
 
-    def decode(self, spans):
+    def run(self, spans):
         self.n_decodes += 1
         if self.n_decodes == self.at:
             raise self.exc
-        return super().decode(spans)
+        return super().run(spans)
 
 
 @pytest.mark.parametrize("at", [1, 3])

@@ -16,7 +16,7 @@ from llamabatch.cli import errors as cli_errors
 ELSEWHERE = {
     # control flow inside the engine: the scheduler catches it, it never leaves
     "llamabatch.engine.slot_engine.BatchFailed",
-    # an AssertionError on purpose, so that no library ``except`` swallows it
+    # a BaseException on purpose, so that no ``except Exception`` of the engine swallows it
     "llamabatch.testing.rules.FakeBackendViolation",
     # a private ValueError of the input reader, turned into a UsageError there
     "llamabatch.cli.job.input._Bad",

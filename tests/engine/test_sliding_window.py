@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator
-from llamabatch.engine.host_cache import HostCache
-from llamabatch.engine.window import window_holds
+from llamabatch.engine.cache import HostCache
+from llamabatch.llamacpp.window import cut_floor, window_holds
 from llamabatch.testing import CopyCall, FakeBackend, HashReply, LoadSeqCall
 
 N_SWA = 16
@@ -115,7 +115,7 @@ def test_a_state_in_host_memory_serves_only_what_its_window_holds():
     assert [call.tokens for call in loads] == [tuple(LONG)]
 
 
-def test_the_window_rule():
+def test_the_window_rule_and_its_cut_floor():
     # no window, nothing kept, or the whole cache continued: always right
     assert window_holds(10, 100, 90, 0)
     assert window_holds(0, 100, 90, 16)
@@ -128,18 +128,23 @@ def test_the_window_rule():
     # nothing held, or not known: only the cases above
     assert not window_holds(40, 100, -1, 16)
     assert not window_holds(40, 100, None, 16)
+    # the floor says the same: a cut to n (0 < n < cached) works when n >= floor
+    for n_keep in range(1, 100):
+        for pos_min in (-1, None, 0, 1, 24, 25, 60):
+            holds = window_holds(n_keep, 100, pos_min, 16)
+            assert holds == (n_keep >= cut_floor(pos_min, 16)), (n_keep, pos_min)
 
 
 def test_the_host_cache_keeps_a_shorter_state_a_longer_one_cannot_serve():
-    cache = HostCache(limit_bytes=1000, n_swa=16)
-    assert cache.add(S, "s", 10, pos_min=5)
-    assert cache.add(LONG, "long", 10, pos_min=len(LONG) - 15)  # cannot serve S
+    cache = HostCache(limit_bytes=1000)
+    assert cache.add(S, "s", 10, floor=cut_floor(5, 16))
+    assert cache.add(LONG, "long", 10, floor=cut_floor(len(LONG) - 15, 16))  # cannot serve S
     assert len(cache) == 2
-    assert not cache.add(S, "again", 10, pos_min=5)  # covered by the first
+    assert not cache.add(S, "again", 10, floor=cut_floor(5, 16))  # covered by the first
     found = cache.best(QUESTION, exact=False)
     assert found is not None and found[0].state == "s" and found[1] == len(S)
     # a state that serves its prefix replaces it
-    fresh = HostCache(limit_bytes=1000, n_swa=16)
-    assert fresh.add(S, "s", 10, pos_min=0)
-    assert fresh.add(S + [5, 6], "s56", 10, pos_min=0)
+    fresh = HostCache(limit_bytes=1000)
+    assert fresh.add(S, "s", 10, floor=cut_floor(0, 16))
+    assert fresh.add(S + [5, 6], "s56", 10, floor=cut_floor(0, 16))
     assert len(fresh) == 1

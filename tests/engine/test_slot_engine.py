@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
-from llamabatch.engine.backend import Span
+from llamabatch.engine.backend import Start
+from llamabatch.engine.step import Span
 from llamabatch.testing import CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall, TrimCall
 
 SYSTEM = list(range(1, 41))  # a 40-token shared "system prompt"
@@ -164,17 +165,18 @@ def test_a_second_run_in_the_same_thread_is_refused_while_the_first_is_open():
 
 
 class FailingStart(FakeBackend):
-    """A fake whose ``at``-th ``start_seq`` raises (a sampler chain that cannot be built)."""
+    """A fake whose ``at``-th ``Start`` raises (a sampler chain that cannot be built)."""
 
     def __init__(self, *args, at: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.at, self.n_starts = at, 0
 
-    def start_seq(self, seq_id, sampling):
-        self.n_starts += 1
-        if self.n_starts == self.at:
-            raise MemoryError("fake: no memory for a sampler chain")
-        return super().start_seq(seq_id, sampling)
+    def apply(self, op):
+        if isinstance(op, Start):
+            self.n_starts += 1
+            if self.n_starts == self.at:
+                raise MemoryError("fake: no memory for a sampler chain")
+        return super().apply(op)
 
 
 @pytest.mark.parametrize("at", [1, 2, 3])

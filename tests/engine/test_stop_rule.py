@@ -1,22 +1,39 @@
-"""The stop rule (``llamabatch.engine.stop.StopRule``) and its effect through the generator, on the
-fake backend: EOG, stop_token_ids, stop strings (also split across tokens), length, in
-that order, the same in a batch and alone."""
+"""The stop rule (``llamabatch.engine.request.check_stop``) and its effect through the
+generator, on the fake backend: EOG, stop_token_ids, stop strings (also split across
+tokens), length, in that order, the same in a batch and alone."""
 
 from __future__ import annotations
 
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.engine.stop import StopRule
+from llamabatch.engine.request import Request, check_stop
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 from llamabatch.testing.replies import EOG_ID, byte_text, byte_tokens
 
 
+class Reply:
+    """A request's reply under the stop rule, read as the tests read it."""
+
+    def __init__(self, max_tokens, eog, detokenize, stop=(), stop_ids=()):
+        sampling = SamplingParams(stop=stop, stop_token_ids=stop_ids)
+        self.req = Request(0, [1], sampling)
+        self.req.max_tokens = max_tokens
+        self.req.bind(detokenize, eog)
+
+    def add(self, token: int):
+        return check_stop(self.req, token)
+
+    finish_reason = property(lambda self: self.req.finish_reason)
+    token_ids = property(lambda self: self.req.token_ids)
+    text = property(lambda self: self.req.reply_text)
+
+
 def reply(max_tokens: int = 50, stop: tuple[str, ...] = (), stop_ids: tuple[int, ...] = ()):
-    return StopRule(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
+    return Reply(max_tokens, {EOG_ID}, byte_text, stop, stop_ids)
 
 
-def feed(r: StopRule, tokens: list[int]) -> int:
+def feed(r: Reply, tokens: list[int]) -> int:
     """Add tokens until the reply finishes; return how many were taken."""
     for n, token in enumerate(tokens, start=1):
         if r.add(token):
@@ -59,14 +76,14 @@ def test_a_stop_string_cuts_the_text_and_keeps_the_tokens_up_to_it() -> None:
 def test_a_stop_string_split_across_tokens_is_found() -> None:
     # multi-character tokens via a detokenizer: 1 -> "foo\n", 2 -> "\nbar", 3 -> "baz"
     vocab = {1: "foo\n", 2: "\nbar", 3: "baz"}
-    r = StopRule(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
+    r = Reply(10, {0}, lambda ids: "".join(vocab[i] for i in ids), ("\n\n",))
     assert feed(r, [1, 2, 3]) == 2
     assert (r.text, r.token_ids, r.finish_reason) == ("foo", [1, 2], "stop")
 
 
 def test_the_earliest_of_several_stop_strings_wins() -> None:
     vocab = {1: "a;b.c"}
-    r = StopRule(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
+    r = Reply(10, set(), lambda ids: "".join(vocab[i] for i in ids), (".", ";"))
     r.add(1)
     assert r.text == "a"
 

@@ -95,7 +95,7 @@ def test_the_grammar_stage_sits_after_penalties_like_llama_s(llm) -> None:
 
 
 def test_lazy_and_full_grammar_chains_pick_the_same_greedy_tokens(llm) -> None:
-    eog = LlamaBackend(llm).eog_ids
+    eog = LlamaBackend(llm).vocab.eog_ids
     params = SamplingParams(temperature=0.0, repeat_penalty=1.3, json_schema=SCHEMA)
     for prompt, _ in example_tickets()[::10]:
         prompt_ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)

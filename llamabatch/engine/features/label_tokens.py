@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..slots import common_prefix
+from ..cache import common_prefix
 
 #: Characters of the prompt's end tokenized with each label.
 TAIL_CHARS = 64

@@ -1,71 +1,47 @@
 """Label scores: log P(label | prompt) for every label of ``SamplingParams(choices=...,
-score_choices=True)``, from one prefill of the prompt.
+score_choices=True)``, from one prefill of the prompt (:class:`LabelRequest`).
 
-Pure Python over the :class:`~llamabatch.engine.backend.Backend`'s ``tokenize`` and its
-optional ``take_scores`` / ``score_alone``.
-
-**A label's tokens** are the ones that follow the exact prompt: ``prompt + label`` is
-tokenized and what follows the prompt's own tokens is the label's continuation. Where
-the prompt's last token(s) merge with the label (``"Category: "`` + ``"bug"`` may become
-``"Category:"`` + ``" bug"``), the continuation starts at the last token boundary the two
-share (``n_keep`` < the prompt's length) and is scored from there. A prompt given as
-token ids has no text: its labels are tokenized alone (what ``tokenize("")`` puts in
-front, a BOS, removed) and follow the whole prompt.
+**A label's tokens** follow the exact prompt: ``prompt + label`` is tokenized and what
+follows the prompt's own tokens is the label's continuation; where the prompt's last
+tokens merge with the label, it starts at the last token boundary the two share
+(``n_keep``). A prompt given as token ids has its labels tokenized alone (BOS removed).
 
 **The score** of a continuation ``c`` after ``prompt[:k]`` is
 ``sum_j log_softmax(logits(prefix + c[:j]))[c[j]]``; a label's score adds (in
-probability) its continuations: the label as written and, with
-``choice_leading_space`` (the default), the label with one leading space, which strips
-to the same label (a label that already starts with a space, or whose spaced form is
-another label, has one form). ``choice_probs`` is ``softmax`` over the labels' scores.
-The reference is llama-cpp-python's ``Llama(logits_all=True)``: ``eval(prompt + c)``
-then the log-softmax of ``scores`` at the continuation's rows.
+probability) its forms: as written and, with ``choice_leading_space``, with one leading
+space. ``choice_probs`` is ``softmax`` over the labels' scores. The reference is
+``Llama(logits_all=True)``: ``eval(prompt + c)``, then the log-softmax of ``scores``.
 
 **Forms that cannot matter** are left unfinished: once a label has a finished form, a
-form of the same label whose log-probability is bounded so far below it that adding it
-would raise the label's score by at most :data:`SKIP_NATS` is not decoded further
-("billing" without its space after ``"Category:"``, when its first token is already
-8 nats below ``" billing"``). A label's score is then the log-sum-exp of its finished
-forms: at most ``SKIP_NATS`` below the full sum, never above it.
+form whose log-probability is bounded so far below it that adding it would raise the
+label's score by at most :data:`SKIP_NATS` is not decoded further.
 
-**The work** (:class:`ScoreJob`): every continuation needs the logits of the rows
-``n_keep - 1 ... n_keep + len(c) - 2`` of its path ``prompt[:n_keep] + c``; the last
-token of a path is never decoded. The rows are keyed by their context, so paths
-sharing a prefix share its rows; the prompt's prefill gives the row of its last token
-(every one-token label is scored from that row alone), and each remaining path is one
-run: the sequence's cache is cut back to what the path shares with it
-(``llama_memory_seq_rm``; a state snapshot, or an empty cache, for recurrent memories)
-and the rest of the path is decoded with logits on its rows, in the same decode calls
-as the other slots' work.
+**The work**: each continuation needs the rows ``n_keep - 1 ... n_keep + len(c) - 2`` of
+its path ``prompt[:n_keep] + c``; rows are keyed by their context, so paths sharing a
+prefix share rows. The prompt's prefill scores every one-token label from its last row;
+each other path is one run: the request's goal becomes the path, the engine cuts its
+cache back to what they share (or loads a checkpoint) and decodes the rest with
+``Span.targets``, beside the other slots' work.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..slots import common_prefix
+from ...completion import Completion
+from ...errors import LlamaBatchError
+from ..cache import common_prefix
+from ..request import Request, RequestStatus
+from ..step import SeqOutput, Span, Targets
 from .label_tokens import TailTokens
 
-#: Fewest tokens of a sequence decoded in the call that scores a row. llama.cpp's CPU
-#: matrix products take another kernel for a batch of one token (``ggml_vec_dot_*``)
-#: than for several (tiled, e.g. llamafile's sgemm), and the two round differently:
-#: measured on SmolLM2-135M Q4_1, a label's log-probability from a one-token decode
-#: differs from ``Llama(logits_all=True)``'s whole-prompt evaluation by up to 0.28
-#: nats, from a decode of two or more tokens by 0.00. So the span that scores a row always
-#: holds two tokens or more: where nothing follows the row, the token before it is
-#: decoded again (a cached prompt gives back its last token or two).
-MIN_RUN = 2
-
-#: The most a label's log-probability may lack (nats) for the forms left unfinished
-#: (module doc). The bound: a label's finished forms sum to ``a`` (log-sum-exp); a form
-#: with rows still to score has a log-probability of at most ``u``, the sum of its rows
-#: scored so far (every further row adds a log-softmax <= 0); leaving out the forms
-#: ``s`` lowers the label's score by ``log1p(sum_s exp(u_s - a))`` at most, and a form is
-#: left out only while that stays <= SKIP_NATS. 0.02 nats (about 2 % of the label's
-#: probability) is a tenth of llama.cpp's own spread between batch shapes: log-probs
-#: moved by up to 0.2 nats with n_batch 17 instead of 512, measured on SmolLM2-135M Q4_1.
+#: The most a label's log-probability may lack (nats) for the forms left unfinished: a
+#: form with rows still to score has at most the sum ``u`` of its rows so far (each
+#: further row adds a log-softmax <= 0), so leaving out forms ``s`` lowers a label whose
+#: finished forms sum to ``a`` by at most ``log1p(sum_s exp(u_s - a))``; a form is left
+#: out only while that stays <= SKIP_NATS (docs/labels.md says why 0.02).
 SKIP_NATS = 0.02
 
 #: A row of a path: (its position, the path's tokens from the first shared position up
@@ -176,37 +152,98 @@ def logsumexp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
-@dataclass(slots=True)
-class ScoreJob:
-    """The rows one prompt's continuations need, the scores got so far, and the next run.
+class LabelRequest(Request):
+    """A request that scores its labels instead of sampling a reply.
 
     Args:
-        prompt: the prompt's token ids.
+        base: the item's request (prompt, sampling, index).
         conts: its continuations (:func:`continuations`), at least one.
-
-    Attributes:
-        goal: what the sequence's cache holds once the current run is decoded: the
-            prompt first, then one continuation's path (its last token left out).
+        min_run: fewest tokens decoded in a call that scores a row
+            (``BackendInfo.min_score_run``).
     """
 
-    prompt: list[int]
-    conts: list[Continuation]
-    goal: list[int] = field(default_factory=list)
-    _paths: list[tuple[int, ...]] = field(default_factory=list)
-    _k_min: int = 0
-    _got: dict[tuple[RowKey, int], float] = field(default_factory=dict)
-    _wanted: dict[RowKey, set[int]] = field(default_factory=dict)
-    _skipped: set[int] = field(default_factory=set)
+    samples = False
+    precise = True
+    returns = True
 
-    def __post_init__(self) -> None:
-        if not self.conts:
-            raise ValueError("a ScoreJob needs at least one continuation")
-        self._k_min = min(c.n_keep for c in self.conts)
-        self._paths = [tuple(self.prompt[: c.n_keep]) + c.tokens for c in self.conts]
-        for path, cont in zip(self._paths, self.conts):
+    def __init__(self, base: Request, conts: list[Continuation], min_run: int) -> None:
+        if not conts:
+            raise ValueError("a LabelRequest needs at least one continuation")
+        self.conts, self.min_run = conts, min_run
+        self._k_min = min(c.n_keep for c in conts)
+        super().__init__(base.index, base.prompt, base.sampling, prompt_text=base.prompt_text)
+        self._paths = [tuple(self.prompt[: c.n_keep]) + c.tokens for c in conts]
+        self._wanted: dict[RowKey, set[int]] = {}
+        for path, cont in zip(self._paths, conts):
             for j, target in self._rows(path, cont):
                 self._wanted.setdefault(self._key(path, j), set()).add(target)
-        self.goal = list(self.prompt)
+
+    def reset(self) -> None:
+        super().reset()
+        self._goal = list(self.prompt)
+        self._got: dict[tuple[RowKey, int], float] = {}
+        self._skipped: set[int] = set()
+        self._alone: tuple[tuple[int, ...], Targets] | None = None
+
+    # -- the engine's hooks ---------------------------------------------------------------
+    def need(self) -> int:
+        """The prompt and ``max_tokens``, or its longest path when that is longer."""
+        return max(super().need(), max(len(p) for p in self._paths) - 1)
+
+    def goal(self) -> Sequence[int]:
+        return self._goal
+
+    def on_place(self, checkpoints: bool) -> None:
+        if not checkpoints:  # a checkpoint must hold the prompt alone
+            self.fold()
+
+    def keep_limit(self, n: int) -> int:
+        """Its first run scores the prompt's last row in ``min_run`` tokens at least."""
+        folded = len(self._goal) - len(self.prompt)
+        return min(n, max(0, len(self.prompt) - max(1, self.min_run - folded)))
+
+    def rows(self, cached: Sequence[int], pos: int, tokens: Sequence[int]) -> Targets | None:
+        return self.targets(cached, pos, tokens)
+
+    def take(self, out: SeqOutput, span: Span | None, cached: Sequence[int]) -> None:
+        if out.error is not None:
+            self.fail(out.error)
+            return
+        if span is None and self._alone is not None:
+            path, targets = self._alone
+            span, cached = Span(-1, 0, path, targets=targets), ()
+        if span is None or span.targets is None or out.scores is None:
+            return
+        self.record(cached, span.pos, span.tokens, span.targets, out.scores)
+
+    def next_goal(self, cached: Sequence[int], checkpointed: bool) -> int | None:
+        return self.next_run(cached, 1 if checkpointed else self.min_run)
+
+    def unfold(self) -> None:
+        self._goal = list(self.prompt)
+
+    def alone_job(self) -> tuple[Sequence[int], None, Targets] | None:
+        if self.finished:
+            return None
+        found = self.next_path()
+        if found is None:
+            self.status = RequestStatus.FINISHED
+            return None
+        self._alone = found
+        return list(found[0]), None, found[1]
+
+    def result(self) -> Completion:
+        if self.error is not None:
+            return super().result()
+        try:
+            scores = self.label_scores()
+        except KeyError:
+            self.error = "label scoring ended before every row was scored"
+            return super().result()
+        return Completion(
+            self.index, scores.label, scores.tokens, "stop", None, len(self.prompt), self.path,
+            choice_logprobs=scores.logprobs, choice_probs=scores.probs,
+        )  # fmt: skip
 
     # -- rows --------------------------------------------------------------------------
     @staticmethod
@@ -304,12 +341,12 @@ class ScoreJob:
 
     # -- runs --------------------------------------------------------------------------
     def fold(self) -> None:
-        """Make the first run part of the prompt's prefill: :attr:`goal` becomes the
+        """Make the first run part of the prompt's prefill: the goal becomes the
         longest likely continuation path (:attr:`Continuation.likely`) that keeps the
         whole prompt (``n_keep`` = its length; its last token left out), so the
         prompt's span goes on with that path's tokens and scores their rows in the
         same decode, one run fewer and no token decoded twice (the prompt's last row is
-        then in a span of at least two tokens, :data:`MIN_RUN`). The goal stays the
+        then in a span of at least two tokens, ``min_run``). The goal stays the
         prompt when every such continuation is one token (scored from the prompt's
         last row): an unlikely form is not folded, as it is usually left unfinished
         (:data:`SKIP_NATS`). Only for a cache that can be cut back: a snapshot must
@@ -319,10 +356,10 @@ class ScoreJob:
         for path, cont in zip(self._paths, self.conts):
             if cont.likely and cont.n_keep == n and len(path) - 1 - n > len(longest):
                 longest = path[n:-1]
-        self.goal = list(self.prompt) + list(longest)
+        self._goal = list(self.prompt) + list(longest)
 
-    def next_run(self, cached: Sequence[int], min_run: int = MIN_RUN) -> int | None:
-        """Choose the next path with rows not scored yet and make it :attr:`goal`: the
+    def next_run(self, cached: Sequence[int], min_run: int) -> int | None:
+        """Choose the next path with rows not scored yet and make it the goal: the
         likeliest continuation still to finish (:meth:`_open`; forms that cannot matter
         are left out: :data:`SKIP_NATS`), the one keeping the most of the cache among
         equals.
@@ -337,7 +374,7 @@ class ScoreJob:
             most that many; the run then decodes ``goal[len(cache):]``), or ``None``
             when every row is scored. A run decodes its first row not scored yet and
             what follows it, and at least ``min_run`` tokens in all (the token before
-            that row too when the rest is shorter): see :data:`MIN_RUN`.
+            that row too when the rest is shorter): see ``BackendInfo.min_score_run``.
         """
         best: tuple[tuple[float, bool], int] | None = None  # (rank, keep) of the chosen one
         chosen = -1
@@ -352,7 +389,7 @@ class ScoreJob:
                 best, chosen = key, i
         if best is None:
             return None
-        self.goal = list(self._paths[chosen][:-1])
+        self._goal = list(self._paths[chosen][:-1])
         return best[1]
 
     def next_path(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None:
@@ -384,7 +421,7 @@ class ScoreJob:
         path, cont = self._paths[i], self.conts[i]
         return sum(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
 
-    def result(self) -> LabelScores:
+    def label_scores(self) -> LabelScores:
         """Every label's log-probability (over its finished forms) and probability, and
         the winner.
 
@@ -429,33 +466,24 @@ class LabelScores:
     tokens: tuple[int, ...]
 
 
-def job_for(
-    prompt: list[int],
-    text: str | None,
-    labels: Sequence[str],
-    leading_space: bool,
-    tokenize: Callable[[str], list[int]],
-    tails: TailTokens | None = None,
-) -> ScoreJob:
-    """The :class:`ScoreJob` of one item (``tails``: see :func:`continuations`).
-
-    Raises:
-        ValueError: see :func:`continuations`.
-    """
-    conts = continuations(prompt, text, labels, leading_space, tokenize, tails)
-    return ScoreJob(list(prompt), conts)
-
-
-def score_alone(job: ScoreJob, score: Callable[..., list]) -> LabelScores:
-    """Score ``job`` outside the batch context with ``Backend.score_alone``, one call
-    per continuation path that matters (:meth:`ScoreJob.next_path`).
-
-    Raises:
-        ValueError: the backend returned scores that do not match the targets.
-        BackendError: from the backend.
-    """
-    while (found := job.next_path()) is not None:
-        path, targets = found
-        scores = score(list(path), targets)
-        job.record(path, 0, path, targets, scores)
-    return job.result()
+def label_request(
+    req: Request, tokenize: Callable[[str], list[int]], tails: TailTokens, min_run: int
+) -> Request:
+    """``req`` as a :class:`LabelRequest` when it scores labels, else ``req``; labels that
+    cannot be scored are its error."""
+    sampling = req.sampling
+    if req.error is not None or not sampling.scores_labels or sampling.choices is None:
+        return req
+    try:
+        conts = continuations(
+            req.prompt,
+            req.prompt_text,
+            sampling.choices,
+            sampling.choice_leading_space,
+            tokenize,
+            tails,
+        )
+    except (ValueError, LlamaBatchError) as exc:
+        req.fail(f"cannot score the labels: {exc}")
+        return req
+    return LabelRequest(req, conts, min_run)

@@ -1,6 +1,6 @@
-"""llama.cpp's ubatch split (``split_equal``) as the engine models it, and the cuts that
+"""llama.cpp's ubatch split (``split_equal``) as the backend models it, and the cuts that
 keep label scoring out of ubatches of one token per sequence without making any
-sequence wait."""
+sequence wait (the fake backend shapes its calls the same way, unless ``shapes=False``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import llamabatch.engine.slot_engine as slot_engine
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.engine.backend import Span
-from llamabatch.engine.ubatch import avoid_one_per_seq, one_per_seq, split_equal
+from llamabatch.engine.step import Span
+from llamabatch.llamacpp.ubatch import avoid_one_per_seq, one_per_seq, split_equal
 from llamabatch.testing import DecodeCall, FakeBackend
 
 SCORED = SamplingParams(choices=["bug", "feature", "question"], score_choices=True)
@@ -101,9 +100,7 @@ def scoring_run(fake: FakeBackend, prompts, sampling, slots: int = 4) -> BatchGe
     return gen
 
 
-def test_a_scoring_run_on_the_fake_decodes_far_fewer_tokens_one_per_sequence(
-    monkeypatch,
-) -> None:
+def test_a_scoring_run_on_the_fake_decodes_far_fewer_tokens_one_per_sequence() -> None:
     """Byte-level labels of 3-9 tokens make runs of every length; where no cut of two or
     three tokens helps (a run of three beside runs of two) the call goes as planned."""
     prompts = [f"Ticket {i}: {'x' * (i * 7 % 23)} it broke. Category:" for i in range(24)]
@@ -113,21 +110,17 @@ def test_a_scoring_run_on_the_fake_decodes_far_fewer_tokens_one_per_sequence(
         return sum(1 for c in fake.calls(DecodeCall) if one_per_seq(c.spans, everyone))
 
     scoring_run(cut := FakeBackend(), prompts, SCORED)
-    with monkeypatch.context() as m:
-        m.setattr(slot_engine, "avoid_one_per_seq", lambda spans, *_: list(spans))
-        scoring_run(plain := FakeBackend(), prompts, SCORED)
+    scoring_run(plain := FakeBackend(shapes=False), prompts, SCORED)
     assert flagged(plain) > 0
     assert 2 * flagged(cut) <= flagged(plain)
 
 
-def calls_without_cuts(monkeypatch, make, *args) -> int:
-    with monkeypatch.context() as m:
-        m.setattr(slot_engine, "avoid_one_per_seq", lambda spans, *_: list(spans))
-        return scoring_run(make(), *args).stats.decode_calls
+def calls_without_cuts(make, *args) -> int:
+    return scoring_run(make().copy(shapes=False), *args).stats.decode_calls
 
 
 @pytest.mark.parametrize("case", ["mixed with long replies", "recurrent", "sliding window"])
-def test_cuts_cost_at_most_a_call_per_four_scored_items(monkeypatch, case: str) -> None:
+def test_cuts_cost_at_most_a_call_per_four_scored_items(case: str) -> None:
     """Nobody waits for the cuts: beside long replies a label run rides along, and on
     memories scored from snapshots (one-token runs) every slot keeps working."""
     if case == "mixed with long replies":
@@ -148,7 +141,7 @@ def test_cuts_cost_at_most_a_call_per_four_scored_items(monkeypatch, case: str) 
 
         prompts = [f"Ticket {i}: {'x' * (i % 5)} Category:" for i in range(12)]
         sampling = SCORED
-    base = calls_without_cuts(monkeypatch, make, prompts, sampling)
+    base = calls_without_cuts(make, prompts, sampling)
     cut = scoring_run(make(), prompts, sampling).stats.decode_calls
     n_scored = sum(1 for s in ([sampling] * 12 if sampling is SCORED else sampling) if s is SCORED)
     assert cut <= base + n_scored // 4, (cut, base)

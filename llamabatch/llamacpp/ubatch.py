@@ -10,7 +10,7 @@ plans at most ``n_batch`` = ``n_ubatch`` tokens, so ``n_ubatch`` never cuts a ub
 shorter.
 
 A ubatch of one token takes llama.cpp's matrix-vector kernels instead of the tiled ones
-(``MIN_RUN`` in :mod:`llamabatch.engine.features.labels`). A span's tail can end up alone like
+(``BackendInfo.min_score_run``). A span's tail can end up alone like
 that when its neighbours are shorter: measured on SmolLM2-135M Q4_1, a prompt of 50
 tokens decoded next to one of 49 left its last row alone, and a label scored from it
 was 0.11 nats off ``Llama(logits_all=True)``, against 0.0000 with the neighbour cut to
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from .backend import Span
+from ..engine.step import Span
 
 #: A piece of a ubatch: (index of the span in the call, offset in its tokens, tokens).
 Piece = tuple[int, int, int]
@@ -88,7 +88,7 @@ def _cut(span: Span, n: int) -> Span:
     targets = None if span.targets is None else tuple(span.targets[:n])
     if targets is not None and not any(targets):
         targets = None
-    return Span(span.seq_id, span.pos, tuple(span.tokens[:n]), False, targets)
+    return Span(span.seq_id, span.pos, tuple(span.tokens[:n]), False, targets, precise=span.precise)
 
 
 def _cuts(span: Span) -> list[Span]:
@@ -136,3 +136,13 @@ def avoid_one_per_seq(
             return out
         out = fixed
     return out
+
+
+def shape(spans: Sequence[Span]) -> Sequence[Span]:
+    """The spans of one call as llama.cpp should get them: those of ``precise`` sequences
+    kept out of ubatches of one token per sequence (:func:`avoid_one_per_seq`; a reply
+    step, ``Span.step``, rides along)."""
+    scoring = {s.seq_id for s in spans if s.precise}
+    if not scoring:
+        return spans
+    return avoid_one_per_seq(spans, scoring, {s.seq_id for s in spans if s.step})

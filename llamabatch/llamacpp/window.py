@@ -49,3 +49,15 @@ def window_holds(n_keep: int, n_cached: int, pos_min: int | None, n_swa: int) ->
     if pos_min is None or pos_min < 0:
         return False
     return pos_min <= max(0, n_keep - n_swa)
+
+
+def cut_floor(pos_min: int | None, n_swa: int) -> int:
+    """The smallest ``n_keep`` > 0 a sequence can be cut back to (``CutFloor``): 0 when
+    any cut works (no window, or a window that never slid), ``pos_min + n_swa`` when it
+    slid, and a length past any cache when ``pos_min`` is unknown or -1 (only a cut to 0
+    or to the whole cache is safe then); the rule of :func:`window_holds`."""
+    if n_swa <= 0 or pos_min == 0:
+        return 0
+    if pos_min is None or pos_min < 0:
+        return 1 << 62
+    return pos_min + n_swa

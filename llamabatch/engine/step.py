@@ -1,0 +1,117 @@
+"""One step of the slot engine as plain data both ways: the :class:`Span` list the
+engine plans (:func:`plan_step`) and the :class:`StepResult` a backend returns.
+
+Facts respected by :func:`plan_step` (llama.h, ``llama_decode``): at most ``n_batch``
+tokens per call, one seq id per token, positions without gaps, logits only where a row
+is read. Reply steps go first, then prompt chunks fill the rest of the budget, as
+llama-server's slot loop does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: One token's log-probabilities: ``(token_id, logprob)`` pairs, likeliest first.
+TokenLogprobs = tuple[tuple[int, float], ...]
+
+#: Per row of a span, the ids whose ``log_softmax`` is wanted (empty: none).
+Targets = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Consecutive tokens of one sequence in one step.
+
+    Attributes:
+        seq_id: the sequence (slot), in [0, n_seq_max).
+        pos: position of ``tokens[0]``; the rest follow without gaps.
+        tokens: token ids, at least one.
+        logits: the sequence's chain samples its next token from the last row.
+        targets: one tuple per token: the ids whose log-softmax that row reports
+            (``StepResult`` scores), or ``None``.
+        share: with ``logits``, more sequences whose chains sample their first token
+            from the same row (one token each, in this order).
+        precise: the sequence's rows are read as numbers (scores): the backend may
+            shorten the span (never to zero tokens, never one with ``logits``) to keep
+            its tokens out of batch shapes that change them.
+        step: a reply step (the sequence's last sampled token fed back).
+    """
+
+    seq_id: int
+    pos: int
+    tokens: Sequence[int]
+    logits: bool = False
+    targets: Targets | None = None
+    share: tuple[int, ...] = ()
+    precise: bool = False
+    step: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SeqOutput:
+    """What one sequence's rows gave in a step (or one token of an item run alone).
+
+    Attributes:
+        token: the sampled token, or ``None`` (nothing sampled, or ``error``).
+        logprobs: the sampled token's log-probabilities when its sampling asks for them.
+        scores: per row of its span, ``log_softmax`` at each target id.
+        error: the sequence's own failure (a grammar with no way forward: nothing was
+            accepted); the step itself succeeded.
+    """
+
+    token: int | None = None
+    logprobs: TokenLogprobs | None = None
+    scores: tuple[tuple[float, ...], ...] | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What a backend's ``run`` gives back.
+
+    Attributes:
+        decoded: per span, how many of its tokens were decoded (a prefix, >= 1; all of
+            them unless the backend shortened a ``precise`` span).
+        outputs: seq id -> its :class:`SeqOutput` (every sequence that sampled or scored).
+    """
+
+    decoded: tuple[int, ...]
+    outputs: dict[int, SeqOutput] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Feed:
+    """A sequence's next tokens: ``tokens`` at ``pos``; ``stop_at`` caps one call."""
+
+    seq_id: int
+    pos: int
+    tokens: Sequence[int]
+    logits: bool = False
+    stop_at: int | None = None
+
+
+def plan_step(steps: Sequence[Feed], feeds: Sequence[Feed], n_batch: int) -> list[Span]:
+    """The spans of one call: reply ``steps`` first (at most ``n_batch``, in order), then
+    ``feeds`` fill the remaining budget in order, a feed cut where it does not fit
+    (``logits`` kept only on a whole feed). Returned by ascending seq id (llama.cpp puts
+    consecutive seq ids in one ubatch).
+
+    Raises:
+        ValueError: ``n_batch`` < 1, or an empty feed.
+    """
+    if n_batch < 1:
+        raise ValueError(f"n_batch={n_batch} is out of range: valid is an integer >= 1")
+    spans = [Span(s.seq_id, s.pos, s.tokens, True, step=True) for s in steps[:n_batch]]
+    room = n_batch - len(spans)
+    for f in feeds:
+        if room == 0:
+            break
+        n = len(f.tokens)
+        if n == 0:
+            raise ValueError(f"seq {f.seq_id} has no tokens left to feed")
+        take = min(room, n if f.stop_at is None else min(n, f.stop_at))
+        spans.append(Span(f.seq_id, f.pos, f.tokens[:take], f.logits and take == n))
+        room -= take
+    spans.sort(key=lambda span: span.seq_id)
+    return spans
