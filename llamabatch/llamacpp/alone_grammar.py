@@ -1,23 +1,6 @@
-"""AloneGrammar: the grammar of an item completed alone, kept out of ``Llama``'s chain.
-
-``Llama.generate(grammar=LlamaGrammar)`` puts a grammar stage in its sampler chain, and
-``llama_sampler_sample`` then applies the chain *and accepts* the chosen token into the
-grammar in one C call. When the grammar allows no token at some step (a dead end: a NUL
-in a literal, an empty character class), every candidate is ``-inf``, the chain still
-picks one, and the accept aborts the process (llama-grammar.cpp,
-``llama_grammar_accept_impl``: ``GGML_ABORT`` for an end-of-generation token the grammar
-cannot end with; ``llama_grammar_accept_token`` throws through the C API, i.e.
-``std::terminate``, when no grammar stack survives).
-
-So the grammar stage is given to ``Llama.generate`` as a *logits processor* instead (the
-first stage of its chain, over the whole vocabulary in id order, as the grammar stage
-would see it; masking with ``-inf`` commutes with the penalties, so the replies are the
-ones of ``grammar=``): the processor applies the grammar (``llama_sampler_apply``, which
-never aborts), notes a dead end instead of masking everything, and the token is
-accepted into the grammar by :meth:`AloneGrammar.accept` only after checking that the
-grammar allows it. A Python exception never escapes the processor (it runs inside a C
-callback): it is kept and raised by :meth:`accept`.
-"""
+"""AloneGrammar: the grammar of an item completed alone, as a logits processor of
+``Llama.generate`` instead of a stage of its chain, so that a dead end is caught before
+anything is accepted (llama.cpp aborts there; docs/reliability-rules.md, "Grammar dead ends")."""
 
 from __future__ import annotations
 
@@ -32,15 +15,12 @@ from ..errors import GrammarDeadEnd, GrammarError
 
 
 class AloneGrammar(Closing):
-    """One item's grammar stage for ``Llama.generate(logits_processor=[it])``.
-
-    Args:
-        llm: the ``Llama`` (its model's vocabulary).
-        text: GBNF text with a ``root`` rule.
+    """One item's grammar (GBNF ``text``) for ``Llama.generate(logits_processor=[it])``: it masks
+    what the grammar forbids (``llama_sampler_apply``; first in the chain, so the replies are
+    those of ``grammar=``), and :meth:`accept` checks each token before accepting it.
 
     Raises:
-        GrammarError: llama.cpp refused the grammar (``llama_sampler_init_grammar``
-            returned NULL).
+        GrammarError: llama.cpp refused the grammar (``llama_sampler_init_grammar`` gave NULL).
         LibraryError: a sampler symbol is missing.
     """
 
@@ -61,8 +41,9 @@ class AloneGrammar(Closing):
         return not self._finalizer.alive
 
     def __call__(self, input_ids: Any, scores: np.ndarray) -> np.ndarray:
-        """The logits processor: ``scores`` (float32[n_vocab], by token id) with what
-        the grammar forbids set to ``-inf``; unchanged at a dead end (noted)."""
+        """The logits processor: ``scores`` (float32[n_vocab]) with what the grammar forbids set to
+        ``-inf``; unchanged at a dead end (noted). Never raises: an exception is kept for
+        :meth:`accept` (this runs inside a C callback)."""
         try:
             self._dead = False
             if self.closed:
@@ -85,8 +66,7 @@ class AloneGrammar(Closing):
         Raises:
             GrammarDeadEnd: the grammar allowed no token at this step (nothing accepted).
             GrammarError: the chain picked a token the grammar forbids (not accepted).
-            BaseException: what the processor raised inside the C callback
-                (e.g. ``KeyboardInterrupt``).
+            BaseException: what the processor raised inside the C callback (e.g. Ctrl-C).
         """
         if self._error is not None:
             exc, self._error = self._error, None

@@ -1,19 +1,4 @@
-"""LlamaBackend: the :class:`~llamabatch.engine.backend.Backend` over a loaded ``llama_cpp.Llama``.
-
-Batched work runs in a :class:`~llamabatch.llamacpp.context.BatchContext` (a second context on
-the ``Llama``'s model) with one :class:`~llamabatch.llamacpp.batch.LlamaBatch` and one
-:class:`~llamabatch.llamacpp.sampler.SeqSampler` per sequence. Work done alone runs through the
-``Llama`` itself (``Llama.generate``), with the same sampler chain.
-
-Parity note: ``Llama.generate`` takes its penalty window from ``Llama.last_n_tokens_size``,
-not from an argument; :meth:`LlamaBackend._generate` sets it to ``sampling.penalty_last_n``
-while it generates and puts it back (with the seed and sampler: :mod:`.llm_state`).
-
-Threads: the backend does not lock; :class:`~llamabatch.BatchGenerator` holds
-``info.lock`` (:func:`llamabatch.llm_lock` of the ``Llama``) around every call.
-After ``Llama.close()`` every call that would reach llama.cpp raises
-:class:`~llamabatch.errors.BackendError` instead of touching freed memory.
-"""
+"""LlamaBackend: the engine's Backend over a loaded ``llama_cpp.Llama``."""
 
 from __future__ import annotations
 
@@ -67,8 +52,7 @@ _NO_LOCK = contextlib.nullcontext()
 
 #: Fewest tokens of a sequence decoded in the call that scores a row
 #: (``BackendInfo.min_score_run``): llama.cpp's CPU matrix products take another kernel for
-#: one token than for several, and the two round differently (docs/labels.md: 0.28 nats
-#: off ``Llama(logits_all=True)`` from a one-token decode, 0.00 from two or more).
+#: one token than for several, and the two round differently (docs/labels.md).
 MIN_SCORE_RUN = 2
 
 
@@ -85,11 +69,8 @@ class LlamaVocab:
             raise BackendError("the Llama was closed (Llama.close()); its model is freed")
 
     def tokenize(self, text: str) -> list[int]:
-        """``Llama.tokenize(text, add_bos=True, special=True)`` (as ``create_completion``).
-
-        Raises:
-            BackendError: llama-cpp-python could not tokenize it, or the ``Llama`` was closed.
-        """
+        """``Llama.tokenize(text, add_bos=True, special=True)``, as ``create_completion`` does;
+        BackendError when it fails or the ``Llama`` was closed."""
         self._check_llm()
         try:
             return list(self._llm.tokenize(text.encode("utf-8"), add_bos=True, special=True))
@@ -97,17 +78,20 @@ class LlamaVocab:
             raise BackendError(f"cannot tokenize the prompt: {exc}") from exc
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced.
-
-        Raises:
-            BackendError: the ``Llama`` was closed.
-        """
+        """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced; BackendError when
+        the ``Llama`` was closed."""
         self._check_llm()
         return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
 
 
 class LlamaBackend:
-    """The real backend (:class:`~llamabatch.engine.backend.Backend`).
+    """The real backend (:class:`~llamabatch.engine.backend.Backend`): batched work in a
+    :class:`BatchContext` (a second context on the ``Llama``'s model), work alone through the
+    ``Llama`` itself (``Llama.generate``), with the same sampler chain.
+
+    It does not lock: :class:`~llamabatch.BatchGenerator` holds ``info.lock``
+    (:func:`llamabatch.llm_lock` of the ``Llama``) around every call. After ``Llama.close()``
+    every call that would reach llama.cpp raises ``BackendError``.
 
     Args:
         llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
@@ -115,7 +99,7 @@ class LlamaBackend:
 
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
-            loads when the binding has ``llama_state_seq_*``; the model's sliding window
+            loads when the binding has ``llama_state_seq_*``; the sliding window
             (``llama_model_n_swa``, 0 with ``Llama(swa_full=True)``); label scores and
             shared rows; the ``Llama``'s lock; :meth:`check_batch_params`.
         vocab: the ``Llama``'s vocabulary (:class:`LlamaVocab`).
@@ -152,12 +136,8 @@ class LlamaBackend:
         self._samplers: dict[int, SeqSampler] = {}
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
-        """Refuse a batch context llama.cpp would abort or fail on (before creating it).
-
-        Raises:
-            ValueError: naming the parameter and its valid range
-                (:func:`~llamabatch.llamacpp.limits.check_context`).
-        """
+        """Refuse, before creating it, a batch context llama.cpp would abort or fail on: ValueError
+        naming the parameter and its valid range (:func:`~.limits.check_context`)."""
         n_threads, n_threads_batch = _ffi.threads_of(self._llm)
         check_context(
             slots,
@@ -176,17 +156,13 @@ class LlamaBackend:
 
     @property
     def batch_context(self) -> BatchContext | None:
-        """The open :class:`BatchContext` (read its ``limits``, ``seq_pos_max``), or None."""
+        """The open :class:`BatchContext`, or None."""
         return self._ctx
 
     # -- the batch context -------------------------------------------------------
     def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
-        """Create the batch context and its batch (closing any previous one).
-
-        Raises:
-            BatchUnavailable: it cannot be created (the reason is the message: missing
-                symbol, too many slots, out of memory, ...).
-        """
+        """Create the batch context and its batch (closing any previous one); BatchUnavailable,
+        saying why, when it cannot be created."""
         self.close()
         try:
             ctx = BatchContext(self._llm, slots, n_ctx_seq, n_batch, decode_hook=self._hook)
@@ -228,19 +204,15 @@ class LlamaBackend:
         return self._ctx, self._batch
 
     def apply(self, op: SeqOp) -> Any:
-        """One operation on the sequences (:data:`~llamabatch.engine.backend.SeqOp`):
-        ``Start`` builds a :class:`SeqSampler`; ``Trim`` is ``llama_memory_seq_rm``;
-        ``Copy``, ``Save`` and ``Load`` are ``llama_state_seq_get/set_data`` (docs/engine.md
-        says why not ``llama_memory_seq_cp``); ``CutFloor`` reads
-        ``llama_memory_seq_pos_min`` (:func:`~llamabatch.llamacpp.window.cut_floor`);
-        ``Clear`` removes every sequence; ``Release`` puts the ``Llama`` back as it was
-        before the items completed alone since the last release.
+        """One operation on the sequences: ``Start`` builds a :class:`SeqSampler`; ``Trim`` is
+        ``llama_memory_seq_rm``; ``Copy``, ``Save``, ``Load`` are ``llama_state_seq_get/set_data``;
+        ``CutFloor`` reads ``llama_memory_seq_pos_min``; ``Clear`` empties every sequence;
+        ``Release`` puts the ``Llama`` back as it was before the items alone since the last one.
 
         Raises:
             ValueError: no batch context, an id or length out of range.
-            BackendError: llama.cpp copied, saved or loaded nothing, or the ``Llama`` was
-                closed.
-            GrammarError: ``Start``: llama.cpp refused the grammar (nothing decoded).
+            BackendError: llama.cpp copied, saved or loaded nothing, or the ``Llama`` was closed.
+            GrammarError: ``Start``: llama.cpp refused the grammar.
         """
         if isinstance(op, Release):
             self._release()
@@ -283,15 +255,12 @@ class LlamaBackend:
         raise TypeError(f"unknown operation {op!r}")
 
     def run(self, spans: Sequence[Span]) -> StepResult:
-        """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by
-        :func:`~llamabatch.llamacpp.ubatch.shape`); each row with ``logits`` sampled by
-        its sequences' chains, each row with targets scored
-        (:func:`~llamabatch.llamacpp.sampler.token_logsoftmax`). A grammar with no way
-        forward is that sequence's ``SeqOutput.error`` (nothing accepted).
+        """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
+        rows with ``logits`` sampled by their sequences' chains, rows with targets scored. A grammar
+        dead end is that sequence's ``SeqOutput.error``.
 
         Raises:
-            ValueError: no tokens, more than ``n_batch``, logits for a sequence never
-                started.
+            ValueError: no tokens, more than ``n_batch``, logits for a sequence never started.
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
             BackendError: the ``Llama`` was closed.
         """
@@ -349,9 +318,8 @@ class LlamaBackend:
         self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
     ) -> Iterator[SeqOutput]:
         """Work through the ``Llama`` itself: with ``sampling``, ``Llama.generate`` after
-        ``tokens`` with that chain and seed (:meth:`_generate`); with ``targets``, the
-        label scores of ``tokens``' rows (:meth:`_score`). Its settings are put back after
-        each item, its cache at ``Release`` (:class:`~llamabatch.llamacpp.llm_state.LlamaGuard`).
+        ``tokens``; with ``targets``, the label scores of ``tokens``' rows. Its settings are put
+        back after each item, its cache at ``Release`` (:class:`~.llm_state.LlamaGuard`).
 
         Raises (when iterated):
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was closed.
@@ -367,10 +335,8 @@ class LlamaBackend:
         return iter([self._score([int(t) for t in tokens], targets or ())])
 
     def _score(self, tokens: list[int], targets: Targets) -> SeqOutput:
-        """Each row with targets: the ``Llama``'s cache is cut back to what it shares with
-        ``tokens`` but at most to :data:`MIN_SCORE_RUN` tokens before the row (emptied
-        where the window no longer holds what the row attends to), the rest evaluated
-        with ``Llama.eval`` and the last row's logits read."""
+        """Score each row with targets: the cache cut back to what it shares with ``tokens``, at
+        most to :data:`MIN_SCORE_RUN` tokens before the row (emptied where the window lost it)."""
         if len(targets) != len(tokens) or not tokens:
             raise ValueError(f"{len(targets)} targets for {len(tokens)} tokens; give one each")
         for ids in targets:
@@ -399,16 +365,8 @@ class LlamaBackend:
         return SeqOutput(scores=tuple(out))
 
     def _generate(self, tokens: list[int], sampling: SamplingParams) -> Iterator[SeqOutput]:
-        """``Llama.generate`` with ``sampling``'s chain; its cache keeps the item's tokens
-        so that the next item alone reuses their shared prefix (on a sliding-window model
-        only where the window still holds it: :func:`forget_stale_window`).
-
-        A grammar goes to ``Llama.generate`` as a logits processor
-        (:class:`~llamabatch.llamacpp.alone_grammar.AloneGrammar`), not as a
-        ``LlamaGrammar`` in its chain: the chain would accept a token into a grammar that
-        allows none, and llama.cpp aborts the process there. Its dead end is the last
-        output's ``error``.
-        """
+        """``Llama.generate`` with ``sampling``'s chain; the cache keeps the item's tokens for the
+        next item alone. A grammar is an :class:`~.alone_grammar.AloneGrammar` logits processor."""
         llm, guard = self._llm, self._alone_guard
         text = grammar_of(sampling)
         grammar = AloneGrammar(llm, text) if text is not None else None
@@ -462,8 +420,7 @@ class LlamaBackend:
                 guard.restore()
 
     def _alone_logprobs(self, token: int, n: int) -> Any:
-        """The logprobs of the token ``Llama.generate`` just sampled: its context's last
-        row of logits is still the one it sampled from."""
+        """Logprobs of the token ``Llama.generate`` just sampled (from its context's last row)."""
         ctx = _ffi.context_of(self._llm)
         logits = None if ctx is None else _ffi.load().logits(ctx, -1, self.vocab.n_vocab)
         if logits is None:

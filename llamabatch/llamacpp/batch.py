@@ -1,11 +1,6 @@
-"""LlamaBatch: a fixed-capacity builder of one ``llama_batch`` (llama.h).
-
-Rows are filled through numpy views of the batch arrays (one slice assignment per array
-per run of tokens, not one ctypes store per field per token). The builder refuses what
-would make ``llama_decode`` fail or abort: more rows than the capacity (submitting more
-than ``n_batch`` tokens is a C assert that kills the process), a sequence id outside
-[0, n_seq_max), a negative position, an empty run.
-"""
+"""LlamaBatch: a fixed-capacity builder of one ``llama_batch`` (llama.h), filled through numpy
+views. It refuses what would make ``llama_decode`` fail or abort: more rows than the
+capacity, a sequence id outside [0, n_seq_max), a negative position, an empty run."""
 
 from __future__ import annotations
 
@@ -26,16 +21,9 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
 
 
 class LlamaBatch(Closing):
-    """One ``llama_batch_init(capacity, 0, 1)`` allocation, reused across decodes.
-
-    Args:
-        capacity: most tokens per decode (use the context's ``n_batch``), >= 1.
-        n_seq_max: sequence ids are in [0, n_seq_max) (the context's ``n_seq_max``).
-
-    Raises:
-        ValueError: ``capacity`` or ``n_seq_max`` < 1.
-        LibraryError: llama-cpp-python or ``llama_batch_init`` is missing.
-    """
+    """One ``llama_batch_init(capacity, 0, 1)`` allocation, reused across decodes: ``capacity``
+    tokens at most (the context's ``n_batch``), sequence ids in [0, n_seq_max). ValueError
+    when either is < 1, LibraryError when llama-cpp-python or ``llama_batch_init`` is missing."""
 
     def __init__(self, capacity: int, n_seq_max: int) -> None:
         self.capacity = _check_int("capacity", capacity, 1)
@@ -53,7 +41,7 @@ class LlamaBatch(Closing):
 
     @property
     def free(self) -> int:
-        """Rows still available (``capacity - n_tokens``)."""
+        """Rows still available."""
         return self.capacity - self._n
 
     @property
@@ -77,14 +65,8 @@ class LlamaBatch(Closing):
         return self._n
 
     def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
-        """Append one token of sequence ``seq_id`` at position ``pos`` (>= 0).
-
-        Returns:
-            its batch index (pass it to ``llama_sampler_sample`` when ``logits``).
-
-        Raises:
-            ValueError: the batch is full, ``seq_id`` outside [0, n_seq_max), ``pos`` < 0.
-        """
+        """Append one token of ``seq_id`` at ``pos``; its batch index. ValueError when the batch is
+        full, ``seq_id`` is outside [0, n_seq_max) or ``pos`` < 0."""
         seq_id = _check_int("seq_id", seq_id, 0, self.n_seq_max)
         pos = _check_int("pos", pos, 0)
         i = self._need(1)
@@ -97,17 +79,9 @@ class LlamaBatch(Closing):
     def add_run(
         self, tokens: Sequence[int] | np.ndarray, pos0: int, seq_id: int, logits_last: bool
     ) -> int:
-        """Append ``tokens`` of sequence ``seq_id`` at positions pos0, pos0 + 1, ...
-
-        Only the last token may request logits (``logits_last``).
-
-        Returns:
-            the batch index of the run's last token.
-
-        Raises:
-            ValueError: empty run, not enough room, ``seq_id`` outside [0, n_seq_max),
-                ``pos0`` < 0.
-        """
+        """Append ``tokens`` of ``seq_id`` at positions pos0, pos0 + 1, ...; only the last may
+        request logits. Returns the batch index of the last token. ValueError for an empty run,
+        not enough room, ``seq_id`` outside [0, n_seq_max) or ``pos0`` < 0."""
         seq_id = _check_int("seq_id", seq_id, 0, self.n_seq_max)
         pos0 = _check_int("pos0", pos0, 0)
         k = len(tokens)
@@ -126,17 +100,13 @@ class LlamaBatch(Closing):
         return j - 1
 
     def request_logits(self, i: int) -> None:
-        """Have row ``i`` (already filled) output logits too (label scoring reads the
-        log-softmax of several rows of one run).
-
-        Raises:
-            ValueError: ``i`` is not a filled row.
-        """
+        """Have filled row ``i`` output logits too (label scores read several rows of a run);
+        ValueError for a row not filled."""
         i = _check_int("i", i, 0, self._n)
         self._buf.logits[i] = 1
 
     def clear(self) -> None:
-        """Forget every row; the allocation is kept for the next decode."""
+        """Forget every row; the allocation is kept."""
         self._n = 0
         if not self._buf.closed:
             self._buf.set_n_tokens(0)

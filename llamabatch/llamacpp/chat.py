@@ -1,17 +1,6 @@
-"""Chat messages to a prompt with the model's own chat template, as llama-cpp-python does.
-
-A model's GGUF metadata may hold its chat template (``tokenizer.chat_template``, Jinja).
-:class:`ChatTemplate` renders a list of ``{"role", "content"}`` messages with it through
-llama-cpp-python's own ``llama_cpp.llama_llama_chat_format.Jinja2ChatFormatter``, built the way
-``Llama.__init__`` builds its chat handler from the metadata (``eos_token`` and
-``bos_token`` are the texts of the vocabulary's EOS and BOS tokens), with the generation
-prompt appended (the text that opens the assistant's turn).
-
-:func:`chat_tokens` tokenizes the result the way llama-cpp-python's chat handlers do:
-special tokens parsed, no BOS added (a template that wants a BOS writes ``bos_token``).
-
-Nothing here imports llama_cpp until a template is built.
-"""
+"""Chat messages to a prompt with the model's own chat template (GGUF
+``tokenizer.chat_template``), rendered and tokenized as llama-cpp-python's chat handlers do.
+llama_cpp is imported only when a template is built."""
 
 from __future__ import annotations
 
@@ -25,15 +14,9 @@ TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 def check_messages(value: object) -> list[dict[str, Any]]:
-    """Check chat messages as read from JSON: a non-empty list of objects whose ``role``
-    and ``content`` are strings (a role is not empty). Other keys are kept.
-
-    Returns:
-        the messages (the same dicts).
-
-    Raises:
-        ValueError: what is wrong, naming the message by its 0-based index.
-    """
+    """Check chat messages read from JSON: a non-empty list of objects whose ``role`` (not empty)
+    and ``content`` are strings; other keys kept. Returns the same list; ValueError saying
+    what is wrong, naming the message by its 0-based index."""
     if not isinstance(value, list):
         raise ValueError(
             f'"messages" is {_json_type(value)}, not a list of {{"role", "content"}} objects'
@@ -71,12 +54,9 @@ def _json_type(value: object) -> str:
 
 
 class ChatTemplate:
-    """A model's chat template, ready to render messages.
-
-    Args:
-        template: the Jinja source (as in ``tokenizer.chat_template``).
-        eos_token: text of the EOS token, as the template's ``eos_token``.
-        bos_token: text of the BOS token, as the template's ``bos_token``.
+    """A chat template (Jinja source) rendered with llama-cpp-python's ``Jinja2ChatFormatter``,
+    built as ``Llama.__init__`` builds its chat handler (``eos_token``, ``bos_token``: those
+    tokens' texts), generation prompt appended.
 
     Raises:
         ChatTemplateError: the template is not valid Jinja.
@@ -108,12 +88,8 @@ class ChatTemplate:
 
     @classmethod
     def from_llama(cls, llm: Any) -> ChatTemplate:
-        """The default chat template of a loaded ``llama_cpp.Llama`` (GGUF metadata).
-
-        Raises:
-            ChatTemplateError: the model has no ``tokenizer.chat_template``, or it is not
-                valid Jinja.
-        """
+        """The default chat template of a loaded ``llama_cpp.Llama``; ChatTemplateError when its
+        metadata has none or it is not valid Jinja."""
         template = (getattr(llm, "metadata", None) or {}).get(TEMPLATE_KEY)
         if not template:
             raise ChatTemplateError(
@@ -128,12 +104,8 @@ class ChatTemplate:
         )
 
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
-        """The prompt for ``messages``, generation prompt appended.
-
-        Raises:
-            ValueError: the template refused the messages (its ``raise_exception``, e.g.
-                "roles must alternate", or a Jinja error while rendering).
-        """
+        """The prompt for ``messages``; ValueError when the template refused them (its
+        ``raise_exception``, e.g. "roles must alternate", or a Jinja error)."""
         try:
             return self._formatter(messages=list(messages)).prompt
         except self._jinja_error as exc:
@@ -153,6 +125,6 @@ def _token_text(llm: Any, token_id: int) -> str:
 
 
 def chat_tokens(llm: Any, prompt: str) -> list[int]:
-    """Token ids of a rendered chat prompt, as llama-cpp-python's chat handlers make
-    them: ``llm.tokenize(prompt, add_bos=False, special=True)``."""
+    """Token ids of a rendered chat prompt: ``llm.tokenize(prompt, add_bos=False,
+    special=True)``, as llama-cpp-python's chat handlers (a template writes its own BOS)."""
     return list(llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))

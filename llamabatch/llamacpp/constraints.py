@@ -1,20 +1,5 @@
-"""What a reply may be: ``choices``, ``json_schema`` and ``response_format`` as GBNF.
-
-Pure Python; nothing here loads llama.cpp. The grammar text goes to llama.cpp's
-``llama_sampler_init_grammar`` (GBNF: ``grammars/README.md`` of llama.cpp).
-
-- ``choices``: ``root ::= "a" | "b" | ...``, each string a GBNF literal (escaped), so the
-  reply is exactly one of them followed by the end of generation.
-- ``json_schema``: compiled by llama-cpp-python's own converter,
-  ``llama_cpp.llama_grammar.json_schema_to_gbnf`` (what ``LlamaGrammar.from_json_schema``
-  and its chat handlers use), imported only when a schema is given; then its rule for a
-  character of a JSON string is replaced by llama.cpp's (:data:`JSON_STRING_CHAR`): the
-  converter's ``[^"\\]`` lets raw control characters (a newline) into strings, which
-  JSON forbids (RFC 8259 section 7) and ``json.loads`` refuses.
-- ``response_format`` (OpenAI's chat completion field, as llama-cpp-python reads it):
-  ``{"type": "text"}`` nothing, ``{"type": "json_object"}`` any JSON object,
-  ``{"type": "json_schema", "json_schema": {"schema": {...}}}`` that schema.
-"""
+"""What a reply may be: ``choices``, ``json_schema`` and ``response_format`` as GBNF text for
+``llama_sampler_init_grammar`` (llama.cpp ``grammars/README.md``). Pure Python."""
 
 from __future__ import annotations
 
@@ -50,8 +35,8 @@ _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def gbnf_literal(text: str) -> str:
-    """``text`` as a GBNF string literal: quotes, backslashes and control characters
-    escaped (``\\n``, ``\\r``, ``\\t``, ``\\xHH``); other characters as they are (UTF-8)."""
+    """``text`` as a GBNF string literal: quotes, backslashes and control characters escaped
+    (``\\n``, ``\\r``, ``\\t``, ``\\xHH``); other characters as they are (UTF-8)."""
     out = []
     for ch in text:
         if ch in _ESCAPES:
@@ -64,11 +49,8 @@ def gbnf_literal(text: str) -> str:
 
 
 def choices_grammar(choices: Sequence[str]) -> str:
-    """A GBNF grammar whose only sentences are the strings of ``choices``.
-
-    Raises:
-        ValueError: ``choices`` is empty or holds an empty string.
-    """
+    """A GBNF grammar whose only sentences are the strings of ``choices`` (``root ::= "a" | "b"``);
+    ValueError when ``choices`` is empty or holds an empty string."""
     if not choices or any(not c for c in choices):
         raise ValueError(f"choices={list(choices)!r}: give at least one non-empty string")
     unique = list(dict.fromkeys(choices))
@@ -94,9 +76,9 @@ def _schema_gbnf(schema_json: str) -> str:
 
 
 def strict_strings(gbnf: str) -> str:
-    """``gbnf`` (the converter's output, one rule per line) with every rule whose body is
-    llama-cpp-python's loose string character replaced by :data:`JSON_STRING_CHAR`; the
-    rule keeps its name (``char``, or ``char0`` when a property took that name)."""
+    """``gbnf`` (the converter's output, one rule per line) with each rule whose body is
+    llama-cpp-python's loose string character (which lets raw control characters into JSON
+    strings, against RFC 8259 section 7) replaced by :data:`JSON_STRING_CHAR`; names kept."""
     try:
         from llama_cpp.llama_grammar import PRIMITIVE_RULES
 
@@ -111,12 +93,9 @@ def strict_strings(gbnf: str) -> str:
 
 
 def schema_grammar(schema: Mapping[str, Any] | str) -> str:
-    """The GBNF grammar of a JSON schema (a dict or its JSON text), as llama-cpp-python
-    compiles it (properties in the schema's own order); cached by the schema's JSON text.
-
-    Raises:
-        GrammarError: the schema is not valid JSON or the converter refuses it.
-    """
+    """The GBNF grammar of a JSON schema (a dict or its JSON text), compiled by llama-cpp-python's
+    ``json_schema_to_gbnf`` (as ``LlamaGrammar.from_json_schema``), then
+    :func:`strict_strings`; cached. GrammarError when it is not valid JSON or refused."""
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -128,14 +107,9 @@ def schema_grammar(schema: Mapping[str, Any] | str) -> str:
 
 
 def grammar_of(params: Any) -> str | None:
-    """The grammar text of ``params`` (a :class:`~llamabatch.SamplingParams`): its
-    ``grammar``, or the one of its ``json_schema`` or ``choices``; ``None`` if none.
-
-    Raises:
-        GrammarError: the json_schema cannot be compiled; a choice or a string literal
-            holds a NUL character, which no token can produce
-            (:mod:`llamabatch.llamacpp.dead_ends`).
-    """
+    """The grammar text of ``params`` (a :class:`~llamabatch.SamplingParams`): its ``grammar``, or
+    the one of its ``json_schema`` or ``choices``; ``None`` if none. GrammarError when the
+    json_schema cannot be compiled, or a NUL no token can produce (:mod:`.dead_ends`)."""
     if params.grammar is not None:
         check_literals(params.grammar)
         return params.grammar
@@ -150,12 +124,9 @@ def grammar_of(params: Any) -> str | None:
 
 
 def response_format_fields(response_format: object) -> dict[str, Any]:
-    """The :class:`~llamabatch.SamplingParams` fields that an OpenAI ``response_format``
-    stands for: ``{}`` for text, else ``{"json_schema": schema}``.
-
-    Raises:
-        ValueError: not one of the three forms (the message names what is valid).
-    """
+    """The :class:`~llamabatch.SamplingParams` fields an OpenAI ``response_format`` stands for:
+    ``{}`` for ``{"type": "text"}``, else ``{"json_schema": schema}`` (any object for
+    ``json_object``). ValueError, naming what is valid, for anything else."""
     if not isinstance(response_format, Mapping):
         raise ValueError(
             f"response_format must be an object such as "

@@ -1,17 +1,5 @@
-"""BatchContext: a second llama.cpp context on the model a ``llama_cpp.Llama`` loaded.
-
-The weights are shared (``llama_init_from_model`` on the ``Llama``'s own
-``llama_model *``; no second copy is read). The context has ``slots`` sequences
-(``n_seq_max``) and a non-unified KV cache of ``n_ctx_seq`` tokens each, which llama.cpp
-pads up to a multiple of 256: :attr:`BatchContext.limits` holds what it actually
-allocated (``llama_n_ctx``, ``llama_n_ctx_seq``, ``llama_n_seq_max``, ``llama_n_batch``).
-
-Ownership: the context keeps a strong reference to the ``Llama`` (so the model outlives
-it) and is freed by :meth:`close` or, failing that, by a ``weakref.finalize`` (never a
-``__del__``; it also runs at interpreter exit). If ``Llama.close()`` is called while the
-context is open, the context is freed first (a hook on the ``Llama``'s model, see
-:func:`llamabatch._ffi.on_model_close`), and then reports itself closed.
-"""
+"""BatchContext: a second llama.cpp context on the model a ``llama_cpp.Llama`` loaded (weights
+shared), with ``slots`` sequences and a non-unified KV cache of ``n_ctx_seq`` tokens each."""
 
 from __future__ import annotations
 
@@ -40,22 +28,16 @@ def _free(lib: _ffi.Library, handle: _ffi.ContextHandle, llm: Any) -> None:
 
 
 class BatchContext(Closing):
-    """A multi-sequence context sharing the ``Llama``'s model.
-
-    Args:
-        llm: a loaded ``llama_cpp.Llama``.
-        slots: sequences (``n_seq_max``), 1 .. ``llama_max_parallel_sequences()``.
-        n_ctx_seq: KV cache tokens per sequence requested (padded up to 256 by llama.cpp).
-        n_batch: most tokens per ``llama_decode`` (``n_batch`` = ``n_ubatch``).
-        decode_hook: optional :data:`DecodeHook`.
+    """A multi-sequence context sharing the ``Llama``'s model: ``slots`` sequences
+    (1 .. ``llama_max_parallel_sequences()``) of ``n_ctx_seq`` KV cache tokens requested, at
+    most ``n_batch`` (= ``n_ubatch``) tokens per ``llama_decode``. :attr:`limits` is what
+    llama.cpp allocated (``n_ctx_seq`` padded up to 256). It holds the ``Llama`` and is freed
+    by :meth:`close`, else by a ``weakref.finalize``, and before the model by ``Llama.close()``.
 
     Raises:
-        ValueError: a value llama.cpp would assert on or refuse
-            (:func:`~llamabatch.llamacpp.limits.check_context`: e.g. ``slots > n_batch``,
-            ``slots`` over ``llama_max_parallel_sequences()``), named with its range.
+        ValueError: a value llama.cpp would assert on or refuse (:func:`~.limits.check_context`).
         LibraryError: llama-cpp-python lacks a symbol a batch context needs.
-        BatchUnavailable: the ``Llama`` is closed, or
-            llama.cpp could not create the context (NULL; e.g. out of memory).
+        BatchUnavailable: the ``Llama`` is closed, or llama.cpp returned NULL (out of memory?).
     """
 
     def __init__(
@@ -125,17 +107,13 @@ class BatchContext(Closing):
 
     @property
     def handle(self) -> _ffi.ContextHandle:
-        """The ``llama_context *`` (for ``SeqSampler.sample``).
-
-        Raises:
-            ValueError: the context is closed.
-        """
+        """The ``llama_context *``; ValueError when closed."""
         self._check_open()
         return self._handle
 
     @property
     def model(self) -> _ffi.ModelHandle:
-        """``llama_get_model(ctx)``: the model this context runs (the ``Llama``'s)."""
+        """``llama_get_model(ctx)``: the ``Llama``'s model."""
         self._check_open()
         return self._lib.get_model(self._handle)
 
@@ -156,23 +134,16 @@ class BatchContext(Closing):
         return seq_id
 
     def clear(self, seq_ids: Iterable[int]) -> None:
-        """Remove whole sequences from the KV cache (``llama_memory_seq_rm(mem, s, -1, -1)``).
-
-        Raises:
-            ValueError: a sequence id outside [0, n_seq_max), or the context is closed.
-        """
+        """Remove whole sequences (``llama_memory_seq_rm(mem, s, -1, -1)``); ValueError for an id
+        outside [0, n_seq_max) or a closed context."""
         self._check_open()
         for seq_id in seq_ids:
             self._memory.seq_rm(self._seq(seq_id), -1, -1)  # whole sequence: never refused
 
     def trim(self, seq_id: int, n_keep: int) -> bool:
-        """Keep positions [0, n_keep) of ``seq_id``: ``llama_memory_seq_rm(mem, seq_id,
-        n_keep, -1)``. False when the memory refused (a recurrent or hybrid model cut
-        inside its state); the sequence must then be cleared whole.
-
-        Raises:
-            ValueError: a sequence id out of range, ``n_keep`` < 0, the context closed.
-        """
+        """Keep positions [0, n_keep) of ``seq_id`` (``llama_memory_seq_rm(mem, seq_id, n_keep,
+        -1)``). False when the memory refused (recurrent or hybrid model): clear it whole then.
+        ValueError for an id out of range, ``n_keep`` < 0 or a closed context."""
         self._check_open()
         if not isinstance(n_keep, int) or isinstance(n_keep, bool) or n_keep < 0:
             raise ValueError(f"n_keep={n_keep!r} is out of range: valid is an integer >= 0")
@@ -181,14 +152,10 @@ class BatchContext(Closing):
         return self._memory.seq_rm(self._seq(seq_id), n_keep, -1)
 
     def copy_seq(self, src: int, dst: int) -> int:
-        """Make ``dst``'s cells a copy of ``src``'s (``llama_state_seq_get_data`` /
-        ``llama_state_seq_set_data``: works across the streams of a non-unified cache,
-        unlike ``llama_memory_seq_cp``). Returns the bytes copied, 0 on failure.
-
-        Raises:
-            ValueError: an id out of range, ``src == dst``, the context closed.
-            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
-        """
+        """Make ``dst``'s cells a copy of ``src``'s (``llama_state_seq_get_data`` / ``set_data``,
+        which work across the streams of a non-unified cache); the bytes copied, 0 on failure.
+        ValueError for an id out of range, ``src == dst`` or a closed context; LibraryError when
+        the binding lacks ``llama_state_seq_*``."""
         self._require_state_seq()
         src, dst = self._seq(src), self._seq(dst)
         if src == dst:
@@ -196,24 +163,14 @@ class BatchContext(Closing):
         return self._lib.copy_seq(self._handle, src, dst)
 
     def save_seq(self, seq_id: int) -> Any:
-        """``seq_id``'s cells in a host buffer (``llama_state_seq_get_data``), ``None``
-        when llama.cpp wrote nothing; ``len()`` of the buffer is its bytes.
-
-        Raises:
-            ValueError: an id out of range, the context closed.
-            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
-        """
+        """``seq_id``'s cells in a host buffer (``llama_state_seq_get_data``; ``len()`` is its
+        bytes), ``None`` when llama.cpp wrote nothing. Raises as :meth:`copy_seq`."""
         self._require_state_seq()
         return self._lib.save_seq(self._handle, self._seq(seq_id))
 
     def load_seq(self, seq_id: int, state: Any) -> int:
-        """Replace ``seq_id``'s cells with ``state`` from :meth:`save_seq`
-        (``llama_state_seq_set_data``); the bytes read, 0 when refused.
-
-        Raises:
-            ValueError: an id out of range, the context closed.
-            LibraryError: the binding lacks the ``llama_state_seq_*`` functions.
-        """
+        """Replace ``seq_id``'s cells with a :meth:`save_seq` state (``llama_state_seq_set_data``);
+        the bytes read, 0 when refused. Raises as :meth:`copy_seq`."""
         self._require_state_seq()
         return self._lib.load_seq(self._handle, self._seq(seq_id), state)
 
@@ -224,8 +181,7 @@ class BatchContext(Closing):
 
     @property
     def is_recurrent(self) -> bool | None:
-        """True for a recurrent or hybrid model (``llama_model_is_recurrent`` /
-        ``llama_model_is_hybrid``), whose memory cannot be cut back to a position;
+        """True for a recurrent or hybrid model (its memory cannot be cut back to a position);
         ``None`` when the binding cannot say."""
         self._check_open()
         return self._lib.model_is_recurrent(self._lib.get_model(self._handle))
@@ -241,29 +197,24 @@ class BatchContext(Closing):
         return self._memory.seq_pos_max(self._seq(seq_id))
 
     def seq_pos_min(self, seq_id: int) -> int | None:
-        """Smallest position of ``seq_id`` held in every layer of the KV cache (for a
-        sliding-window model: in its window layers; ``llama_memory_seq_pos_min``), -1
-        when empty, ``None`` when the binding cannot say."""
+        """``llama_memory_seq_pos_min``: the smallest position of ``seq_id`` held in every layer
+        (window layers included), -1 when empty, ``None`` when the binding cannot say."""
         self._check_open()
         return self._memory.seq_pos_min(self._seq(seq_id))
 
     @property
     def graphs_reused(self) -> int | None:
-        """Ubatches so far that reused llama.cpp's previous compute graph (each of the
-        others built and allocated a new one), or ``None`` when the binding has no
-        ``llama_perf_context`` / ``n_reused``."""
+        """Ubatches so far that reused llama.cpp's previous compute graph (``llama_perf_context``),
+        ``None`` when the binding does not count them."""
         self._check_open()
         return self._lib.graphs_reused(self._handle)
 
     # -- compute -----------------------------------------------------------------
     def decode(self, batch: LlamaBatch) -> int:
-        """``llama_decode`` of ``batch``'s rows; returns llama.cpp's code (0 = ok;
-        see :func:`llamabatch.errors.decode_meaning`).
-
-        Raises:
-            ValueError: the context or batch is closed, the batch is empty, holds more
-                than ``limits.n_batch`` tokens, or allows ids >= ``limits.n_seq_max``.
-        """
+        """``llama_decode`` of ``batch``'s rows; llama.cpp's code (0 = ok,
+        :func:`llamabatch.errors.decode_meaning`). ValueError when the context or batch is closed,
+        or the batch is empty, holds more than ``limits.n_batch`` tokens or allows ids >=
+        ``limits.n_seq_max``."""
         self._check_open()
         n, limits = batch.n_tokens, self.limits
         if not 0 < n <= limits.n_batch:
@@ -279,9 +230,8 @@ class BatchContext(Closing):
         return int(code)
 
     def check_output(self, i: int) -> None:
-        """Raise ``IndexError`` unless batch row ``i`` requested logits in the last decode
-        and that decode succeeded. (``llama_sampler_sample`` on any other row is a C
-        assert that kills the process.)"""
+        """Raise ``IndexError`` unless row ``i`` requested logits in the last, successful decode
+        (``llama_sampler_sample`` on another row asserts and kills the process)."""
         if i not in self._outputs:
             raise IndexError(
                 f"batch row {i!r} has no logits from the last decode "
@@ -289,12 +239,8 @@ class BatchContext(Closing):
             )
 
     def logits(self, i: int) -> np.ndarray:
-        """A copy of the logits of batch row ``i`` of the last decode (float32[n_vocab],
-        ``llama_get_logits_ith``).
-
-        Raises:
-            IndexError: row ``i`` requested no logits in the last successful decode.
-        """
+        """A copy of row ``i``'s logits from the last decode (float32[n_vocab],
+        ``llama_get_logits_ith``); IndexError as :meth:`check_output`."""
         self._check_open()
         self.check_output(i)
         row = self._lib.logits(self._handle, i, self.n_vocab)
@@ -304,10 +250,7 @@ class BatchContext(Closing):
 
     def set_abort_callback(self, fn: Callable[[], bool] | None) -> None:
         """Have llama.cpp poll ``fn()`` during compute; True aborts the decode (code 2).
-
-        Raises:
-            LibraryError: the binding lacks ``llama_set_abort_callback``.
-        """
+        LibraryError when the binding lacks ``llama_set_abort_callback``."""
         self._check_open()
         self._abort_cb = self._lib.set_abort_callback(self._handle, fn)
 

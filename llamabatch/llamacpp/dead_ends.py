@@ -1,18 +1,7 @@
-"""Grammars that can never be generated, refused before llama.cpp sees them.
-
-A NUL character (U+0000) can never be produced by a token: llama.cpp's grammar stage
-gives ``-inf`` to every token whose text is empty or starts with a NUL, and its UTF-8
-decoder ends each token's code points with a 0 (llama-grammar.cpp,
-``llama_grammar_apply_impl`` and ``decode_utf8``). So a choice or a GBNF string literal
-holding a NUL is a dead end at that character, and so is a character class that matches
-no other character (``[\x00]``, or ``[^\x00-\U0010ffff]``, which leaves nothing: code
-points end at U+10FFFF). The item is refused with an error naming the place, up front,
-even where the dead end sits in an alternative that is never taken. (Other dead ends,
-which depend on what was generated, are found while sampling:
-:class:`~llamabatch.engine.seq_errors.GrammarDeadEnd`.)
-
-Pure Python, no llama.cpp.
-"""
+"""Grammars that can never be generated, refused before llama.cpp sees them: a NUL character
+in a choice or a GBNF string literal, or a character class that matches nothing but NUL.
+No token can produce a NUL (llama-grammar.cpp, ``llama_grammar_apply_impl`` and
+``decode_utf8``); docs/reliability-rules.md, "Grammar dead ends". Pure Python."""
 
 from __future__ import annotations
 
@@ -31,11 +20,7 @@ WHY = "no token can produce it (llama.cpp's grammar ends a token's text at a NUL
 
 
 def check_choices(choices: Sequence[str]) -> None:
-    """Refuse a choice holding a NUL character.
-
-    Raises:
-        GrammarError: naming the choice (its index) and the character position.
-    """
+    """Refuse a choice holding a NUL: GrammarError naming the choice's index and the position."""
     for k, choice in enumerate(choices):
         at = choice.find("\x00")
         if at >= 0:
@@ -47,9 +32,8 @@ def check_choices(choices: Sequence[str]) -> None:
 
 def check_literals(grammar: str) -> None:
     """Refuse GBNF text whose string literals hold a NUL, raw or escaped (``\\x00``,
-    ``\\u0000``, ``\\U00000000``), or that has a character class matching no character
-    but NUL. A class may name NUL among other characters (it is then never matched);
-    comments are skipped.
+    ``\\u0000``, ``\\U00000000``), or with a character class matching no character but NUL
+    (a class may name NUL among others). Comments are skipped.
 
     Raises:
         GrammarError: naming the line and column of the NUL or of the class.
@@ -80,8 +64,8 @@ def check_literals(grammar: str) -> None:
 
 
 def _char(text: str, at: int) -> tuple[int | None, int]:
-    """The code point of the class character at ``at`` (``None`` for an escape that is
-    not a number) and the characters it spans."""
+    """The code point of the class character at ``at`` (``None`` for an escape that is not a
+    number) and the characters it spans."""
     if text[at] != "\\" or at + 1 >= len(text):
         return ord(text[at]), 1
     letter = text[at + 1]
@@ -92,8 +76,8 @@ def _char(text: str, at: int) -> tuple[int | None, int]:
 
 
 def _check_class(text: str, start: int) -> int:
-    """Refuse the class ``[...]`` opening at ``start`` when it can match no character
-    but NUL; return the index of its closing ``]`` (or the end of the text)."""
+    """Refuse the class ``[...]`` opening at ``start`` when it matches no character but NUL;
+    the index of its closing ``]`` (or the end of the text)."""
     i, n = start + 1, len(text)
     negated = i < n and text[i] == "^"
     i += negated
@@ -120,8 +104,8 @@ def _check_class(text: str, start: int) -> int:
 
 
 def _matches_beyond_nul(ranges: list[tuple[int, int]], negated: bool) -> bool:
-    """True when a class of ``ranges`` (``[^...]`` when ``negated``) matches a code
-    point in [1, MAX_CODE_POINT]."""
+    """True when a class of ``ranges`` (``[^...]`` when ``negated``) matches a code point in
+    [1, MAX_CODE_POINT]."""
     if not negated:
         return any(high >= 1 and low <= high for low, high in ranges)
     nxt = 1  # the smallest code point not yet covered by the ranges
@@ -133,8 +117,8 @@ def _matches_beyond_nul(ranges: list[tuple[int, int]], negated: bool) -> bool:
 
 
 def _escape(text: str, at: int) -> tuple[int | None, int]:
-    """The code point of the escape whose letter is at ``at`` (``None`` when it is not
-    a number) and the characters it spans after the backslash."""
+    """The code point of the escape whose letter is at ``at`` (``None`` when not a number) and
+    the characters it spans after the backslash."""
     letter = text[at]
     digits = _HEX_ESCAPES.get(letter)
     if digits is None:

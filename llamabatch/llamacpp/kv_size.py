@@ -1,23 +1,5 @@
-"""How many bytes of KV cache a batch context allocates, known before it is created.
-
-Formula (``llama_kv_cache::llama_kv_cache`` in llama.cpp's src/llama-kv-cache.cpp, as
-vendored in llama-cpp-python 0.3.36): every layer with a KV cache gets
-``k = ggml_new_tensor_3d(type_k, n_embd_k_gqa, kv_size, n_stream)`` and the same for V
-with ``n_embd_v_gqa``; with a non-unified cache ``kv_size = n_ctx_seq`` and
-``n_stream = n_seq_max``. A tensor's bytes are ``ggml_row_size(type, n) * rows`` with
-``ggml_row_size(type, n) = type_size * n / block_size``, and
-``n_embd_k_gqa = n_embd_head_k * n_head_kv`` (likewise V). So::
-
-    bytes per token = n_layer * (row_size(type_k, n_embd_head_k * n_head_kv)
-                               + row_size(type_v, n_embd_head_v * n_head_kv))
-    bytes per slot  = bytes per token * n_ctx_seq      (n_ctx_seq padded up to 256)
-    bytes           = bytes per slot * slots
-
-Exact for models whose layers all have the same attention KV cache (llama, qwen2,
-SmolLM2 ...). For sliding-window models it is an upper bound (their SWA layers keep a
-smaller cache); for recurrent and hybrid models the recurrent state is not counted
-(:attr:`KvEstimate.exact` is False then).
-"""
+"""The bytes of KV cache a batch context allocates, known before it is created: the formula
+of llama.cpp's ``llama_kv_cache`` constructor (docs/reliability.md gives it)."""
 
 from __future__ import annotations
 
@@ -43,16 +25,10 @@ def pad_n_ctx_seq(n_ctx_seq: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class KvEstimate:
-    """KV cache size of a batch context.
-
-    Attributes:
-        bytes_per_token: bytes of K and V of one token over all layers.
-        n_ctx_seq: tokens per slot as llama.cpp allocates them (padded to 256).
-        bytes_per_slot: ``bytes_per_token * n_ctx_seq``.
-        slots: sequences (``n_seq_max``).
-        total_bytes: ``bytes_per_slot * slots``.
-        exact: False for sliding-window (upper bound), recurrent or hybrid models.
-    """
+    """KV cache size of a batch context: ``bytes_per_token`` (K and V over all layers),
+    ``n_ctx_seq`` (padded to 256, as allocated), ``bytes_per_slot``, ``slots``,
+    ``total_bytes``; ``exact`` is False for sliding-window (upper bound), recurrent or hybrid
+    models."""
 
     bytes_per_token: int
     n_ctx_seq: int
@@ -75,7 +51,7 @@ def _row_size(ggml_type: int, n: int) -> int:
 def kv_bytes_per_token(
     facts: KvFacts, type_k: int = GGML_TYPE_F16, type_v: int = GGML_TYPE_F16
 ) -> int:
-    """Bytes of K and V per token over all layers (see the module's formula)."""
+    """Bytes of K and V per token over all layers (the module's formula)."""
     n_k = facts.n_embd_head_k * facts.n_head_kv
     n_v = facts.n_embd_head_v * facts.n_head_kv
     return facts.n_layer * (_row_size(type_k, n_k) + _row_size(type_v, n_v))
@@ -89,14 +65,11 @@ def estimate(
     type_k: int | None = None,
     type_v: int | None = None,
 ) -> KvEstimate:
-    """The KV cache a batch context of ``slots`` x ``n_ctx_seq`` tokens would allocate.
+    """The :class:`KvEstimate` of a batch context of ``slots`` x ``n_ctx_seq`` tokens (each >= 1).
 
     Args:
-        llm_or_model_path: a loaded ``llama_cpp.Llama`` (its KV types are used) or the
-            path of a GGUF file (opened without reading the weights; F16 K and V
-            unless ``type_k``/``type_v`` are given).
-        slots: sequences, >= 1.
-        n_ctx_seq: tokens per sequence, >= 1 (padded up to 256 as llama.cpp does).
+        llm_or_model_path: a loaded ``llama_cpp.Llama`` (its KV types are used) or a GGUF
+            path (opened without its weights; F16 K and V unless given).
         type_k, type_v: ``enum ggml_type`` of the cache, overriding the ``Llama``'s.
 
     Raises:

@@ -1,14 +1,6 @@
-"""The values llamabatch hands to llama.cpp, checked against the asserts they could hit.
-
-A ``GGML_ASSERT`` in llama.cpp aborts the whole process (SIGABRT), so every value that
-reaches context creation or ``llama_decode`` is checked here first. Each check names
-the assert it guards (file and function of llama.cpp as vendored in llama-cpp-python
-0.3.36); ``docs/asserts.md`` lists all of them with the place that guards each.
-
-Pure functions: they take the values and the facts read from the library (the
-``llama_max_parallel_sequences()`` ceiling, the ``Llama``'s threads) and raise ``ValueError``
-naming the parameter and the valid range. No ctypes here.
-"""
+"""The values llamabatch hands to llama.cpp, checked against the asserts they could hit (a
+``GGML_ASSERT`` aborts the process). docs/asserts.md lists each assert and its guard.
+Pure functions, no ctypes."""
 
 from __future__ import annotations
 
@@ -40,33 +32,16 @@ def check_context(
     n_threads: int = 1,
     n_threads_batch: int = 1,
 ) -> None:
-    """Check the parameters of a non-unified batch context before ``llama_init_from_model``.
-
-    Args:
-        slots: ``n_seq_max``, sequences of the context.
-        n_ctx_seq: tokens of KV cache per sequence requested (``n_ctx = n_ctx_seq * slots``).
-        n_batch: most tokens per ``llama_decode``.
-        n_ubatch: most tokens per compute step (default: ``n_batch``).
-        max_slots: ``llama_max_parallel_sequences()`` (``LLAMA_MAX_SEQ``, 256 here).
-        n_threads, n_threads_batch: CPU threads of the context.
+    """Check the parameters of a non-unified batch context before ``llama_init_from_model``:
+    ``slots`` (``n_seq_max``), ``n_ctx_seq`` (KV cache tokens per sequence requested),
+    ``n_batch`` (tokens per ``llama_decode``), ``n_ubatch`` (default ``n_batch``), the
+    context's CPU threads; ``max_slots`` is ``llama_max_parallel_sequences()``.
 
     Raises:
-        ValueError: naming the first bad parameter and its valid range:
-
-        - ``slots`` in [1, max_slots]: ``n_seq_max must be <= LLAMA_MAX_SEQ``
-          (llama-context.cpp, a thrown error) and the seq-id asserts of llama-kv-cache.cpp.
-        - ``slots <= n_batch``: ``llama_context::output_reserve`` asserts
-          ``GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`` where
-          ``n_outputs_max = max(n_outputs, n_seq_max)`` and ``cparams.n_outputs_max`` is
-          ``cparams.n_batch`` (``llama_context_params.n_outputs_max == 0``); it is called
-          with ``n_seq_max`` while the context is created. ``cparams.n_batch`` is
-          ``min(n_ctx, n_batch)`` for causal attention and ``n_ctx >= n_seq_max``
-          always here, so the rule is exactly ``n_seq_max <= n_batch``.
-        - ``n_ubatch`` in [1, n_batch]: llama.cpp clamps it to ``n_batch``; we plan
-          with the value it uses, so a larger one is refused.
-        - ``n_ctx_seq * slots <= MAX_N_CTX``: ``n_ctx`` is a ``uint32_t``.
-        - threads in [1, MAX_N_THREADS]: ``ggml_graph_compute`` asserts
-          ``cplan->n_threads > 0``; ggml sizes per-thread arrays by ``GGML_MAX_N_THREADS``.
+        ValueError: naming the first bad parameter and its valid range: ``slots`` in
+            [1, max_slots]; ``slots <= n_batch`` (``llama_context::output_reserve``);
+            ``n_ubatch`` in [1, n_batch]; ``n_ctx_seq * slots <= MAX_N_CTX``; threads in
+            [1, MAX_N_THREADS].
     """
     if not _int(max_slots) or max_slots < 1:
         raise ValueError(f"max_slots={max_slots!r}: expected llama_max_parallel_sequences()")

@@ -1,26 +1,5 @@
-"""Leave the caller's ``Llama`` as it was: what completing an item alone changes, put back.
-
-Completing an item alone runs ``Llama.set_seed`` and ``Llama.generate`` on the caller's
-``Llama``. That replaces what decides its *next* output: the seed
-``create_completion`` derives each call's seed from (``random.Random(self._seed)``),
-the sampler chain ``Llama.sample`` reuses, mirostat's mu and the penalty window
-(``last_n_tokens_size``); and it fills the ``Llama``'s KV cache with our prompt.
-
-:class:`LlamaGuard` saves the settings and an exact copy of the cache before the first
-item alone (``llama_state_seq_get_data`` of the ``Llama``'s sequence 0, with
-``n_tokens``/``input_ids``: :func:`llamabatch._ffi.snapshot_llm`) and puts both back
-after the last (``llama_state_seq_set_data``). Cutting the cache back to the prefix the
-caller's tokens share with ours is not enough: the caller's next call would decode the
-rest of its prompt in another split than an untouched ``Llama`` does, and llama.cpp's
-logits depend on the split (docs/replies.md). The copy is taken once per run of items
-alone (one sequence state: ~2 ms for 9 MB on a CPU, docs/engine.md), not per item.
-Where no copy can be taken (a binding without ``llama_state_seq_*``), the cache is cut
-back to the longest prefix that still holds the caller's own tokens, as before.
-
-The context's logits after a restore are those of our last decode, so a ``Llama`` whose
-logits were live (``_requires_eval`` False) is marked to decode its last token again
-before it samples, as llama-cpp-python does after ``load_state``.
-"""
+"""Leave the caller's ``Llama`` as it was: what completing an item alone changes (seed,
+sampler, mirostat mu, penalty window, KV cache), put back (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -41,15 +20,12 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class LlamaGuard:
-    """Saves what of a ``Llama`` shapes its later output; :meth:`restore` puts it back.
-
-    Args:
-        llm: the caller's ``llama_cpp.Llama``.
+    """Saves what of a ``Llama`` shapes its later output: its settings and an exact copy of its
+    cache (:func:`llamabatch._ffi.snapshot_llm`; where none can be taken, the cache is cut
+    back to the caller's own tokens instead).
 
     Use: ``guard = LlamaGuard(llm)`` before touching it, ``guard.restore()`` after (in a
-    ``finally``); restoring twice does nothing more. Between items completed alone in one
-    run, :meth:`restore_settings` puts back all but the KV cache.
-    """
+    ``finally``; a second call does nothing); :meth:`restore_settings` between items alone."""
 
     def __init__(self, llm: Any) -> None:
         self._llm = llm
@@ -59,9 +35,8 @@ class LlamaGuard:
         self._restored = False
 
     def restore_settings(self) -> None:
-        """Put back the settings only (seed, sampler, penalty window), leaving the KV
-        cache with what was decoded since (the next item alone may reuse its prefix);
-        :meth:`restore` must still follow before the caller uses the ``Llama``."""
+        """Put back the settings only, leaving the cache for the next item alone to reuse;
+        :meth:`restore` must still follow."""
         if self._restored or not _ffi.is_loaded(self._llm):
             return
         settings = dict(self._settings)
@@ -70,8 +45,8 @@ class LlamaGuard:
         _ffi.set_llm_settings(self._llm, settings)
 
     def restore(self) -> None:
-        """Put back the settings and the caller's cache, exactly when the snapshot could
-        be taken (else cut back to what is still the caller's)."""
+        """Put back the settings and the caller's cache; the ``Llama`` decodes its last token again
+        before it samples (its logits are ours), as llama-cpp-python does after ``load_state``."""
         if self._restored:
             return
         self._restored = True
@@ -91,23 +66,9 @@ class LlamaGuard:
 
 
 def forget_stale_window(llm: Any, tokens: list[int], n_swa: int) -> bool:
-    """Empty the ``Llama``'s cache when ``Llama.generate(tokens)`` would reuse a cached
-    prefix whose window its sliding-window layers no longer hold.
-
-    ``Llama.generate`` keeps the longest cached prefix it shares with ``tokens``
-    (:func:`llamabatch._ffi.llm_prefix_kept`) without asking the window; with
-    ``swa_full=False`` a cache that went on past that prefix lost it there, and the reply
-    would come out wrong without an error. The rule is the batch path's
-    (:func:`llamabatch.llamacpp.window.window_holds`, llama-server's ``pos_min`` test).
-
-    Args:
-        llm: the ``llama_cpp.Llama`` about to generate.
-        tokens: the prompt it will be given.
-        n_swa: its window (:func:`llamabatch._ffi.window_of`; 0: nothing to check).
-
-    Returns:
-        True when the cache was emptied (the whole prompt is then prefilled).
-    """
+    """Empty the ``Llama``'s cache when ``Llama.generate(tokens)`` would reuse a cached prefix
+    whose window its sliding-window layers no longer hold (:func:`~.window.window_holds`);
+    True when emptied. ``n_swa``: the window (:func:`llamabatch._ffi.window_of`; 0: no check)."""
     if n_swa <= 0:
         return False
     n_cached = len(_ffi.llm_cached_tokens(llm))

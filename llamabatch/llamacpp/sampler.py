@@ -1,30 +1,5 @@
-"""SeqSampler: one sequence's llama.cpp sampler chain, built like ``Llama.generate``'s.
-
-The chain is llama-cpp-python's ``Llama._init_sampler`` (0.3.x), stage for stage:
-
-* ``temperature > 0``: penalties(n_vocab, last_n, repeat, freq, present) → top_k(k) →
-  typical(p, min_keep=1) → top_p(p, 1) → min_p(p, 1) → temp(t) → dist(seed);
-* ``temperature == 0``: penalties(...) → greedy.
-
-``llama_sampler_sample`` (llama.h) applies the chain to the logits of one batch row and
-*accepts* the chosen token into the chain (penalty history, dist's RNG): it must not be
-accepted again. Prompt tokens are not fed to the history, as in ``Llama.generate``.
-
-A grammar (``grammar``, or the one made of ``json_schema`` / ``choices``, see
-:mod:`llamabatch.llamacpp.constraints`) is a ``llama_sampler_init_grammar`` stage right after
-penalties, where ``Llama._init_sampler`` puts it. Applying it to the whole vocabulary
-at every step is costly, so by default (``lazy_grammar=True``) it is checked lazily, as
-llama.cpp's common sampler does (``common/sampling.cpp``, ``grammar_first = false``):
-the chain without the grammar picks a token; if the grammar allows it, that token is
-taken, else the grammar masks the whole vocabulary and the chain picks again. With
-``temperature == 0`` this picks exactly what the full chain picks (the argmax of the
-allowed tokens either way); with ``temperature > 0`` the draw may differ from the full
-chain's (the dist RNG is used once more after a rejection), as in llama.cpp.
-
-Log-probabilities (``params.logprobs``): after each token, the ``logprobs`` likeliest
-tokens of the row's raw logits and the chosen one, as ``log_softmax(logits)``
-(``Llama.logits_to_logprobs``, what ``create_completion(logprobs=N)`` reports).
-"""
+"""SeqSampler: one sequence's llama.cpp sampler chain, built stage for stage as
+llama-cpp-python's ``Llama._init_sampler`` (0.3.x) builds ``Llama.generate``'s."""
 
 from __future__ import annotations
 
@@ -54,8 +29,9 @@ def _vocab(lib: _ffi.Library, source: Any) -> _ffi.VocabHandle:
 
 
 def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, float], ...]:
-    """The ``n`` likeliest ``(token_id, logprob)`` pairs of a row of raw logits, likeliest
-    first, then ``token`` if it is not among them; logprob = ``log_softmax(logits)``."""
+    """The ``n`` likeliest ``(token_id, logprob)`` of a row of raw logits, likeliest first,
+    then ``token`` if not among them; logprob = ``log_softmax(logits)``, as
+    ``Llama.logits_to_logprobs``."""
     row = logits.astype(np.float64)
     top = row.max()
     logz = top + math.log(float(np.exp(row - top).sum()))
@@ -68,32 +44,28 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
 
 
 def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[float, ...]:
-    """``log_softmax(logits)[t]`` for each ``t`` of ``ids`` (natural log; ``logits`` is a
-    row of n_vocab, its ``exp`` taken in the row's own dtype and summed in float64: for a
-    float32 row of SmolLM2's 49,152 logits within 2e-8 of a float64 computation;
-    ``Llama.logits_to_logprobs`` computes the same)."""
+    """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``; ``logits`` is one row
+    of n_vocab, summed in float64."""
     top = logits.max()
     logz = float(top) + math.log(float(np.exp(logits - top).sum(dtype=np.float64)))
     return tuple(float(logits[t]) - logz for t in ids)
 
 
 class SeqSampler(Closing):
-    """One sampler chain (``llama_sampler_chain_init``) for one sequence.
+    """One sampler chain (``llama_sampler_chain_init``) for one sequence:
+    penalties → greedy at ``temperature == 0``, else penalties → top_k → typical → top_p →
+    min_p → temp → dist(seed); a grammar right after penalties. Prompt tokens are not fed to
+    the penalty history, as in ``Llama.generate``.
 
     Args:
-        source: a ``llama_cpp.Llama`` or a model handle (for ``n_vocab``, which the
-            penalties stage needs).
-        params: the sampling parameters.
-        lazy_grammar: check a grammar only on the token the chain picked (default), or
-            (False) run it over the whole vocabulary at every step as ``Llama`` does.
-            Only the lazy check guards a grammar dead end (:meth:`sample` raises
-            ``GrammarDeadEnd`` before accepting anything); with False the grammar is a
-            stage of the chain, which accepts in the same C call, so a dead end there
-            aborts the process: a reference for tests, never used by the backend.
+        source: a ``llama_cpp.Llama`` or a model handle (the penalties stage needs n_vocab).
+        lazy_grammar: check a grammar only on the token the chain picked, as llama.cpp's
+            ``common/sampling.cpp`` does (docs/outputs.md); False runs it over the whole
+            vocabulary like ``Llama``, where a dead end aborts the process (tests only).
 
     Attributes:
-        last_logprobs: after :meth:`sample`, the chosen token's log-probabilities when
-            ``params.logprobs`` is set (see :func:`top_logprobs`), else ``None``.
+        last_logprobs: after :meth:`sample`, the chosen token's :func:`top_logprobs` when
+            ``params.logprobs`` is set, else ``None``.
 
     Raises:
         LibraryError: a sampler symbol is missing in the installed llama-cpp-python.
@@ -152,19 +124,10 @@ class SeqSampler(Closing):
             raise ValueError("the SeqSampler is closed")
 
     def sample(self, ctx: Any, i: int) -> int:
-        """Sample (and accept) the next token from batch row ``i`` of ``ctx``'s last decode.
-
-        Args:
-            ctx: a ``BatchContext`` (``handle`` and ``check_output`` are used).
-            i: the batch index of a token decoded with logits.
-
-        Returns:
-            the token id (``llama_sampler_sample``).
-
-        Raises:
-            ValueError: the sampler or the context is closed.
-            IndexError: row ``i`` has no logits (checked first: llama.cpp would abort).
-        """
+        """Sample and accept (``llama_sampler_sample``) the next token from row ``i`` of the last
+        decode of ``ctx`` (a ``BatchContext``). ValueError when the sampler or context is closed,
+        IndexError when row ``i`` has no logits (llama.cpp would abort), GrammarDeadEnd when the
+        grammar allows no token (nothing accepted)."""
         self._check_open()
         handle = ctx.handle
         ctx.check_output(i)
@@ -205,8 +168,7 @@ class SeqSampler(Closing):
         return token
 
     def stage_names(self) -> list[str]:
-        """The chain's stage names in order (``llama_sampler_chain_get`` +
-        ``llama_sampler_name``); a no-op stage may carry a leading ``?``."""
+        """The chain's stage names in order; a no-op stage may carry a leading ``?``."""
         self._check_open()
         return self._chains.stage_names(self._chain)
 
