@@ -1,15 +1,8 @@
 """The only part of llamabatch that touches ctypes and ``llama_cpp.llama_cpp``.
 
-Nothing here loads llama.cpp at import time: :func:`load` imports the binding (and so
-its shared library) on first use and resolves the symbols llamabatch needs on the
-installed llama-cpp-python, renamed ones included (memory API, penalties arity,
-``llama_n_ctx_seq``, context creation, end-of-generation test). Pointers travel as
-typed handles (:mod:`.handles`); ``llama_batch`` arrays as numpy views (:mod:`.views`).
-
-Raises (from :func:`load` and the :class:`Library` methods):
-    LibraryError: llama-cpp-python or an essential symbol is missing; the message names
-        the symbol and the installed version.
-"""
+Nothing is loaded at import: :func:`load` imports the binding on first use and resolves
+the symbols llamabatch needs, renamed ones included; a missing essential one is a
+``LibraryError`` naming it and the installed version."""
 
 from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle
 from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load

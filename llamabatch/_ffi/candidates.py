@@ -1,13 +1,7 @@
-"""Token candidates (``llama_token_data_array``) over one row of logits, for samplers
-applied by hand: a grammar checked lazily, and log-probabilities.
-
-``llama_sampler_sample`` (llama-sampler.cpp) fills ``cur[id] = {id, logits[id], 0}`` for
-every id of the vocabulary, sets ``selected = -1, sorted = false``, applies the sampler,
-then accepts ``cur[selected].id``. :class:`Candidates` does the same steps one by one, so a
-caller can put a grammar stage in front or skip it: the ``llama_token_data`` rows live in
-a numpy structured array (``int32 id, float32 logit, float32 p``, 12 bytes, the layout of
-llama.h's struct) that the binding's ``llama_token_data_array`` points into.
-"""
+"""Token candidates (``llama_token_data_array``) over one row of logits, for samplers applied
+by hand (a grammar checked lazily, log-probabilities): the steps of
+``llama_sampler_sample`` (llama-sampler.cpp) one by one, rows in a numpy structured array
+of llama.h's ``llama_token_data`` layout."""
 
 from __future__ import annotations
 
@@ -24,13 +18,8 @@ TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32
 
 
 class Candidates:
-    """A reusable ``llama_token_data_array`` of ``n_vocab`` rows.
-
-    Args:
-        module: ``llama_cpp.llama_cpp`` (for its ``llama_token_data*`` declarations).
-        fn: the resolved functions (``get_logits_ith``, ``sampler_apply``).
-        n_vocab: rows.
-    """
+    """A reusable ``llama_token_data_array`` of ``n_vocab`` rows; ``module`` is
+    ``llama_cpp.llama_cpp``, ``fn`` the resolved functions."""
 
     def __init__(self, module: Any, fn: dict[str, Any], n_vocab: int) -> None:
         if ctypes.sizeof(module.llama_token_data) != TOKEN_DATA.itemsize:
@@ -52,8 +41,8 @@ class Candidates:
         self._apply = fn["sampler_apply"]
 
     def logits(self, ctx: ContextHandle, i: int) -> np.ndarray:
-        """A view of ``llama_get_logits_ith(ctx, i)`` (float32[n_vocab]; valid until the
-        next decode). The caller checked that row ``i`` has logits."""
+        """A view of ``llama_get_logits_ith(ctx, i)`` (float32[n_vocab], valid until the next
+        decode); the caller checked that row ``i`` has logits."""
         ptr = self._logits_ith(ctx.ctx, i)
         if not ptr:
             raise GrammarError(f"llama_get_logits_ith returned NULL for row {i}")
@@ -68,8 +57,7 @@ class Candidates:
         self._array.size, self._array.selected, self._array.sorted = self.n_vocab, -1, False
 
     def any_finite(self) -> bool:
-        """True when some row of the array (its current ``size``) has a finite logit:
-        after a grammar stage, False means the grammar allows no token (a dead end)."""
+        """True when some row has a finite logit; False after a grammar stage: a dead end."""
         return bool(np.isfinite(self.rows["logit"][: int(self._array.size)]).any())
 
     def apply(self, sampler: Any) -> None:
@@ -77,11 +65,8 @@ class Candidates:
         self._apply(sampler, self._ref)
 
     def selected(self) -> tuple[int, float]:
-        """The id and logit at ``selected`` after a selecting stage (greedy, dist).
-
-        Raises:
-            GrammarError: nothing was selected, or only masked (-inf) tokens were left.
-        """
+        """The id and logit at ``selected`` after a selecting stage; GrammarError when nothing was
+        selected."""
         k, size = int(self._array.selected), int(self._array.size)
         if not 0 <= k < size:
             raise GrammarError(f"the sampler selected no token (selected={k}, size={size})")
@@ -89,8 +74,8 @@ class Candidates:
         return int(row["id"]), float(row["logit"])
 
     def allows(self, sampler: Any, token: int) -> bool:
-        """True when ``sampler`` (a grammar) leaves ``token`` a finite logit: apply it to
-        a one-row array ``{token, 0, 0}`` (llama.cpp's common sampler checks the same way)."""
+        """True when ``sampler`` (a grammar) leaves ``token`` a finite logit, applied to a one-row
+        array (as llama.cpp's common sampler checks)."""
         self._one[0] = (token, 0.0, 0.0)
         self._one_array.size, self._one_array.selected, self._one_array.sorted = 1, -1, False
         self._apply(sampler, self._one_ref)

@@ -1,13 +1,6 @@
-"""Typed opaque handles over llama.cpp pointers.
-
-Each handle wraps one pointer under its own field name (``model``, ``ctx``, ``vocab``,
-``chain``), so a model handle passed where a context is due fails loudly instead of
-handing llama.cpp the wrong pointer: the :class:`~llamabatch._ffi.library.Library`
-methods raise ``TypeError`` (:func:`expect`), and the hot-path ones (decode, sample)
-read the field by name, so a wrong handle raises ``AttributeError`` at no extra cost.
-A handle never frees anything: ownership stays with the class that created the pointer
-(``BatchContext``, ``SeqSampler``, the ``Llama``).
-"""
+"""Typed opaque handles over llama.cpp pointers: a handle of the wrong kind fails loudly
+(:func:`expect`, or ``AttributeError`` on the field) instead of reaching llama.cpp. A
+handle frees nothing; its pointer is owned by whoever created it."""
 
 from __future__ import annotations
 
@@ -23,8 +16,8 @@ else:  # typing_extensions is a dependency of llama-cpp-python
 
 @dataclass_transform(frozen_default=True)
 class Handle:
-    """A pointer under the one field its subclass declares: each subclass becomes a
-    frozen dataclass of that field, equal only to a handle of its own type."""
+    """A pointer under the one field its subclass declares (a frozen dataclass, equal only to a
+    handle of its own type)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -32,34 +25,30 @@ class Handle:
 
 
 class ModelHandle(Handle):
-    """A ``llama_model *`` (owned by a ``llama_cpp.Llama``; llamabatch never frees it);
-    ``model`` is its address (int, never 0)."""
+    """A ``llama_model *`` (a ``llama_cpp.Llama``'s); ``model`` is its address."""
 
     model: int
 
 
 class ContextHandle(Handle):
-    """A ``llama_context *`` (owned by ``BatchContext`` or a ``llama_cpp.Llama``); ``ctx``
-    is its address (int, never 0)."""
+    """A ``llama_context *``; ``ctx`` is its address."""
 
     ctx: int
 
 
 class VocabHandle(Handle):
-    """A ``const llama_vocab *`` (lives as long as its model); ``vocab`` is its address
-    (int, never 0)."""
+    """A ``const llama_vocab *`` (lives as long as its model); ``vocab`` is its address."""
 
     vocab: int
 
 
 class SamplerHandle(Handle):
-    """A ``llama_sampler *`` that is a chain (``llama_sampler_chain_init``); ``chain`` is
-    the binding's ``POINTER(llama_sampler)`` object (non-NULL)."""
+    """A ``llama_sampler *`` chain; ``chain`` is the binding's ``POINTER(llama_sampler)``."""
 
     chain: Any
 
 
 def expect(handle: object, kind: type) -> None:
-    """Raise ``TypeError`` unless ``handle`` is a ``kind`` (e.g. a model for a context)."""
+    """Raise ``TypeError`` unless ``handle`` is a ``kind``."""
     if type(handle) is not kind:
         raise TypeError(f"expected a {kind.__name__}, got {type(handle).__name__}")

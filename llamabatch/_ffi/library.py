@@ -1,8 +1,5 @@
-"""The llama.cpp calls llamabatch makes, over typed handles (one :class:`Library`).
-
-Every method cites the llama.h function it calls. The binding is imported on the first
-:func:`load` (not when ``llamabatch`` is imported).
-"""
+"""The llama.cpp calls llamabatch makes, over typed handles (one :class:`Library`); each method
+names the llama.h function it calls."""
 
 from __future__ import annotations
 
@@ -44,11 +41,8 @@ BATCH_ROLES = (
 
 @functools.lru_cache(maxsize=1)
 def load() -> Library:
-    """The process-wide :class:`Library` (imports ``llama_cpp.llama_cpp`` once).
-
-    Raises:
-        LibraryError: llama-cpp-python is missing or its shared library does not load.
-    """
+    """The process-wide :class:`Library` (imports ``llama_cpp.llama_cpp`` once); LibraryError
+    when llama-cpp-python is missing or its shared library does not load."""
     module, version = import_binding()
     return Library(module, resolve(module, version))
 
@@ -58,13 +52,9 @@ _STATE_SEQ_ROLES = ("state_seq_get_size", "state_seq_get_data", "state_seq_set_d
 
 
 class Library:
-    """llama.cpp through the installed binding, with renamed symbols resolved.
-
-    Attributes:
-        version: installed llama-cpp-python version.
-        symbols: what was resolved (see :class:`~llamabatch._ffi.resolve.Symbols`).
-        samplers: sampler-chain construction (:class:`SamplerChains`).
-    """
+    """llama.cpp through the installed binding, with renamed symbols resolved: ``version`` (of
+    llama-cpp-python), ``symbols`` (:class:`~.resolve.Symbols`), ``samplers``
+    (:class:`SamplerChains`)."""
 
     def __init__(self, module: Any, symbols: Symbols) -> None:
         self._module = module
@@ -91,12 +81,9 @@ class Library:
     def context_params(
         self, fields: dict[str, Any], like: Any = None, copy: tuple[str, ...] = ()
     ) -> Any:
-        """``llama_context_default_params()`` with ``fields`` set by name.
-
-        Fields named in ``copy`` are first copied from ``like`` (another params struct)
-        when both have them; fields the installed struct lacks are skipped
-        (e.g. ``kv_unified`` before it existed: the cache was unified then).
-        """
+        """``llama_context_default_params()`` with ``fields`` set by name, after the fields named in
+        ``copy`` were copied from ``like``; fields the installed struct lacks are skipped (e.g.
+        ``kv_unified``: the cache was unified before it existed)."""
         params = self.symbols.fn["context_default_params"]()
         have = {name for name, *_ in type(params)._fields_}
         if like is not None:
@@ -110,7 +97,7 @@ class Library:
         return params
 
     def init_context(self, model: ModelHandle, params: Any) -> ContextHandle | None:
-        """``llama_init_from_model(model, params)``; ``None`` when llama.cpp returns NULL."""
+        """``llama_init_from_model(model, params)``; ``None`` for NULL."""
         expect(model, ModelHandle)
         ptr = self.symbols.fn["init_context"](model.model, params)
         return ContextHandle(int(ptr)) if ptr else None
@@ -121,8 +108,8 @@ class Library:
         self.symbols.fn["free_context"](ctx.ctx)
 
     def context_sizes(self, ctx: ContextHandle) -> dict[str, int]:
-        """``llama_n_ctx``, ``llama_n_ctx_seq`` (else n_ctx // n_seq_max),
-        ``llama_n_seq_max`` and ``llama_n_batch`` of ``ctx``, in tokens / sequences."""
+        """``llama_n_ctx``, ``llama_n_ctx_seq`` (else n_ctx // n_seq_max), ``llama_n_seq_max`` and
+        ``llama_n_batch`` of ``ctx``."""
         expect(ctx, ContextHandle)
         fn = self.symbols.fn
         n_ctx, n_seq_max = int(fn["n_ctx"](ctx.ctx)), int(fn["n_seq_max"](ctx.ctx))
@@ -139,18 +126,17 @@ class Library:
         }
 
     def get_model(self, ctx: ContextHandle) -> ModelHandle:
-        """``llama_get_model(ctx)``: the model the context runs."""
+        """``llama_get_model(ctx)``."""
         expect(ctx, ContextHandle)
         return ModelHandle(int(self.symbols.fn["get_model"](ctx.ctx)))
 
     def memory(self, ctx: ContextHandle) -> MemoryOps | None:
-        """The context's memory (KV cache) operations; ``None`` if it has no memory."""
+        """The context's memory (KV cache) operations; ``None`` if it has none."""
         expect(ctx, ContextHandle)
         return bind_memory(self.symbols, ctx.ctx)
 
     def can_copy_seq(self) -> bool:
-        """True when the ``llama_state_seq_*`` functions :meth:`copy_seq`,
-        :meth:`save_seq` and :meth:`load_seq` need exist."""
+        """True when the binding has the ``llama_state_seq_*`` functions."""
         return all(self.symbols.has(r) for r in _STATE_SEQ_ROLES)
 
     def require_state_seq(self) -> None:
@@ -158,24 +144,15 @@ class Library:
         self.symbols.require(*_STATE_SEQ_ROLES)
 
     def copy_seq(self, ctx: ContextHandle, src: int, dst: int) -> int:
-        """Copy sequence ``src``'s cells (KV or recurrent state) onto ``dst``:
-        :meth:`save_seq` of ``src`` then :meth:`load_seq` onto ``dst``.
-
-        Returns:
-            the bytes copied; 0 when either call failed (``dst`` is then unknown).
-        """
+        """Copy sequence ``src``'s cells (KV or recurrent state) onto ``dst`` (:meth:`save_seq`,
+        then :meth:`load_seq`); the bytes copied, 0 when either failed (``dst`` is then unknown)."""
         state = self.save_seq(ctx, src)
         return 0 if state is None else self.load_seq(ctx, dst, state)
 
     def save_seq(self, ctx: ContextHandle, seq_id: int) -> Any:
-        """Sequence ``seq_id``'s cells (KV or recurrent state) in a fresh host buffer:
-        ``llama_state_seq_get_data(ctx, buf, llama_state_seq_get_size(ctx, seq_id),
-        seq_id)`` (llama.h).
-
-        Returns:
-            a ctypes ``c_uint8`` array of exactly the bytes written (``len()`` = bytes),
-            or ``None`` when llama.cpp wrote nothing.
-        """
+        """Sequence ``seq_id``'s cells in a fresh host buffer (``llama_state_seq_get_size`` /
+        ``llama_state_seq_get_data``): a ``c_uint8`` array of the bytes written, ``None`` when
+        llama.cpp wrote nothing."""
         expect(ctx, ContextHandle)
         fn = self.symbols.fn
         size = int(fn["state_seq_get_size"](ctx.ctx, seq_id))
@@ -188,21 +165,15 @@ class Library:
         return buf if n == size else (ctypes.c_uint8 * n).from_buffer_copy(buf)
 
     def load_seq(self, ctx: ContextHandle, seq_id: int, state: Any) -> int:
-        """Replace sequence ``seq_id``'s cells with ``state`` (from :meth:`save_seq` on
-        a context of the same model and cache types): ``llama_state_seq_set_data(ctx,
-        state, len(state), seq_id)``, which empties ``seq_id`` first.
-
-        Returns:
-            the bytes read; 0 when llama.cpp refused the state (``seq_id`` is then
-            unknown).
-        """
+        """``llama_state_seq_set_data``: replace sequence ``seq_id``'s cells (emptied first) with a
+        :meth:`save_seq` state of the same model and cache types; the bytes read, 0 when refused
+        (``seq_id`` is then unknown)."""
         expect(ctx, ContextHandle)
         return int(self.symbols.fn["state_seq_set_data"](ctx.ctx, state, len(state), seq_id))
 
     def model_is_recurrent(self, model: ModelHandle) -> bool | None:
-        """``llama_model_is_recurrent(model) or llama_model_is_hybrid(model)``: its
-        memory keeps one state per sequence, so it cannot be cut back to a position.
-        ``None`` when the binding has neither function."""
+        """``llama_model_is_recurrent or llama_model_is_hybrid``: the memory cannot be cut back to a
+        position. ``None`` when the binding has neither."""
         expect(model, ModelHandle)
         found = [
             bool(self.symbols.fn[r](model.model))
@@ -212,8 +183,7 @@ class Library:
         return any(found) if found else None
 
     def model_n_swa(self, model: ModelHandle) -> int:
-        """``llama_model_n_swa(model)``: the sliding window of the model's window layers
-        in positions, 0 when it has none (or the binding cannot say)."""
+        """``llama_model_n_swa``: the sliding window in positions; 0 when none or unknown."""
         expect(model, ModelHandle)
         if not self.symbols.has("model_n_swa"):
             return 0
@@ -232,9 +202,8 @@ class Library:
         return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
 
     def graphs_reused(self, ctx: ContextHandle) -> int | None:
-        """How many ubatches of ``ctx`` reused the previous compute graph instead of
-        building one (``llama_perf_context(ctx).n_reused``, llama.cpp's graph reuse);
-        ``None`` when this llama.cpp does not count it."""
+        """Ubatches of ``ctx`` that reused the previous compute graph
+        (``llama_perf_context(ctx).n_reused``); ``None`` when not counted."""
         expect(ctx, ContextHandle)
         if not self.symbols.has("perf_context"):
             return None
@@ -242,15 +211,9 @@ class Library:
         return int(data.n_reused) if hasattr(data, "n_reused") else None
 
     def set_abort_callback(self, ctx: ContextHandle, fn: Callable[[], bool] | None) -> Any:
-        """``llama_set_abort_callback``: llama.cpp calls ``fn()`` during compute and aborts
-        the decode (return code 2) when it returns True. ``None`` removes it.
-
-        Returns:
-            the C callback object; the caller must keep it alive while it is set.
-
-        Raises:
-            LibraryError: the binding lacks ``llama_set_abort_callback``.
-        """
+        """``llama_set_abort_callback``: llama.cpp calls ``fn()`` during compute and aborts the
+        decode (code 2) when it returns True; ``None`` removes it. Returns the C callback, which
+        the caller keeps alive while it is set. LibraryError when the symbol is missing."""
         expect(ctx, ContextHandle)
         set_cb = self.symbols.fn["set_abort_callback"]
         if fn is None:
@@ -262,7 +225,7 @@ class Library:
 
     # -- batches -------------------------------------------------------------------
     def batch_buffers(self, capacity: int) -> BatchBuffers:
-        """``llama_batch_init(capacity, 0, 1)`` with numpy views (:class:`BatchBuffers`)."""
+        """``llama_batch_init(capacity, 0, 1)`` with numpy views."""
         fn = self.symbols.fn
         return BatchBuffers(fn["batch_init"], fn["batch_free"], capacity)
 
@@ -273,17 +236,16 @@ class Library:
         return VocabHandle(int(self.symbols.fn["model_get_vocab"](model.model)))
 
     def n_vocab(self, vocab: VocabHandle) -> int:
-        """``llama_vocab_n_tokens(vocab)``: valid token ids are [0, n_vocab)."""
+        """``llama_vocab_n_tokens``: valid token ids are [0, n_vocab)."""
         expect(vocab, VocabHandle)
         return int(self.symbols.fn["vocab_n_tokens"](vocab.vocab))
 
     def eog_ids(self, vocab: VocabHandle) -> frozenset[int]:
-        """Every id with ``llama_vocab_is_eog(vocab, id)`` (one pass over the vocabulary)."""
+        """Every id with ``llama_vocab_is_eog(vocab, id)``."""
         n_vocab, is_eog, ptr = self.n_vocab(vocab), self._is_eog, vocab.vocab
         return frozenset(t for t in range(n_vocab) if is_eog(ptr, t))
 
     # -- samplers ------------------------------------------------------------------
     def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:
-        """``llama_sampler_sample(chain, ctx, i)``: sample *and accept* from output row of
-        batch index ``i`` of the last decode."""
+        """``llama_sampler_sample(chain, ctx, i)``: sample and accept from row ``i``."""
         return self.samplers.sample(chain, ctx, i)

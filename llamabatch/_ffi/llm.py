@@ -1,13 +1,6 @@
-"""What llamabatch reads from a loaded ``llama_cpp.Llama`` (0.3.x internals, in one place).
-
-``Llama._model`` is llama-cpp-python's ``_internals.LlamaModel``; its ``.model`` is the
-``llama_model *`` (an int, ``None`` after ``Llama.close()``). ``Llama.context_params`` is
-the binding's ``llama_context_params`` the ``Llama`` created its own context with.
-``Llama._model._exit_stack`` is the ``contextlib.ExitStack`` that ``Llama.close()`` (and
-the ``Llama``'s garbage collection) unwinds to free the model; llama-cpp-python's own
-context registers its ``close`` there so it is freed before the model, and so does
-llamabatch's batch context (:func:`on_model_close`).
-"""
+"""What llamabatch reads from a loaded ``llama_cpp.Llama`` (llama-cpp-python 0.3.x internals,
+in one place): ``Llama._model.model`` is the ``llama_model *`` (falsy after
+``Llama.close()``); ``Llama._model._exit_stack`` is what ``Llama.close()`` unwinds to free it."""
 
 from __future__ import annotations
 
@@ -41,12 +34,8 @@ SHARED_CONTEXT_FIELDS = (
 
 
 def model_of(llm: Any) -> ModelHandle:
-    """The ``llama_model *`` a ``llama_cpp.Llama`` loaded.
-
-    Raises:
-        LibraryError: this llama-cpp-python keeps its model elsewhere (``Llama._model.model``).
-        BatchUnavailable: the ``Llama`` was closed (no model any more).
-    """
+    """The ``llama_model *`` a ``llama_cpp.Llama`` loaded. LibraryError when this
+    llama-cpp-python keeps it elsewhere, BatchUnavailable when the ``Llama`` was closed."""
     holder = getattr(llm, "_model", None)
     if holder is None or not hasattr(holder, "model"):
         raise LibraryError(
@@ -59,8 +48,8 @@ def model_of(llm: Any) -> ModelHandle:
 
 
 def context_of(llm: Any) -> ContextHandle | None:
-    """The ``Llama``'s own ``llama_context *`` (``Llama.ctx``), or ``None`` when it has
-    none (closed, or a llama-cpp-python that keeps it elsewhere)."""
+    """The ``Llama``'s own ``llama_context *`` (``Llama.ctx``), or ``None`` (closed, or kept
+    elsewhere)."""
     ctx = getattr(llm, "ctx", None)
     if not ctx:
         return None
@@ -79,14 +68,9 @@ def is_loaded(llm: Any) -> bool:
 
 
 def on_model_close(llm: Any, fn: Callable[[], object]) -> bool:
-    """Have ``fn()`` called when the ``Llama``'s model is about to be freed
-    (``Llama.close()``, or the ``Llama`` collected), before ``llama_model_free``.
-
-    Callbacks run last-registered first, so ``fn`` runs before the model is freed.
-
-    Returns:
-        False when this llama-cpp-python offers no such hook (then nothing is registered).
-    """
+    """Have ``fn()`` called before the ``Llama``'s model is freed (``Llama.close()`` or garbage
+    collection): a callback on its exit stack, which runs last-registered first. False when
+    this llama-cpp-python has no such hook."""
     stack = getattr(getattr(llm, "_model", None), "_exit_stack", None)
     callback = getattr(stack, "callback", None)
     if not callable(callback):
@@ -108,7 +92,7 @@ def threads_of(llm: Any) -> tuple[int, int]:
 
 
 def context_params_of(llm: Any) -> Any:
-    """The ``Llama``'s ``llama_context_params`` (or ``None`` if it has none)."""
+    """The ``Llama``'s ``llama_context_params`` (or ``None``)."""
     return getattr(llm, "context_params", None)
 
 
@@ -132,16 +116,14 @@ def set_llm_settings(llm: Any, settings: dict[str, Any]) -> None:
 
 
 def llm_cached_tokens(llm: Any) -> list[int]:
-    """The token ids the ``Llama``'s KV cache holds (``input_ids[:n_tokens]``), a copy."""
+    """A copy of the token ids the ``Llama``'s KV cache holds (``input_ids[:n_tokens]``)."""
     return [int(t) for t in llm.input_ids[: llm.n_tokens]]
 
 
 def llm_prefix_kept(llm: Any, tokens: list[int]) -> int:
-    """How many of the ``Llama``'s cached tokens ``Llama.generate(tokens, reset=True)``
-    keeps (llama-cpp-python 0.3.x): the common prefix of ``input_ids[:n_tokens]`` and
-    ``tokens``, less one when it covers all of ``tokens`` (the last one is decoded again
-    for fresh logits), unless the whole prompt is cached with live logits
-    (``_requires_eval`` False: then nothing is decoded and all are kept)."""
+    """How many cached tokens ``Llama.generate(tokens, reset=True)`` keeps: the common prefix of
+    the cache and ``tokens``, less one when it covers all of ``tokens`` (decoded again for fresh
+    logits) unless the whole prompt is cached with live logits (``_requires_eval`` False)."""
     cached = llm_cached_tokens(llm)
     n = 0
     for a, b in zip(cached, tokens):
@@ -156,11 +138,9 @@ def llm_prefix_kept(llm: Any, tokens: list[int]) -> int:
 
 
 def cut_llm_cache(llm: Any, n_keep: int) -> None:
-    """Keep only the first ``n_keep`` cached tokens of the ``Llama``: remove positions
-    ``>= n_keep`` from its KV cache (``llama_memory_seq_rm(mem, 0, n_keep, -1)``, as
-    ``Llama.generate`` does) and set ``n_tokens``. When the cache refuses a partial
-    removal (recurrent models) or ``n_keep`` is 0, ``Llama.reset()`` empties it.
-    """
+    """Keep the ``Llama``'s first ``n_keep`` cached tokens (``llama_memory_seq_rm(mem, 0, n_keep,
+    -1)``, as ``Llama.generate`` does); ``Llama.reset()`` empties the cache when ``n_keep`` is
+    0 or the memory refuses (recurrent models)."""
     if n_keep > 0 and llm._ctx.kv_cache_seq_rm(-1, n_keep, -1):
         llm.n_tokens = n_keep
     else:
@@ -170,11 +150,8 @@ def cut_llm_cache(llm: Any, n_keep: int) -> None:
 
 
 def window_of(llm: Any) -> int:
-    """The sliding window (in positions) of the window layers of the ``Llama``'s
-    contexts: ``llama_model_n_swa`` of its model, 0 when the model has none or its
-    context keeps every position (``Llama(swa_full=True)``, the default). A batch context
-    copies ``swa_full`` from the ``Llama`` (:data:`SHARED_CONTEXT_FIELDS`), so this holds
-    for it too."""
+    """The sliding window (positions) of the ``Llama``'s model (``llama_model_n_swa``), 0 when
+    it has none or with ``swa_full=True``; a batch context copies ``swa_full`` (same value)."""
     params = context_params_of(llm)
     if params is not None and bool(getattr(params, "swa_full", False)):
         return 0
@@ -182,8 +159,8 @@ def window_of(llm: Any) -> int:
 
 
 def llm_seq_pos_min(llm: Any) -> int | None:
-    """``llama_memory_seq_pos_min`` of sequence 0 of the ``Llama``'s own context (the
-    oldest position it holds in every layer; -1 when empty), ``None`` when unknown."""
+    """``llama_memory_seq_pos_min`` of sequence 0 of the ``Llama``'s context (-1 when empty),
+    ``None`` when unknown."""
     ctx = context_of(llm)
     memory = None if ctx is None else load().memory(ctx)
     return None if memory is None else memory.seq_pos_min(0)
@@ -191,10 +168,8 @@ def llm_seq_pos_min(llm: Any) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class LlmSnapshot:
-    """What a ``Llama``'s own context held, exactly: the cells of its sequence 0
-    (``llama_state_seq_get_data``; ``None`` when it held nothing), the token ids they
-    stand for (``input_ids[:n_tokens]``) and, for a ``Llama(logits_all=True)``, the rows
-    of ``scores`` of those tokens."""
+    """An exact copy of a ``Llama``'s cache: the cells of its sequence 0 (``None`` when empty),
+    their token ids and, with ``logits_all=True``, their rows of ``scores``."""
 
     state: Any
     tokens: tuple[int, ...]
@@ -202,9 +177,8 @@ class LlmSnapshot:
 
 
 def snapshot_llm(llm: Any) -> LlmSnapshot | None:
-    """An exact copy of the ``Llama``'s cache (see :class:`LlmSnapshot`); ``None`` when it
-    cannot be taken (no context, no ``llama_state_seq_*`` in the binding, llama.cpp
-    saved nothing of a non-empty cache)."""
+    """A :class:`LlmSnapshot` of the ``Llama`` now; ``None`` when none can be taken (no context,
+    no ``llama_state_seq_*``, llama.cpp saved nothing of a non-empty cache)."""
     lib = load()
     ctx = context_of(llm)
     if ctx is None or not lib.can_copy_seq():
@@ -222,17 +196,9 @@ def snapshot_llm(llm: Any) -> LlmSnapshot | None:
 
 
 def restore_llm(llm: Any, snap: LlmSnapshot) -> bool:
-    """Put :func:`snapshot_llm`'s copy back: sequence 0's cells replaced
-    (``llama_state_seq_set_data``, which empties the sequence first), ``n_tokens`` and
-    ``input_ids`` (and ``scores``) as they were.
-
-    The context's logits are not the snapshot's: ``_requires_eval`` is set, so the
-    ``Llama`` decodes its last token again before sampling (as after ``load_state``).
-
-    Returns:
-        False when llama.cpp refused the state (the cache is then emptied:
-        ``n_tokens`` 0).
-    """
+    """Put a :func:`snapshot_llm` copy back (``llama_state_seq_set_data``, ``n_tokens``,
+    ``input_ids``, ``scores``) and set ``_requires_eval``: the logits are not the snapshot's.
+    False when llama.cpp refused the state (the cache is then emptied)."""
     ctx = context_of(llm)
     if ctx is None:
         return False

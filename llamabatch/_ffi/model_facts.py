@@ -1,10 +1,5 @@
-"""Facts about a model's KV cache, read through llama.h (``llama_model_*``) and GGUF metadata.
-
-Used by :mod:`llamabatch.llamacpp.kv_size` to tell the bytes a sequence slot costs
-before a batch context exists. A model given by path is opened with
-``vocab_only = true`` (llama.cpp reads the GGUF header, hyperparameters and vocabulary,
-not the weights) and freed again.
-"""
+"""Facts about a model's KV cache, read through llama.h (``llama_model_*``) and GGUF metadata,
+for :mod:`llamabatch.llamacpp.kv_size`."""
 
 from __future__ import annotations
 
@@ -35,18 +30,10 @@ GGML_TYPE_SIZES: dict[int, tuple[int, int]] = {
 
 @dataclass(frozen=True, slots=True)
 class KvFacts:
-    """What the KV cache size of a model depends on.
-
-    Attributes:
-        arch: ``general.architecture``.
-        n_layer: layers (``llama_model_n_layer``).
-        n_head_kv: KV heads of a layer (``llama_model_n_head_kv``).
-        n_embd_head_k, n_embd_head_v: values per head in K and V
-            (``{arch}.attention.key_length`` / ``value_length``, else n_embd / n_head).
-        n_swa: sliding-window size (0: none); such models keep a smaller cache for the
-            sliding-window layers, so the estimate is an upper bound.
-        is_recurrent, is_hybrid: the model keeps recurrent state (not estimated here).
-    """
+    """What the KV cache size of a model depends on: ``n_layer``, ``n_head_kv`` (per layer),
+    values per head in K and V (``{arch}.attention.key_length`` / ``value_length``, else
+    n_embd / n_head), ``n_swa`` (0: none; the estimate is then an upper bound), and whether
+    it keeps recurrent state (not estimated)."""
 
     arch: str
     n_layer: int
@@ -83,19 +70,11 @@ def _meta_int(module: Any, model: int, key: str) -> int | None:
 
 
 def kv_facts(model: ModelHandle, *, weights_loaded: bool = True) -> KvFacts:
-    """The :class:`KvFacts` of a model.
-
-    With ``weights_loaded`` (a model a ``Llama`` loaded) the sizes come from
-    ``llama_model_n_layer`` / ``n_head_kv`` / ``n_embd`` / ``n_head`` / ``n_swa``. A model
-    opened ``vocab_only`` has no hyperparameters (those calls would hit
-    ``GGML_ABORT`` in llama-hparams.cpp), so only its GGUF metadata strings are read
-    (``{arch}.block_count``, ``.embedding_length``, ``.attention.head_count[_kv]``,
-    ``.attention.key_length`` / ``value_length``, ``.attention.sliding_window``).
-
-    Raises:
-        LibraryError: llama-cpp-python lacks a ``llama_model_*`` function needed.
-        ValueError: the metadata lacks the layer count or sizes.
-    """
+    """The :class:`KvFacts` of a model: from ``llama_model_n_layer`` / ``n_head_kv`` / ``n_embd``
+    / ``n_head`` / ``n_swa`` when its weights are loaded, else from its GGUF metadata strings
+    only (a ``vocab_only`` model has no hyperparameters: those calls would ``GGML_ABORT``).
+    LibraryError when llama-cpp-python lacks a function, ValueError when the metadata lacks
+    the sizes."""
     module, _ = import_binding()
     ptr = model.model
     m = ctypes.c_void_p(ptr)
@@ -135,13 +114,8 @@ def kv_facts(model: ModelHandle, *, weights_loaded: bool = True) -> KvFacts:
 
 
 def kv_facts_of_file(path: str | os.PathLike[str]) -> KvFacts:
-    """:func:`kv_facts` of a GGUF file, opened with ``vocab_only`` (no weights read).
-
-    Raises:
-        LibraryError: llama-cpp-python lacks a function needed.
-        ValueError: llama.cpp could not open ``path`` as a model, or its metadata
-            lacks the sizes.
-    """
+    """:func:`kv_facts` of a GGUF file opened ``vocab_only`` (no weights read), freed again.
+    Raises as :func:`kv_facts`, and ValueError when llama.cpp cannot open ``path``."""
     module, _ = import_binding()
     params = _fn(module, "llama_model_default_params")()
     params.vocab_only = True
@@ -155,11 +129,8 @@ def kv_facts_of_file(path: str | os.PathLike[str]) -> KvFacts:
 
 
 def type_size(ggml_type: int) -> tuple[int, int]:
-    """(bytes per block, values per block) of a KV cache type.
-
-    Raises:
-        ValueError: a type this table does not know (see :data:`GGML_TYPE_SIZES`).
-    """
+    """(bytes per block, values per block) of a KV cache type; ValueError for a type not in
+    :data:`GGML_TYPE_SIZES`."""
     try:
         return GGML_TYPE_SIZES[int(ggml_type)]
     except KeyError:

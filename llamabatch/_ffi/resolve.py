@@ -1,11 +1,6 @@
-"""Find the binding and the symbols llamabatch needs on the installed llama-cpp-python.
-
-Functions are taken from ``llama_cpp.llama_cpp`` (its own ctypes declarations, so the
-argument types are the binding's), trying the current name first and the older names
-after it. A symbol that no candidate provides becomes a :class:`Missing` stub: calling
-it raises :class:`~llamabatch.errors.LibraryError` naming every candidate and the
-installed version, and :meth:`Symbols.require` reports all missing ones up front.
-"""
+"""Find the binding and the symbols llamabatch needs on the installed llama-cpp-python: the
+binding's own functions, current name first; a missing one is a :class:`Missing` stub
+that raises ``LibraryError`` naming every candidate and the version."""
 
 from __future__ import annotations
 
@@ -86,13 +81,8 @@ MEMORY_APIS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def import_binding() -> tuple[ModuleType, str]:
-    """Import ``llama_cpp.llama_cpp`` (loads the shared library) and read the version.
-
-    Raises:
-        LibraryError: llama-cpp-python is not installed, its version is outside the
-            supported range (:func:`~llamabatch._ffi.version.check_version`), or its
-            library does not load.
-    """
+    """Import ``llama_cpp.llama_cpp`` (loads the shared library); the module and its version.
+    LibraryError when it is not installed, outside the supported range or does not load."""
     check_version()
     try:
         module = importlib.import_module("llama_cpp.llama_cpp")
@@ -112,7 +102,7 @@ def _version() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Missing:
-    """Stands for a symbol the installed binding lacks; calling it raises."""
+    """Stands for a symbol the installed binding lacks; calling it raises ``LibraryError``."""
 
     names: tuple[str, ...]
     version: str
@@ -133,16 +123,9 @@ MemoryFns = tuple[str, Any, Callable[..., Any], Callable[..., Any], Callable[...
 
 @dataclass(frozen=True, slots=True)
 class Symbols:
-    """The resolved functions by role, the memory API generation and the version.
-
-    Attributes:
-        fn: role → the binding's function, or a :class:`Missing` stub.
-        names: role → the name actually found (absent when missing).
-        memory: (prefix, ``llama_get_memory`` or None, clear, seq_rm, seq_pos_max); a
-            :class:`Missing` stub stands for each function when no generation is
-            complete.
-        version: installed llama-cpp-python version.
-    """
+    """The resolved functions by role: ``fn`` (role → the binding's function, or a
+    :class:`Missing` stub), ``names`` (role → the name found), ``memory`` (the memory API
+    generation's functions, stubs when none is complete) and the version."""
 
     fn: dict[str, Callable[..., Any]]
     names: dict[str, str]
@@ -154,10 +137,8 @@ class Symbols:
         return role in self.names
 
     def require(self, *roles: str) -> None:
-        """Raise one ``LibraryError`` listing every role of ``roles`` that is missing.
-
-        The pseudo-role ``"memory"`` stands for the memory API.
-        """
+        """Raise one ``LibraryError`` listing every missing role of ``roles`` (``"memory"``: the
+        memory API)."""
         missing = [self.fn[r].message() for r in roles if r != "memory" and not self.has(r)]
         if "memory" in roles and isinstance(self.memory[2], Missing):
             missing.append(self.memory[2].message())

@@ -1,9 +1,4 @@
-"""Sampler chains (llama.h ``llama_sampler_*``), built stage by stage.
-
-``llama_sampler_init_penalties`` takes ``(n_vocab, last_n, repeat, freq, present)`` in
-llama-cpp-python >= 0.3.35 and ``(last_n, repeat, freq, present)`` before: the bound
-``argtypes`` (or, for a Python wrapper, its signature) says which.
-"""
+"""Sampler chains (llama.h ``llama_sampler_*``), built stage by stage."""
 
 from __future__ import annotations
 
@@ -33,12 +28,8 @@ class SamplerChains:
         self._sample = symbols.fn["sampler_sample"]
 
     def new_chain(self) -> SamplerHandle:
-        """``llama_sampler_chain_init(llama_sampler_chain_default_params())``.
-
-        Raises:
-            LibraryError: a sampler symbol is missing.
-            MemoryError: llama.cpp returned NULL.
-        """
+        """``llama_sampler_chain_init(llama_sampler_chain_default_params())``; LibraryError when a
+        sampler symbol is missing, MemoryError when llama.cpp returns NULL."""
         self._symbols.require(
             "chain_default_params", "chain_init", "chain_add", "sampler_sample", "sampler_free"
         )
@@ -61,7 +52,8 @@ class SamplerChains:
         freq: float,
         present: float,
     ) -> None:
-        """Append ``llama_sampler_init_penalties`` (history of the last ``last_n`` tokens)."""
+        """Append ``llama_sampler_init_penalties`` (history of the last ``last_n`` tokens). It takes
+        ``n_vocab`` first from llama-cpp-python 0.3.35 on, not before: the bound arity decides."""
         expect(chain, SamplerHandle)
         fn = self._fn["init_penalties"]
         arity = _arity(fn)
@@ -78,23 +70,18 @@ class SamplerChains:
         self._add(chain, stage, "penalties")
 
     def add_top_k(self, chain: SamplerHandle, k: int) -> None:
-        """Append ``llama_sampler_init_top_k(k)``."""
         self._add(chain, self._fn["init_top_k"](k), "top_k")
 
     def add_typical(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        """Append ``llama_sampler_init_typical(p, min_keep)``."""
         self._add(chain, self._fn["init_typical"](p, min_keep), "typical")
 
     def add_top_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        """Append ``llama_sampler_init_top_p(p, min_keep)``."""
         self._add(chain, self._fn["init_top_p"](p, min_keep), "top_p")
 
     def add_min_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        """Append ``llama_sampler_init_min_p(p, min_keep)``."""
         self._add(chain, self._fn["init_min_p"](p, min_keep), "min_p")
 
     def add_temp(self, chain: SamplerHandle, t: float) -> None:
-        """Append ``llama_sampler_init_temp(t)``."""
         self._add(chain, self._fn["init_temp"](t), "temp")
 
     def add_dist(self, chain: SamplerHandle, seed: int) -> None:
@@ -102,18 +89,13 @@ class SamplerChains:
         self._add(chain, self._fn["init_dist"](seed), "dist")
 
     def add_greedy(self, chain: SamplerHandle) -> None:
-        """Append ``llama_sampler_init_greedy()`` (argmax)."""
         self._add(chain, self._fn["init_greedy"](), "greedy")
 
     def new_grammar(self, vocab: VocabHandle, grammar: str, root: str = "root") -> SamplerHandle:
-        """``llama_sampler_init_grammar(vocab, grammar, root)``: a grammar stage on its own
-        (the caller frees it with :meth:`free`, or hands it to :meth:`add_to`).
-
-        Raises:
-            LibraryError: the symbol is missing.
-            GrammarError: llama.cpp refused the grammar (it returns NULL after logging
-                why: a parse error, an undefined rule, left recursion, no ``root``).
-        """
+        """``llama_sampler_init_grammar(vocab, grammar, root)``: a grammar stage on its own (free it
+        with :meth:`free`, or hand it to :meth:`add_to`). LibraryError when the symbol is
+        missing; GrammarError when llama.cpp refused the grammar (NULL: a parse error, an
+        undefined rule, left recursion, no ``root``)."""
         expect(vocab, VocabHandle)
         self._symbols.require("init_grammar")
         try:
@@ -137,25 +119,19 @@ class SamplerChains:
         self._fn["chain_add"](chain.chain, stage.chain)
 
     def accept(self, sampler: SamplerHandle, token: int) -> None:
-        """``llama_sampler_accept(sampler, token)``. For a grammar, ``token`` must be one
-        it allows (llama.cpp aborts otherwise): check with :meth:`Candidates.allows`."""
+        """``llama_sampler_accept``. A grammar must allow ``token`` (:meth:`Candidates.allows`):
+        llama.cpp aborts otherwise."""
         self._fn["sampler_accept"](sampler.chain, token)
 
     def candidates(self, n_vocab: int) -> Candidates:
-        """A reusable :class:`Candidates` array of ``n_vocab`` rows.
-
-        Raises:
-            LibraryError: ``llama_sampler_apply`` / ``llama_sampler_accept`` is missing.
-        """
+        """A reusable :class:`Candidates` array of ``n_vocab`` rows; LibraryError when
+        ``llama_sampler_apply`` / ``llama_sampler_accept`` is missing."""
         self._symbols.require("sampler_apply", "sampler_accept", "get_logits_ith")
         return Candidates(self._module, self._fn, n_vocab)
 
     def stage_names(self, chain: SamplerHandle) -> list[str]:
-        """``llama_sampler_name`` of each ``llama_sampler_chain_get(chain, i)``, in order.
-
-        A stage whose parameters make it a no-op may be named with a leading ``?``
-        (e.g. ``?penalties``: llama.cpp put an empty stage in its place).
-        """
+        """``llama_sampler_name`` of each stage, in order; a no-op stage may be named with a leading
+        ``?`` (e.g. ``?penalties``)."""
         expect(chain, SamplerHandle)
         self._symbols.require("chain_n", "chain_get", "sampler_name")
         n = int(self._fn["chain_n"](chain.chain))
@@ -163,7 +139,7 @@ class SamplerChains:
         return [name.decode("utf-8", errors="replace") for name in names]
 
     def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:
-        """``llama_sampler_sample(chain, ctx, i)``: samples *and accepts* the token."""
+        """``llama_sampler_sample(chain, ctx, i)``: samples and accepts the token."""
         return int(self._sample(chain.chain, ctx.ctx, i))
 
     def free(self, chain: SamplerHandle) -> None:

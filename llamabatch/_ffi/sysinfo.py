@@ -1,20 +1,6 @@
-"""What llama.cpp says about itself and the devices it sees (for ``llamabatch bench``).
-
-Read-only queries, each answering ``None`` (never raising) when the installed
-llama-cpp-python lacks the symbol:
-
-- ``llama_print_system_info()``: the CPU features llama.cpp was built with;
-- ``llama_version()`` (libllama) and ``ggml_version()`` / ``ggml_commit()`` (libggml):
-  the versions of the vendored llama.cpp, the commit being that of the sources it was
-  built from;
-- ``ggml_backend_dev_count/get/name/description/type/memory`` (libggml): the backend
-  devices (CPU, GPU, integrated GPU, accelerator).
-
-``llama_cpp.llama_cpp`` is imported on first use, never at import time. The ggml
-symbols are not bound by llama-cpp-python; they are resolved through the handle of its
-libllama (whose dependencies include libggml) with fresh function objects, so the
-binding's own declarations are never altered.
-"""
+"""What llama.cpp says about itself and the devices it sees (for ``llamabatch bench``):
+read-only, ``None`` when a symbol is missing. The ggml symbols are resolved through the
+binding's libllama with fresh function objects (its declarations stay untouched)."""
 
 from __future__ import annotations
 
@@ -28,15 +14,9 @@ DEVICE_TYPES = ("CPU", "GPU", "IGPU", "ACCEL", "META")
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One ggml backend device.
-
-    Attributes:
-        name: e.g. ``"CPU"``, ``"Vulkan0"``, ``"CUDA0"``.
-        description: e.g. the CPU model or ``"AMD Radeon 8060S Graphics"``.
-        type: one of :data:`DEVICE_TYPES`, or ``"type <n>"`` for an unknown value.
-        memory_total: bytes of memory the device reports (``None`` if unknown).
-        memory_free: bytes free (``None`` if unknown).
-    """
+    """One ggml backend device: ``name`` (``"CPU"``, ``"Vulkan0"``, ...), ``description``,
+    ``type`` (one of :data:`DEVICE_TYPES`, or ``"type <n>"``), and the bytes of memory it
+    reports (``None`` if unknown)."""
 
     name: str
     description: str
@@ -77,12 +57,12 @@ def _text(name: str) -> str | None:
 
 
 def system_info() -> str | None:
-    """``llama_print_system_info()``: e.g. ``"CPU : SSE3 = 1 | AVX2 = 1 | ..."``."""
+    """``llama_print_system_info()``: the CPU features llama.cpp was built with."""
     return _text("llama_print_system_info")
 
 
 def llama_version() -> str | None:
-    """``llama_version()`` of libllama (e.g. ``"0.5.0-dev"``); ``None`` before it existed."""
+    """``llama_version()`` of libllama (e.g. ``"0.5.0-dev"``)."""
     return _text("llama_version")
 
 
@@ -92,7 +72,7 @@ def ggml_version() -> str | None:
 
 
 def ggml_commit() -> str | None:
-    """``ggml_commit()``: the llama.cpp commit the library was built from (e.g. ``"0c1e570"``)."""
+    """``ggml_commit()``: the llama.cpp commit the library was built from."""
     return _text("ggml_commit")
 
 

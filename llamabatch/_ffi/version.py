@@ -1,16 +1,6 @@
-"""Which llama-cpp-python versions llamabatch supports, checked before llama.cpp is used.
-
-:data:`SUPPORTED` is exactly the range ``scripts/compat-matrix`` passed
-(docs/compatibility.md); ``pyproject.toml`` declares the same range. Reading the installed
-version uses the package metadata only (``importlib.metadata``): it loads no
-shared library, so the check runs when the real backend is imported
-(``llamabatch.llamacpp``; ``import llamabatch`` does not import it) and again when the
-binding is loaded.
-
-Setting ``LLAMABATCH_ALLOW_UNTESTED_LLAMA_CPP=1`` turns the refusal into nothing, for
-trying a release the matrix has not seen (symbols are still resolved by name, and a
-missing one is still a :class:`~llamabatch.errors.LibraryError` naming it).
-"""
+"""Which llama-cpp-python versions llamabatch supports (docs/compatibility.md), read from the
+package metadata without loading a library. ``LLAMABATCH_ALLOW_UNTESTED_LLAMA_CPP=1``
+lets another version through."""
 
 from __future__ import annotations
 
@@ -34,7 +24,7 @@ def supported_range() -> str:
 
 
 def installed_version() -> str | None:
-    """The installed llama-cpp-python's version string, ``None`` if it is not installed."""
+    """The installed llama-cpp-python's version, ``None`` if it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -55,14 +45,9 @@ def parse(text: str) -> tuple[int, int, int] | None:
 
 
 def check_version(text: str | None = None) -> None:
-    """Raise unless llama-cpp-python ``text`` (default: the installed one) is supported.
-
-    Raises:
-        LibraryError: llama-cpp-python is not installed, or its version is outside
-            :data:`SUPPORTED` (the message names the version, the supported range and
-            :data:`ALLOW_ENV`), unless :data:`ALLOW_ENV` is set to a non-empty value
-            other than ``0``.
-    """
+    """Raise ``LibraryError`` when llama-cpp-python is not installed, or when ``text`` (default:
+    the installed version) is outside :data:`SUPPORTED`, naming it, the range and
+    :data:`ALLOW_ENV`, unless that is set to a non-empty value other than ``0``."""
     text = installed_version() if text is None else text
     if text is None:
         raise LibraryError(

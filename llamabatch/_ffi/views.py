@@ -1,14 +1,4 @@
-"""A ``llama_batch`` from ``llama_batch_init`` with numpy views over its arrays.
-
-``llama_batch_init(capacity, 0, 1)`` (llama.h) mallocs ``token``, ``pos``, ``n_seq_id``
-and ``logits`` as flat arrays of ``capacity`` items, and ``seq_id`` as ``capacity + 1``
-pointers, each to its own ``int32[1]`` buffer, followed by a NULL sentinel that
-``llama_batch_free`` walks. To fill ``seq_id[i][0]`` for a whole run with one numpy
-slice assignment, :class:`BatchBuffers` points ``seq_id[i]`` at row ``i`` of one
-contiguous ``int32[capacity]`` array it owns, and puts the original pointers back
-before ``llama_batch_free`` (so the library frees exactly what it allocated).
-``n_seq_id`` is 1 for every row, set once: a token carries one sequence id.
-"""
+"""A ``llama_batch`` from ``llama_batch_init`` with numpy views over its arrays."""
 
 from __future__ import annotations
 
@@ -21,19 +11,11 @@ import numpy as np
 
 
 class BatchBuffers:
-    """The binding's ``llama_batch`` struct plus writable numpy views of its arrays.
-
-    Attributes:
-        struct: the binding's ``llama_batch`` (pass it to ``llama_decode`` by value;
-            its ``n_tokens`` is set by :meth:`set_n_tokens`).
-        capacity: rows allocated.
-        token, pos, seq_id: ``int32[capacity]`` views (``seq_id`` is the owned block
-            that ``struct.seq_id[i]`` points into).
-        logits: ``int8[capacity]`` view (1 = output logits for that row).
-
-    Raises:
-        MemoryError: ``llama_batch_init`` returned NULL arrays.
-    """
+    """The binding's ``llama_batch`` (``struct``, passed to ``llama_decode`` by value) plus
+    writable numpy views: ``token``, ``pos``, ``seq_id`` (int32) and ``logits`` (int8, 1 =
+    output logits), ``capacity`` rows. ``seq_id[i]`` points into one contiguous block (one
+    slice assignment fills a run); the original pointers go back before ``llama_batch_free``.
+    MemoryError when ``llama_batch_init`` returned NULL arrays."""
 
     __slots__ = (
         "struct",
@@ -79,7 +61,7 @@ class BatchBuffers:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran (the arrays are freed; the views must not be used)."""
+        """True once :meth:`close` ran (the views must not be used)."""
         return not self._finalizer.alive
 
     def close(self) -> None:
