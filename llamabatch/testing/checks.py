@@ -1,10 +1,6 @@
-"""Runs of a generator on a :class:`FakeBackend` and the checks of their results and log.
-
-Used by the property tests and by :mod:`llamabatch.testing.machine`; public so that a
-program built on llamabatch can check its own configurations the same way. hypothesis
-is only imported by :func:`run` (for ``event``) and :func:`check_item` (for ``note``),
-when they are called.
-"""
+"""Runs of a generator on a :class:`FakeBackend` and the checks of their results and log (for
+the property tests, :mod:`.machine` and programs checking their own configurations).
+hypothesis is imported by :func:`run` and :func:`check_item` when called."""
 
 from __future__ import annotations
 
@@ -23,11 +19,8 @@ from .records import DecodeCall, SeqLog
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """One generator configuration on one fake, and its input.
-
-    Attributes:
-        sampling: ``None`` (the generator's default) or one SamplingParams per prompt.
-    """
+    """One generator configuration on one fake, and its input; ``sampling`` is ``None`` (the
+    generator's default) or one SamplingParams per prompt."""
 
     fake: FakeBackend
     prompts: list
@@ -76,8 +69,7 @@ class Run:
 
 @contextmanager
 def counting_warnings() -> Iterator[list[logging.LogRecord]]:
-    """Collect the "batching turned off" WARNING records of the ``llamabatch`` logger
-    (not the once-per-reason notes on items sent alone, ``Stats.alone_reasons``)."""
+    """Collect the "batching turned off" WARNING records of the ``llamabatch`` logger."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.addFilter(lambda record: "batching turned off" in record.getMessage())
@@ -98,11 +90,7 @@ def run(
     sampling: Sequence[SamplingParams] | None = None,
 ) -> Run:
     """Run ``prompts`` (default: the case's) through ``iter_groups``, stopping after
-    ``stop_after`` pages (``None``: all).
-
-    Raises:
-        AssertionError: the fake saw a broken rule (:class:`FakeBackendViolation`).
-    """
+    ``stop_after`` pages (``None``: all); AssertionError when the fake saw a broken rule."""
     from hypothesis import event
 
     gen = case.generator() if gen is None else gen
@@ -167,8 +155,8 @@ def check_item(case: Case, k: int, prompt: object, c: Completion) -> None:
 def check_pages(
     case: Case, result: Run, items: list | None = None, first: int = 0, complete: bool = True
 ) -> None:
-    """Order and pages: pages of ``slots`` items in input order, one completion per
-    input item, each the reference reply or an error in its place."""
+    """Pages of ``slots`` items in input order, one completion per input item, each the
+    reference reply or an error in its place."""
     items = case.prompts if items is None else items
     start = 0
     for page in result.pages:
@@ -184,9 +172,8 @@ def check_pages(
 
 
 def check_log(case: Case) -> None:
-    """The decode plans against llama.cpp's rules (the fake checked each call), and
-    every item run in a slot: fed its prompt after what its cache held, sampled from
-    its first logits, stopped by the stop rule."""
+    """No violation, and every item run in a slot: fed its prompt after what its cache held,
+    sampled from its first logits, stopped by the stop rule."""
     fake = case.fake
     assert fake.violations == []
     for call in fake.calls(DecodeCall):

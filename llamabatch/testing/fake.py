@@ -1,10 +1,6 @@
-"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log.
-
-The backend's calls are here; what they rely on is split by concern: the caches
-(:mod:`.memory`), llama.cpp's rules (:mod:`.rules`), the injected faults
-(:mod:`.faults`), the reference replies (:mod:`.oracle`) and the call log
-(:mod:`.records`).
-"""
+"""FakeBackend: the Backend protocol with deterministic replies, checks and a call log; what
+it relies on is split by concern (:mod:`.memory`, :mod:`.rules`, :mod:`.faults`,
+:mod:`.oracle`, :mod:`.records`)."""
 
 from __future__ import annotations
 
@@ -61,58 +57,53 @@ C = TypeVar("C", bound=Call)
 class FakeBackend:
     """A :class:`~llamabatch.engine.backend.Backend` with deterministic replies and no library.
 
-    A sequence (and an item alone) generates ``reply(prompt)[0]``, ``reply(prompt)[1]``,
-    … where ``prompt`` is every token its cache holds at its first logits after
-    ``Start`` (reused, copied, then fed), then ``min(eog_ids)`` forever (``filler``
-    without EOG ids), whatever the batching or the sampling: a scheduler that believes a
-    cache holds something it does not gets another reply, which the tests see.
+    A sequence (and an item alone) generates ``reply(prompt)``, then ``min(eog_ids)`` forever
+    (``filler`` without EOG ids), where ``prompt`` is every token its cache holds at its first
+    logits after ``Start`` (reused, copied, then fed), whatever the batching or the sampling:
+    a scheduler wrong about a cache gets another reply, which the tests see.
 
     Each slot's cache is modelled token by token (``Trim`` cuts it, ``Copy`` copies it,
-    ``Clear`` empties it, ``run`` appends; positions must continue it). ``recurrent``
-    refuses a ``Trim`` inside the cache (other than to 0) and leaves the cache unknown
-    until emptied. ``n_swa`` > 0 models a sliding window (llama.cpp with
-    ``swa_full=False``): the window layers keep the last ``n_swa`` positions, ``CutFloor``
-    says where a cut still works, and a row decoded over a hole sees its cache without
-    the missing positions (another reply or score, no error). Label scores come from a
-    deterministic model of log-probabilities (:meth:`token_logprob`).
+    ``Clear`` empties it, ``run`` appends; positions must continue it). ``recurrent`` refuses
+    a ``Trim`` inside the cache (other than to 0) and leaves the cache unknown until emptied.
+    ``n_swa`` > 0 models a sliding window (``swa_full=False``): the window layers keep the last
+    ``n_swa`` positions, ``CutFloor`` says where a cut still works, and a row decoded over a
+    hole sees its cache without the missing positions. Label scores come from
+    :meth:`token_logprob`.
 
     Args:
-        reply: see :data:`~llamabatch.testing.replies.ReplySpec`; default
+        reply: a :data:`~llamabatch.testing.replies.ReplySpec`; default
             :class:`HashReply` ``(seed=0, max_len=12)``.
         eog_ids, n_vocab: the vocabulary (the default tokenizer needs ``n_vocab`` >= 256).
         n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
         max_slots: the most sequences ``open`` accepts.
-        max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that
-            sampled that many tokens (or its own ``SamplingParams.max_tokens``) is a
-            violation.
+        max_tokens: the generator's ``max_tokens`` if known: decoding a sequence that sampled
+            that many tokens (or its own ``SamplingParams.max_tokens``) is a violation.
         ctx_pad: ``open`` rounds n_ctx_seq up to a multiple of this (llama.cpp: 256).
         n_batch_cap: ``open`` allocates at most this n_batch (``None``: as asked).
         filler: the token emitted after the reply when ``eog_ids`` is empty.
         tokenizer, detokenizer: replace the byte-level defaults.
         fail_open: ``open`` raises ``BatchUnavailable``.
-        fail_decode_at, fail_code: the ``fail_decode_at``-th ``run`` (1-based; or each
-            one whose number is in a collection) raises ``DecodeError(code=fail_code)``;
-            with code 2 or < -1 its tokens stay in the cache (as in llama.cpp).
-        fail_exc: raise this (e.g. ``MemoryError()``) at ``fail_decode_at`` instead;
-            nothing is decoded.
+        fail_decode_at, fail_code: the ``fail_decode_at``-th ``run`` (1-based; or each one
+            whose number is in a collection) raises ``DecodeError(code=fail_code)``; with
+            code 2 or < -1 its tokens stay in the cache, as in llama.cpp.
+        fail_exc: raise this (e.g. ``MemoryError()``) at ``fail_decode_at`` instead.
         fail_copy_at: the ``fail_copy_at``-th ``Copy`` raises ``BackendError`` (the
             destination is then unknown).
         fail_state_at: the ``fail_state_at``-th ``Save`` or ``Load`` (counted together)
             raises ``BackendError`` (a failed load leaves the cache unknown).
         max_kv_tokens: ``open`` raises ``BatchUnavailable`` above ``slots * n_ctx_seq``
-            tokens (after padding), as llama.cpp returns NULL for a KV cache too large;
-            it may be tried again smaller.
-        refuse_grammar: ``Start`` and ``run_alone`` raise ``GrammarError`` for an item
-            with a constraint, as llama.cpp refuses a bad grammar.
+            tokens (after padding), as llama.cpp returns NULL for a KV cache too large.
+        refuse_grammar: ``Start`` and ``run_alone`` raise ``GrammarError`` for an item with a
+            constraint.
         dead_end_at: an item with a constraint reaches a grammar dead end after this many
-            reply tokens: its ``SeqOutput.error``.
+            reply tokens (its ``SeqOutput.error``).
         recurrent, declares_recurrent: refuse partial trims; say so up front
             (``info.partial_trim`` False) or let the engine learn it.
         n_swa: the sliding window in positions (0: every position kept).
-        fail_alone: prompts (token tuples) or a predicate on them whose ``run_alone``
-            raises ``BackendError`` when iterated.
-        shapes: shorten ``precise`` spans as :class:`~llamabatch.llamacpp.backend.LlamaBackend`
-            does (:func:`~llamabatch.llamacpp.ubatch.shape`); False runs them as planned.
+        fail_alone: prompts (token tuples) or a predicate on them whose ``run_alone`` raises
+            ``BackendError`` when iterated.
+        shapes: shorten ``precise`` spans as ``LlamaBackend`` does
+            (:func:`~llamabatch.llamacpp.ubatch.shape`); False runs them as planned.
         check: check every call against llama.cpp's rules and log it; ``False`` is a fast
             mode for benchmarks (``num_decode_calls`` still counts).
 
@@ -204,10 +195,9 @@ class FakeBackend:
 
     @property
     def info(self) -> BackendInfo:
-        """Copies, saves and loads; partial trims unless the fake is recurrent and says so
-        (``declares_recurrent``); no lock and no limits beyond ``max_slots``; label scores,
-        shared rows (``can_share_rows``, settable before the generator is made),
-        ``n_swa`` and ``min_score_run`` as llama.cpp's."""
+        """Copies, saves, loads, label scores; partial trims unless recurrent and declared; no lock;
+        ``can_share_rows`` (settable before the generator is made), ``n_swa`` and
+        ``min_score_run`` as set."""
         return BackendInfo(
             n_ctx=self.n_ctx,
             max_slots=self.max_slots,
@@ -222,8 +212,7 @@ class FakeBackend:
 
     @property
     def vocab(self) -> FakeBackend:
-        """The fake is its own vocabulary (``n_vocab``, ``eog_ids``, :meth:`tokenize`,
-        :meth:`detokenize`)."""
+        """The fake is its own vocabulary."""
         return self
 
     def __repr__(self) -> str:
@@ -240,50 +229,38 @@ class FakeBackend:
 
     # -- text ------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
-        """One token per UTF-8 byte (or the given tokenizer); ``""`` gives ``[]``.
-
-        Raises:
-            BackendError: a token id would not be below ``n_vocab``.
-        """
+        """One token per UTF-8 byte (or the given tokenizer); ``""`` gives ``[]``. BackendError when
+        a token id would not be below ``n_vocab``."""
         tokens = (self._tokenizer or byte_tokens)(text)
         if any(not 0 <= t < self.n_vocab for t in tokens):
             raise BackendError(f"fake: {text!r} has a token outside [0, {self.n_vocab})")
         return tokens
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        """Bytes for ids < 256 and ``<|id|>`` for the others, decoded at once (UTF-8,
-        invalid bytes replaced), or the given detokenizer."""
+        """Bytes for ids < 256 and ``<|id|>`` for the others, decoded at once (UTF-8, invalid bytes
+        replaced), or the given detokenizer."""
         return (self._detokenizer or byte_text)(tokens)
 
     # -- the oracle ------------------------------------------------------------------
     def reply_of(self, prompt: Sequence[int]) -> Tokens:
-        """The configured reply to the prompt ``prompt`` (token ids), before the stop
-        rule (:func:`.oracle.reply_of`)."""
+        """The configured reply to the token ids ``prompt``, before the stop rule."""
         return oracle.reply_of(self, prompt)
 
     def prompt_tokens(self, prompt: object) -> Tokens:
-        """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
-
-        Raises:
-            ValueError: the item is an error (:func:`.oracle.prompt_tokens`).
-        """
+        """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids); ValueError
+        when the item is an error (:func:`.oracle.prompt_tokens`)."""
         return oracle.prompt_tokens(self, prompt)
 
     def expected(
         self, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
     ) -> Expected:
-        """What the scheduler should return for ``prompt`` completed alone: the engine's
-        stop rule on the reply stream (:func:`.oracle.expected`; ``sampling`` gives the
-        stop strings and stop ids). ``fail_alone`` is not considered (see
-        :meth:`fails_alone`).
-
-        Raises:
-            ValueError: the item is an error (see :meth:`prompt_tokens`).
-        """
+        """What the scheduler should return for ``prompt`` completed alone
+        (:func:`.oracle.expected`: the engine's stop rule, with ``sampling``'s stop strings and
+        ids); ``fail_alone`` is not considered. ValueError when the item is an error."""
         return oracle.expected(self, prompt, max_tokens, sampling)
 
     def fails_alone(self, prompt: Sequence[int]) -> bool:
-        """True when ``fail_alone`` makes ``generate_alone(prompt)`` raise."""
+        """True when ``fail_alone`` makes the prompt fail alone."""
         return fails_alone(self.fail_alone, tuple(prompt))
 
     # -- the batch context -----------------------------------------------------------
@@ -291,14 +268,9 @@ class FakeBackend:
         return self._rules.require_open(self._batch_closed, self.limits, what)
 
     def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
-        """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``.
-
-        Raises:
-            BatchUnavailable: ``fail_open``, ``slots`` above ``max_slots``, or more than
-                ``max_kv_tokens``.
-            FakeBackendViolation: called after it created a context, after ``close``, or
-                with a value < 1.
-        """
+        """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``. BatchUnavailable for
+        ``fail_open``, ``slots`` above ``max_slots`` or more than ``max_kv_tokens``;
+        FakeBackendViolation when called twice, after ``close`` or with a value < 1."""
         rules = self._rules
         rules.require(self.limits is None, "open_batch called after it created a context")
         rules.require(not self._batch_closed, "open_batch after close()")
@@ -328,7 +300,7 @@ class FakeBackend:
 
     @property
     def kv_lengths(self) -> tuple[int, ...]:
-        """Tokens in each slot's cache (empty before ``open_batch``)."""
+        """Tokens in each slot's cache (empty before ``open``)."""
         return tuple(len(s.kv) for s in self._memory.slots)
 
     def cached(self, seq_id: int) -> Tokens:
@@ -336,17 +308,12 @@ class FakeBackend:
         return tuple(self._memory.slots[seq_id].kv)
 
     def seq_pos_min(self, seq_id: int) -> int:
-        """``Backend.seq_pos_min``: the oldest position slot ``seq_id`` holds in every
-        layer (its window layers' with ``n_swa`` > 0), -1 when it holds none.
-
-        Raises:
-            FakeBackendViolation: no batch context, ``seq_id`` out of range.
-        """
+        """The oldest position slot ``seq_id`` holds in every layer (its window layers' with
+        ``n_swa`` > 0), -1 when it holds none."""
         self._seq(seq_id, "seq_pos_min")
         return self._memory.pos_min(seq_id)
 
     def _seen(self, seq: SlotState) -> Tokens:
-        """The prompt a sequence's first logits see: its cache, less any hole."""
         return seq.seen()
 
     def _seq(self, seq_id: int, what: str) -> SlotState:
@@ -354,11 +321,7 @@ class FakeBackend:
         return self._memory.slots[seq_id]
 
     def _start(self, seq_id: int, sampling: SamplingParams) -> None:
-        """``Start``: a fresh sampler state for ``seq_id`` (its cache stays).
-
-        Raises:
-            FakeBackendViolation: no batch context, or ``seq_id`` out of range.
-        """
+        """``Start``: a fresh sampler state for ``seq_id`` (its cache stays)."""
         seq = self._seq(seq_id, "start_seq")
         self._grammar_fault(sampling)
         if self.check:
@@ -367,10 +330,9 @@ class FakeBackend:
 
     # -- label scores (a deterministic model of log-probabilities) -------------------
     def token_logprob(self, context: Sequence[int], token: int) -> float:
-        """The fake model's ``log_softmax(logits)[token]`` after ``context`` (every token
-        before it, from position 0): logits drawn uniformly in [0, 4) by a generator
-        seeded with the context, so every path (batched, alone, cached) gives the same
-        value for the same context, and a wrong cache gives another."""
+        """The fake model's ``log_softmax(logits)[token]`` after ``context`` (every token from
+        position 0): logits uniform in [0, 4), seeded by the context, so every path gives the same
+        value for the same context, and a wrong cache another."""
         key = tuple(context)
         row = self._rows.get(key)
         if row is None:
@@ -387,9 +349,8 @@ class FakeBackend:
     def _span_scores(
         self, kv: Sequence[int], span: Span, hole: tuple[int, int] | None = None
     ) -> tuple[tuple[float, ...], ...]:
-        """``kv`` holds the sequence's cache before ``span``; a row past a ``hole`` in
-        its window sees its context without the missing positions (another score, as
-        llama.cpp gives, no error)."""
+        """Scores of ``span``'s targets after ``kv`` (the cache before it); a row past a window
+        ``hole`` sees its context without the missing positions."""
         targets = span.targets or ()
         self._rules.require(
             len(targets) == len(span.tokens) and not span.logits,
@@ -409,13 +370,8 @@ class FakeBackend:
         return tuple(out)
 
     def _score_alone(self, tokens: Sequence[int], targets: Targets) -> SeqOutput:
-        """``run_alone`` with targets: per position of ``tokens``, the
-        :meth:`token_logprob` of each id of ``targets[j]`` after ``tokens[:j + 1]``.
-
-        Raises:
-            BackendError: ``fail_alone`` matches ``tokens``, or they do not fit ``n_ctx``.
-            FakeBackendViolation: ``targets`` is not one tuple per token.
-        """
+        """``run_alone`` with targets: per position ``j``, the :meth:`token_logprob` of each id of
+        ``targets[j]`` after ``tokens[:j + 1]``."""
         tokens = tuple(tokens)
         self._rules.require(len(targets) == len(tokens), "score_alone: one targets tuple per token")
         if self.fails_alone(tokens) or not tokens or len(tokens) >= self.n_ctx:
@@ -436,13 +392,9 @@ class FakeBackend:
         return None
 
     def apply(self, op: SeqOp) -> Any:
-        """``Backend.apply``: each operation on the fake's memory (see the class).
-
-        Raises:
-            BackendError: an injected fault (``fail_copy_at``, ``fail_state_at``).
-            GrammarError: ``Start`` with ``refuse_grammar``.
-            FakeBackendViolation: no batch context, an id or length out of range.
-        """
+        """``Backend.apply`` on the fake's memory (see the class). BackendError for an injected
+        fault (``fail_copy_at``, ``fail_state_at``), GrammarError for ``Start`` with
+        ``refuse_grammar``, FakeBackendViolation without a batch context or out of range."""
         if isinstance(op, Start):
             return self._start(op.seq_id, op.sampling)
         if isinstance(op, Trim):
@@ -462,12 +414,8 @@ class FakeBackend:
         raise self._rules.violation(f"apply of {op!r}, not an operation")
 
     def _trim(self, seq_id: int, n_keep: int) -> bool:
-        """Keep positions [0, n_keep); refused (False) on a recurrent fake when
-        ``0 < n_keep < len(cache)``, which leaves the cache unknown.
-
-        Raises:
-            FakeBackendViolation: no batch context, ``seq_id`` or ``n_keep`` out of range.
-        """
+        """Keep positions [0, n_keep); refused (False, cache unknown) on a recurrent fake when
+        ``0 < n_keep < len(cache)``."""
         self._seq(seq_id, "Trim")
         self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
         ok = self._memory.trim(seq_id, n_keep)
@@ -476,12 +424,6 @@ class FakeBackend:
         return ok
 
     def _copy(self, src: int, dst: int) -> None:
-        """Make ``dst``'s cache a copy of ``src``'s.
-
-        Raises:
-            BackendError: this is the ``fail_copy_at``-th copy (``dst`` is then unknown).
-            FakeBackendViolation: no batch context, an id out of range, ``src == dst``.
-        """
         a, b = self._seq(src, "Copy"), self._seq(dst, "Copy")
         self._rules.require(src != dst, f"copy_seq of seq {src} onto itself")
         self.num_copies += 1
@@ -493,25 +435,11 @@ class FakeBackend:
         self._memory.copy(src, dst)
 
     def _save(self, seq_id: int) -> bytes:
-        """``Save``: the slot's cache as bytes (:meth:`.memory.FakeMemory.save`).
-
-        Raises:
-            BackendError: this is the ``fail_state_at``-th save or load.
-            FakeBackendViolation: no batch context, an id out of range.
-        """
         self._seq(seq_id, "Save")
         self._state_fault("save_seq")
         return self._memory.save(seq_id)
 
     def _load(self, seq_id: int, state: bytes) -> None:
-        """``Load``: the slot's cache becomes ``state``.
-
-        Raises:
-            BackendError: this is the ``fail_state_at``-th save or load (the cache is then
-                unknown).
-            FakeBackendViolation: no batch context, an id out of range, not a state of
-                :meth:`save_seq`.
-        """
         seq = self._seq(seq_id, "Load")
         self._rules.require(
             FakeMemory.is_state(state),
@@ -532,12 +460,7 @@ class FakeBackend:
             raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
     def _clear(self) -> None:
-        """``Clear``: empty every slot's cache; the sequences must be started again before
-        they are decoded.
-
-        Raises:
-            FakeBackendViolation: no batch context.
-        """
+        """``Clear``: empty every slot; the sequences must be started again."""
         if self.limits is None and not self._batch_closed:
             return  # no batch context: nothing to clear
         limits = self._open_limits("Clear")
@@ -546,15 +469,9 @@ class FakeBackend:
         self._memory.clear(limits.n_seq_max)
 
     def run(self, spans: Sequence[Span]) -> StepResult:
-        """Decode ``spans`` (``precise`` ones shaped as llama.cpp's backend shapes them:
-        :func:`~llamabatch.llamacpp.ubatch.shape`) and give each row what it asks for
-        (see the class).
-
-        Raises:
-            DecodeError: this is the ``fail_decode_at``-th call (code ``fail_code``),
-                or ``fail_exc`` then.
-            FakeBackendViolation: the plan breaks a rule (see the class).
-        """
+        """Decode ``spans`` (``precise`` ones shaped as ``LlamaBackend`` shapes them) and give each
+        row what it asks for (see the class). DecodeError (``fail_code``), or ``fail_exc``, at the
+        ``fail_decode_at``-th call; FakeBackendViolation when the plan breaks a rule."""
         self.num_decode_calls += 1
         if self.shapes:
             spans = shape(spans)
@@ -657,17 +574,16 @@ class FakeBackend:
     def run_alone(
         self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
     ) -> Iterator[SeqOutput]:
-        """``Backend.run_alone``: with ``sampling``, the reply stream of ``tokens``, one
-        output per ``next`` (a grammar dead end, ``dead_end_at``, is the last output's
-        ``error``); with ``targets``, their scores (as in a batch).
+        """``Backend.run_alone``: with ``sampling``, the reply stream of ``tokens``, one output per
+        ``next`` (a dead end, ``dead_end_at``, is the last output's ``error``); with ``targets``,
+        their scores.
 
         Raises (when iterated):
             BackendError: ``fail_alone`` matches, the prompt is empty, has an id outside
                 [0, n_vocab) or does not fit ``n_ctx``.
             GrammarError: ``refuse_grammar`` and a constraint.
-            FakeBackendViolation: a token pulled after an EOG token, past ``max_tokens``
-                or past the context (``n_ctx - n_prompt + 1`` tokens at most), or targets
-                that are not one tuple per token.
+            FakeBackendViolation: a token pulled after an EOG, past ``max_tokens`` or past the
+                context, or targets that are not one tuple per token.
         """
         if sampling is None:
             return iter([self._score_alone(tokens, targets or ())])
@@ -718,8 +634,8 @@ class FakeBackend:
 
     # -- reading the log -------------------------------------------------------------
     def copy(self, **changes: Any) -> FakeBackend:
-        """A fresh fake (empty log, no batch context) with this one's arguments, some
-        replaced: ``fake.copy(fail_decode_at=None)``."""
+        """A fresh fake (empty log, no batch context) with this one's arguments, some replaced:
+        ``fake.copy(fail_decode_at=None)``."""
         return FakeBackend(**{**self._kwargs, **changes})
 
     def calls(self, kind: type[C]) -> list[C]:
@@ -727,5 +643,5 @@ class FakeBackend:
         return [c for c in self.log if isinstance(c, kind)]
 
     def seqs(self) -> list[SeqLog]:
-        """Every item run in a slot, read back from the log (see :func:`read_seqs`)."""
+        """Every item run in a slot, read back from the log (:func:`read_seqs`)."""
         return read_seqs(self.log)

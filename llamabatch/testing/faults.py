@@ -1,14 +1,5 @@
-"""Faults the fake backend injects, as values hypothesis can print.
-
-``FakeBackend`` keyword arguments, settable later as attributes: the batch context
-cannot be created (``fail_open``, or more than ``max_kv_tokens``; it may be tried
-again); the k-th decode (or each of a collection of them) returns a llama.cpp code or
-raises an exception (``fail_decode_at`` with ``fail_code`` or ``fail_exc``); the k-th
-cache copy fails (``fail_copy_at``); the k-th state save or load fails
-(``fail_state_at``); some prompts fail even alone (``fail_alone``); a constraint is
-refused (``refuse_grammar``) or reaches a dead end after k reply tokens
-(``dead_end_at``). A :class:`FaultPlan` holds one set of them.
-"""
+"""Faults the fake backend injects (its ``fail_*``, ``max_kv_tokens``, ``refuse_grammar`` and
+``dead_end_at`` arguments), as values hypothesis can print."""
 
 from __future__ import annotations
 
@@ -84,8 +75,8 @@ def fails_alone(rule: FailAlone | None, prompt: Tokens) -> bool:
 
 
 def keeps_tokens(code: int) -> bool:
-    """True when a failed ``llama_decode`` with ``code`` leaves its processed ubatches
-    in memory (2 aborted, < -1 fatal; llama.h), so the fake keeps the tokens."""
+    """True when a failed ``llama_decode`` with ``code`` (2 aborted, < -1 fatal; llama.h) leaves
+    its processed ubatches in memory."""
     return code == 2 or code < -1
 
 

@@ -1,17 +1,11 @@
-"""A hypothesis state machine of one :class:`~llamabatch.BatchGenerator` over its life.
-
-Public so that programs built on llamabatch can run it against their own settings (in
-the manner of zarr-python's ``zarr/testing/stateful.py``)::
+"""A hypothesis state machine of one :class:`~llamabatch.BatchGenerator` over its life, for
+programs to run against their own settings::
 
     from llamabatch.testing.machine import SlotEngineMachine
     TestSlotEngine = SlotEngineMachine.TestCase
 
-Items (with shared prefixes, repeats and garbage) are added, run page by page (and the
-run stopped early), decode faults, other backend exceptions, copy faults and items that
-fail even alone are injected; the invariants are checked after every step. The fake
-may have a recurrent memory, so caches that cannot be cut back are exercised too.
-Importing this module imports hypothesis.
-"""
+Items (shared prefixes, repeats, garbage) are added and run page by page, faults are
+injected, and the invariants are checked after every step. Importing it imports hypothesis."""
 
 from __future__ import annotations
 
@@ -117,8 +111,7 @@ class SlotEngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def caches_are_empty_or_known(self) -> None:
-        """After a failure every cache was emptied; the engine never reuses a cache it
-        was told is unknown (the fake would have raised)."""
+        """After a failure every cache was emptied."""
         if not self.gen.stats.batching_enabled and self.case.fake.limits is not None:
             assert self.case.fake.kv_lengths == (0,) * len(self.case.fake.kv_lengths)
 

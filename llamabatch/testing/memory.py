@@ -1,16 +1,5 @@
-"""The fake backend's memory model: each slot's KV cache, token by token.
-
-A slot's cache is the list of tokens at positions 0, 1, ... ``trim`` cuts it, ``copy``
-copies another slot's, ``clear`` empties it, a decode appends to it. A recurrent memory
-(``recurrent=True``) refuses a trim to a position inside the cache other than 0
-(``llama_memory_seq_rm`` returns false on recurrent and hybrid models) and leaves the
-cache unknown (``corrupt``) until it is emptied. With ``n_swa`` > 0 the window layers of
-a sliding-window model hold only the last ``n_swa`` positions (:meth:`FakeMemory.slide`):
-``win_min`` is the oldest one held, and a decode at a position whose window is not all
-held notes the ``hole`` it sees. A saved state is the cache's tokens as bytes (with
-``win_min``, and whether it was unknown), so that loading a bad state is caught at the
-next decode. No checks here (:mod:`.rules`) and no faults (:mod:`.faults`).
-"""
+"""The fake backend's memory model: each slot's KV cache, token by token, recurrent or with a
+sliding window; no checks (:mod:`.rules`) and no faults (:mod:`.faults`) here."""
 
 from __future__ import annotations
 
@@ -24,20 +13,10 @@ from .records import Tokens
 
 @dataclass(slots=True)
 class SlotState:
-    """What the fake knows of one slot of the batch context.
-
-    Attributes:
-        kv: tokens at positions 0, 1, ...
-        started: ``start_seq`` since the last clear.
-        corrupt: the cache is unknown (a refused trim, a failed copy or load).
-        reply: the reply chosen at the first logits after ``start_seq``.
-        n_sampled: tokens sampled since ``start_seq``.
-        last: the last sampled token (to be decoded next).
-        is_done: sampled an EOG token or its ``max_tokens``-th token.
-        sampling: the sampling params of the item started in it.
-        win_min: the oldest position its window layers hold (``n_swa`` > 0), -1: none.
-        hole: positions ``[a, b)`` its window lacked when decoded (``None``: none).
-    """
+    """What the fake knows of one slot: ``kv`` (tokens at positions 0, 1, ...), ``corrupt``
+    (the cache is unknown), the item started in it (``sampling``, the ``reply`` chosen at its
+    first logits, tokens sampled, ``is_done``), ``win_min`` (the oldest position its window
+    layers hold, -1: none) and ``hole`` (positions ``[a, b)`` its window lacked, or ``None``)."""
 
     kv: list[int] = field(default_factory=list)
     started: bool = False
@@ -64,12 +43,9 @@ class SlotState:
 
 
 class FakeMemory:
-    """The caches of every slot of the fake's batch context.
-
-    Args:
-        recurrent: refuse partial trims (see the module doc).
-        n_swa: the sliding window in positions (0: every position kept).
-    """
+    """The caches of every slot of the fake's batch context. ``recurrent``: a trim inside the
+    cache (not to 0) is refused, as ``llama_memory_seq_rm`` does, and leaves it unknown;
+    ``n_swa``: the window layers hold only the last ``n_swa`` positions."""
 
     def __init__(self, recurrent: bool = False, n_swa: int = 0) -> None:
         self.recurrent = recurrent
@@ -81,8 +57,8 @@ class FakeMemory:
         self.slots = [SlotState() for _ in range(n_seq_max)]
 
     def trim(self, seq_id: int, n_keep: int) -> bool:
-        """Keep positions [0, n_keep) of ``seq_id``; False (and the cache unknown) when
-        a recurrent memory refuses it."""
+        """Keep positions [0, n_keep) of ``seq_id``; False (and the cache unknown) when a recurrent
+        memory refuses it."""
         slot = self.slots[seq_id]
         ok = not (self.recurrent and 0 < n_keep < len(slot.kv))
         if ok:
@@ -105,16 +81,15 @@ class FakeMemory:
         b.win_min, b.hole = a.win_min, a.hole
 
     def pos_min(self, seq_id: int) -> int:
-        """The oldest position slot ``seq_id`` holds in every layer (its window layers'
-        with ``n_swa`` > 0), -1 when it holds none."""
+        """The oldest position slot ``seq_id`` holds in every layer, -1 when it holds none."""
         slot = self.slots[seq_id]
         if not slot.kv:
             return -1
         return slot.win_min if self.n_swa > 0 else 0
 
     def append(self, seq_id: int, pos: int, tokens: Sequence[int]) -> None:
-        """Tokens decoded into ``seq_id`` at ``pos`` ..: note a hole in the window they
-        see, then let the window layers drop what no later position sees."""
+        """Tokens decoded into ``seq_id`` at ``pos``: note a hole in the window they see, then let
+        the window layers drop what no later position sees."""
         slot = self.slots[seq_id]
         slot.kv.extend(tokens)
         if self.n_swa <= 0:
@@ -128,8 +103,8 @@ class FakeMemory:
         slot.win_min = max(slot.win_min, len(slot.kv) - self.n_swa + 1, 0)
 
     def save(self, seq_id: int) -> bytes:
-        """The state of ``seq_id``: a byte saying whether it is unknown, then its
-        ``win_min`` and its tokens (8 bytes each)."""
+        """The state of ``seq_id`` as bytes: whether it is unknown, then ``win_min`` and its tokens
+        (8 bytes each), so that loading a bad state is caught at the next decode."""
         slot = self.slots[seq_id]
         return bytes([slot.corrupt]) + array("q", [slot.win_min, *slot.kv]).tobytes()
 

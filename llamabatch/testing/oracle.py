@@ -1,11 +1,6 @@
-"""The fake backend's oracle: what the scheduler should make of each prompt.
-
-A prompt's tokens (:func:`prompt_tokens`), its configured reply stream
-(:func:`reply_of`, :func:`token_at`) and the completion it should become alone
-(:func:`expected`), judged by the engine's own stop rule
-(:func:`llamabatch.engine.request.check_stop`: EOG, stop ids, stop strings, length), so that
-the reference and the engine cannot disagree on where a reply ends.
-"""
+"""The fake backend's oracle: what the scheduler should make of each prompt, judged by the
+engine's own stop rule (:func:`llamabatch.engine.request.check_stop`), so that the
+reference and the engine cannot disagree on where a reply ends."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ def _as_tokens(fake: FakeBackend, value: str | Sequence[int]) -> Tokens:
 
 
 def reply_of(fake: FakeBackend, prompt: Sequence[int]) -> Tokens:
-    """The configured reply to the prompt ``prompt`` (token ids), before the stop rule."""
+    """The configured reply to the token ids ``prompt``, before the stop rule."""
     key = tuple(prompt)
     reply = fake.reply
     if isinstance(reply, Mapping):
@@ -42,8 +37,8 @@ def reply_of(fake: FakeBackend, prompt: Sequence[int]) -> Tokens:
 
 
 def token_at(fake: FakeBackend, reply: Tokens, i: int) -> int:
-    """The ``i``-th token of the stream: the reply, then ``min(eog_ids)`` forever
-    (``filler`` when there is no EOG id)."""
+    """The ``i``-th token of the stream: the reply, then ``min(eog_ids)`` forever (``filler``
+    when there is no EOG id)."""
     if i < len(reply):
         return reply[i]
     return min(fake.eog_ids) if fake.eog_ids else fake.filler
@@ -82,16 +77,9 @@ def prompt_tokens(fake: FakeBackend, prompt: object) -> Tokens:
 def expected(
     fake: FakeBackend, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
 ) -> Expected:
-    """What the scheduler should return for ``prompt`` completed alone.
-
-    The engine's stop rule on the reply stream, with at most
-    ``min(max_tokens, n_ctx - n_prompt)`` tokens and ``sampling``'s ``stop`` strings and
-    ``stop_token_ids`` (none when ``sampling`` is ``None``). ``fail_alone`` is not
-    considered (see :meth:`FakeBackend.fails_alone`).
-
-    Raises:
-        ValueError: the item is an error (see :func:`prompt_tokens`).
-    """
+    """What the scheduler should return for ``prompt`` completed alone: the stop rule on the reply
+    stream, at most ``min(max_tokens, n_ctx - n_prompt)`` tokens, ``sampling``'s stop strings
+    and ids. ``fail_alone`` is not considered. ValueError as :func:`prompt_tokens`."""
     tokens = prompt_tokens(fake, prompt)
     req = Request(0, list(tokens), sampling if sampling is not None else SamplingParams())
     req.max_tokens = min(max_tokens, fake.n_ctx - len(tokens))

@@ -1,4 +1,4 @@
-"""The fake backend's call log: one record per call, and groups read back from it."""
+"""The fake backend's call log: one record per call, and each item's run read back from it."""
 
 from __future__ import annotations
 
@@ -26,13 +26,9 @@ SpanRecord = Span
 
 @dataclass_transform(frozen_default=True)
 class Call:
-    """One entry of :attr:`FakeBackend.log <llamabatch.testing.FakeBackend.log>`: a
-    backend call's arguments and what it saw or returned.
-
-    Each subclass becomes a dataclass of the fields it declares, frozen unless it is
-    declared with ``frozen=False`` (:class:`AloneCall`, updated while its tokens are
-    pulled).
-    """
+    """One entry of :attr:`FakeBackend.log <llamabatch.testing.FakeBackend.log>`: a call's
+    arguments and what it saw or returned. Each subclass is a dataclass of its fields, frozen
+    unless declared ``frozen=False``."""
 
     def __init_subclass__(cls, frozen: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -40,7 +36,7 @@ class Call:
 
 
 class OpenBatchCall(Call):
-    """``open_batch(slots, n_ctx_seq, n_batch)``; ``limits`` is ``None`` when it failed."""
+    """``open(slots, n_ctx_seq, n_batch)``; ``limits`` is ``None`` when it failed."""
 
     slots: int
     n_ctx_seq: int
@@ -49,7 +45,7 @@ class OpenBatchCall(Call):
 
 
 class StartSeqCall(Call):
-    """``start_seq(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
+    """``Start(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
 
     seq_id: int
     sampling: SamplingParams
@@ -57,7 +53,7 @@ class StartSeqCall(Call):
 
 
 class TrimCall(Call):
-    """``trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
+    """``Trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
 
     seq_id: int
     n_keep: int
@@ -65,7 +61,7 @@ class TrimCall(Call):
 
 
 class CopyCall(Call):
-    """``copy_seq(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
+    """``Copy(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
 
     src: int
     dst: int
@@ -73,16 +69,15 @@ class CopyCall(Call):
 
 
 class LoadSeqCall(Call):
-    """``load_seq(seq_id, state)``; ``tokens`` is the cache the state holds."""
+    """``Load(seq_id, state)``; ``tokens`` is the cache the state holds."""
 
     seq_id: int
     tokens: Tokens
 
 
 class DecodeCall(Call):
-    """One ``decode``: its 1-based ``call`` number, spans, sampled tokens (one per span
-    with logits, in span order) and the injected ``error_code`` (``None`` when it worked).
-    """
+    """One ``run``: its 1-based ``call`` number, spans, sampled tokens (one per span with logits,
+    in span order) and the injected ``error_code`` (``None`` when it worked)."""
 
     call: int
     spans: tuple[Span, ...]
@@ -91,32 +86,23 @@ class DecodeCall(Call):
 
     @property
     def n_tokens(self) -> int:
-        """Tokens decoded in this call, all spans together."""
+        """Tokens decoded in this call."""
         return sum(len(s.tokens) for s in self.spans)
 
     @property
     def ubatches(self) -> int:
-        """How many ubatches (passes over the weights) llama.cpp makes of this call
-        with a non-unified KV cache and ``n_ubatch >= n_tokens``.
-
-        The rule of ``llama_batch_allocr::split_equal(n_ubatch, sequential=true)``:
-        :func:`~llamabatch.llamacpp.ubatch.split_equal`.
-        """
+        """How many ubatches llama.cpp makes of this call (non-unified KV cache,
+        ``n_ubatch >= n_tokens``): :func:`~llamabatch.llamacpp.ubatch.split_equal`."""
         return len(split_equal(self.spans))
 
 
 class ClearCall(Call):
-    """``clear()``: every sequence emptied."""
+    """``Clear``: every sequence emptied."""
 
 
 class AloneCall(Call, frozen=False):
-    """``generate_alone(tokens, sampling)``, updated while the caller pulls tokens.
-
-    Attributes:
-        n_pulled: tokens handed out so far.
-        error: the ``BackendError`` message it raised, or ``None``.
-        closed: the caller closed the iterator (or it was garbage collected).
-    """
+    """``run_alone(tokens, sampling)``, updated while the caller pulls tokens: ``n_pulled``
+    tokens handed out, the ``error`` message it raised, ``closed`` by the caller."""
 
     tokens: Tokens
     sampling: SamplingParams
@@ -131,16 +117,14 @@ class CloseCall(Call):
 
 @dataclass(frozen=True, slots=True)
 class SeqLog:
-    """One item's run in a slot, read back from the log (see :meth:`FakeBackend.seqs`).
+    """One item's run in a slot, read back from the log (:meth:`FakeBackend.seqs`).
 
     Attributes:
         seq_id: its slot.
         start: index in the log of its :class:`StartSeqCall`.
-        sampling: what ``start_seq`` got.
-        cached: tokens its cache held when its first prompt token was decoded
-            (reused or copied; the prompt's rest was prefilled after them).
-        prompt: its whole prompt: ``cached`` plus the tokens fed up to and including
-            its first span with logits.
+        cached: tokens its cache held when its first prompt token was decoded (reused or
+            copied; the prompt's rest was prefilled after them).
+        prompt: ``cached`` plus the tokens fed up to its first span with logits.
         outputs: every token sampled for it (EOG included).
         prompt_end: the decode call whose logits gave its first token (``None``: none).
         decode_calls: the 1-based numbers of the decode calls it took part in.
@@ -160,7 +144,7 @@ class SeqLog:
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What an item should become when completed alone (see :meth:`FakeBackend.expected`)."""
+    """What an item should become when completed alone (:meth:`FakeBackend.expected`)."""
 
     token_ids: Tokens
     finish_reason: str
@@ -198,9 +182,8 @@ class _OpenSeq:
 
 
 def read_seqs(log: Iterable[object]) -> list[SeqLog]:
-    """Every item's run in a slot, in the order they started (one per
-    :class:`StartSeqCall`), the cache contents replayed from the trims, copies, loads, clears
-    and decodes of the log."""
+    """Every item's run in a slot (one per :class:`StartSeqCall`, in order), the caches replayed
+    from the log."""
     kv: dict[int, list[int]] = {}
     open_: dict[int, _OpenSeq] = {}
     done: list[_OpenSeq] = []

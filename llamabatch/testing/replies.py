@@ -1,8 +1,4 @@
-"""Replies for the fake backend, as values hypothesis can print (faults: :mod:`.faults`).
-
-Also the default vocabulary: ids 0-255 are the bytes of UTF-8 text, ids from 256 up are
-special tokens written ``<|id|>``; :data:`EOG_ID` (256) ends generation by default.
-"""
+"""Replies and the default vocabulary of the fake backend, as values hypothesis can print."""
 
 from __future__ import annotations
 
@@ -30,8 +26,8 @@ def byte_tokens(text: str) -> list[int]:
 
 
 def byte_text(tokens: Sequence[int]) -> str:
-    """The default detokenizer: bytes for ids < 256 and ``<|id|>`` for the others,
-    decoded at once (UTF-8, invalid bytes replaced)."""
+    """The default detokenizer: bytes for ids < 256 and ``<|id|>`` for the others, decoded at
+    once (UTF-8, invalid bytes replaced)."""
     out = bytearray()
     for t in tokens:
         if 0 <= t < 256:
@@ -43,11 +39,8 @@ def byte_text(tokens: Sequence[int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class HashReply:
-    """A reply function: pseudo-random tokens seeded by ``seed`` and the prompt.
-
-    The reply has 0 to ``max_len`` ids in [0, n_vocab); with probability ``eog_rate`` one
-    of ``eog_ids`` is put in the middle (the scheduler must stop there).
-    """
+    """A reply function: 0 to ``max_len`` pseudo-random ids in [0, n_vocab) seeded by ``seed``
+    and the prompt; with probability ``eog_rate`` one of ``eog_ids`` in the middle."""
 
     seed: int
     max_len: int

@@ -1,9 +1,6 @@
-"""The rules of llama.cpp that the fake backend checks on every call.
-
-A broken rule raises :class:`FakeBackendViolation` (and is recorded in
-:attr:`Rules.violations`): what llama.cpp would assert on, refuse, or silently get
-wrong (llama.h and ``llama_batch_allocr::init``, llama.cpp ``src/llama-batch.cpp``).
-"""
+"""The rules of llama.cpp the fake backend checks on every call: what llama.cpp would assert
+on, refuse, or silently get wrong (llama.h; ``llama_batch_allocr::init``,
+``src/llama-batch.cpp``)."""
 
 from __future__ import annotations
 
@@ -15,13 +12,10 @@ from .memory import SlotState
 
 
 class FakeBackendViolation(BaseException):
-    """The scheduler broke a rule that llama.cpp enforces (or crashes on).
-
-    A ``BaseException``, as pytest's own outcomes are, so that no ``except Exception``
-    of the code under test (the engine's failure isolation) takes it for a backend
-    failure; every violation is also appended to :attr:`FakeBackend.violations
-    <llamabatch.testing.FakeBackend>`.
-    """
+    """The scheduler broke a rule that llama.cpp enforces (or crashes on). A ``BaseException``,
+    as pytest's outcomes are, so that the engine's failure isolation never takes it for a
+    backend failure; also listed in :attr:`FakeBackend.violations
+    <llamabatch.testing.FakeBackend>`."""
 
 
 class Rules:
@@ -58,11 +52,11 @@ class Rules:
     def check_plan(
         self, spans: Sequence[Span], limits: BatchLimits, slots: list[SlotState], n_vocab: int
     ) -> None:
-        """One decode: between 1 and n_batch tokens; each span's seq id in range,
-        started, its cache known, not finished, not after its own logits in this call;
-        positions continuing the cache, within n_ctx_seq; tokens in [0, n_vocab); after
-        the prompt, exactly the token just sampled, with logits; a span's ``share`` only
-        with logits, naming other started sequences that have not sampled yet."""
+        """One decode: 1 to n_batch tokens; each span's seq id in range, started, its cache known,
+        not finished, not again after its logits in this call; positions continuing the cache,
+        within n_ctx_seq; tokens in [0, n_vocab); after the prompt, exactly the token just
+        sampled, with logits; ``share`` only with logits, naming other started sequences that
+        have not sampled yet."""
         n_tokens = sum(len(s.tokens) for s in spans)
         self.require(n_tokens > 0, "decode of zero tokens")
         self.require(
@@ -127,8 +121,8 @@ class Rules:
         max_tokens: int | None,
         n_ctx: int,
     ) -> None:
-        """One more token pulled alone: not after an EOG, not past ``max_tokens`` (the
-        item's own budget), not past the context."""
+        """One more token pulled alone: not after an EOG, not past ``max_tokens``, not past the
+        context."""
         self.require(last not in eog_ids, "alone: pulled after an EOG")
         self.require(
             max_tokens is None or n_pulled < max_tokens,

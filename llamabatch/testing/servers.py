@@ -1,13 +1,5 @@
-"""Start llama-cpp-python's OpenAI-compatible server on this machine (tests, benchmarks).
-
-Shipped in :mod:`llamabatch.testing` because the benchmarks (``benchmarks/remote_overhead.py``)
-and programs testing their own pools use it too, not only llamabatch's tests.
-
-:class:`LocalServer` runs ``python -m llama_cpp.server --model GGUF --host 127.0.0.1
---port P`` (the ``server`` extra of llama-cpp-python) in its own process group, waits
-until ``GET /v1/models`` answers, and stops it on :meth:`stop` (SIGTERM, then SIGKILL)
-or :meth:`kill` (SIGKILL at once, as a crash would).
-"""
+"""Start llama-cpp-python's OpenAI-compatible server on this machine, for tests, benchmarks
+and programs testing their own pools."""
 
 from __future__ import annotations
 
@@ -32,7 +24,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class LocalServer:
-    """One ``llama_cpp.server`` process on 127.0.0.1.
+    """One ``python -m llama_cpp.server`` process on 127.0.0.1 (the ``server`` extra of
+    llama-cpp-python), in its own process group.
 
     Args:
         model: the GGUF file.
@@ -60,11 +53,8 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 120.0) -> LocalServer:
-        """Start the process and wait until it answers.
-
-        Raises:
-            ServerStartError: it exited, or did not answer within ``timeout_s`` (stopped).
-        """
+        """Start the process and wait until ``GET /v1/models`` answers; ServerStartError when it
+        exited, or did not answer within ``timeout_s`` (then stopped)."""
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(

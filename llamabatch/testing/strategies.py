@@ -1,7 +1,5 @@
-"""Hypothesis strategies for prompts, fault plans and fake backends.
-
-hypothesis is imported when a strategy is asked for, not when this module is imported.
-"""
+"""Hypothesis strategies for prompts, fault plans and fake backends; hypothesis is imported
+when a strategy is asked for."""
 
 from __future__ import annotations
 
@@ -24,17 +22,10 @@ def prompts(
     n_vocab: int = 260,
     invalid: bool = True,
 ):
-    """Lists of ``min_items`` to ``max_items`` prompts for a :class:`FakeBackend` with the
-    default vocabulary.
-
-    Items: ``str`` (ASCII and multi-byte characters, 0 to ``max_len`` characters, so up
-    to 4 * ``max_len`` tokens), UTF-8 ``bytes``, token-id lists (0 to ``max_len`` ids in
-    [0, n_vocab)); with ``invalid`` also ids outside [0, n_vocab), invalid UTF-8, and
-    objects that are not prompts (None, numbers, dicts, lists of non-integers).
-
-    Returns:
-        a hypothesis ``SearchStrategy[list[object]]``.
-    """
+    """A ``SearchStrategy[list[object]]``: ``min_items`` to ``max_items`` prompts for a
+    :class:`FakeBackend` with the default vocabulary: ``str`` (0 to ``max_len`` ASCII or
+    multi-byte characters), UTF-8 ``bytes``, token-id lists (0 to ``max_len`` ids in
+    [0, n_vocab)); with ``invalid`` also ids out of range, invalid UTF-8 and non-prompts."""
     st = _st()
     text = st.text(st.sampled_from("abc xyz\n.é€🙂"), max_size=max_len)
     ids = st.lists(st.integers(0, n_vocab - 1), max_size=max_len)
@@ -56,13 +47,9 @@ def prefixed_prompts(
     max_suffix: int = 20,
     n_vocab: int = 260,
 ):
-    """Lists of token-id prompts that share prefixes, as a tagger's prompts do: each is
-    one of up to 3 prefixes (0 to ``max_prefix`` ids) plus its own suffix (1 to
-    ``max_suffix`` ids), sometimes a prompt repeated, sometimes a prefix of another.
-
-    Returns:
-        a hypothesis ``SearchStrategy[list[list[int]]]``.
-    """
+    """A ``SearchStrategy[list[list[int]]]`` of token-id prompts sharing prefixes, as a tagger's
+    do: one of up to 3 prefixes (0 to ``max_prefix`` ids) plus a suffix (1 to ``max_suffix``
+    ids), sometimes a prompt repeated or a prefix of another."""
     st = _st()
     ids = st.integers(0, n_vocab - 1)
 
@@ -87,15 +74,10 @@ def prefixed_prompts(
 
 
 def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
-    """:class:`FaultPlan` s: mostly none; sometimes the batch cannot be created
-    (``fail_open``), the k-th decode fails with a code of :data:`DECODE_FAULT_CODES`
-    or raises one of :data:`BACKEND_EXCEPTIONS`, the k-th copy of a cache fails, the
-    k-th save or load of a state in host memory fails, or
-    the prompts matching a :class:`FailWhen` fail alone.
-
-    Returns:
-        a hypothesis ``SearchStrategy[FaultPlan]``.
-    """
+    """A ``SearchStrategy[FaultPlan]``: mostly none; sometimes the batch cannot be created
+    (``fail_open``), the k-th decode fails (a code of :data:`DECODE_FAULT_CODES` or one of
+    :data:`BACKEND_EXCEPTIONS`), the k-th copy, save or load fails, or the prompts matching
+    a :class:`FailWhen` fail alone."""
     st = _st()
     return st.builds(
         FaultPlan,
@@ -110,19 +92,10 @@ def fault_plans(*, max_decode_at: int = 30, fail_open: bool = True):
 
 
 def fake_backends(*, faults=None, max_tokens: int | None = None, max_reply: int = 40):
-    """:class:`FakeBackend` s with random replies (:class:`HashReply`, sometimes with an
-    EOG in the middle), 0-3 EOG ids, n_vocab 260-300, n_ctx 2-4096, ctx_pad 1/8/256, an
-    optional n_batch cap, a recurrent memory one time in four (declared up front or
-    not), and faults drawn from ``faults`` (default :func:`fault_plans`).
-
-    Args:
-        faults: a ``SearchStrategy[FaultPlan]``.
-        max_tokens: passed to each fake (decodes past it are violations).
-        max_reply: longest reply before the stop rule.
-
-    Returns:
-        a hypothesis ``SearchStrategy[FakeBackend]``.
-    """
+    """A ``SearchStrategy[FakeBackend]``: random replies (:class:`HashReply` of at most
+    ``max_reply`` tokens, sometimes an EOG inside), 0-3 EOG ids, n_vocab 260-300, n_ctx
+    2-4096, ctx_pad 1/8/256, an optional n_batch cap, a recurrent memory one time in four
+    (declared or not), faults from ``faults`` (default :func:`fault_plans`) and ``max_tokens``."""
     st = _st()
     faults = fault_plans() if faults is None else faults
 
