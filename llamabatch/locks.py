@@ -1,19 +1,4 @@
-"""One process-wide lock per loaded ``llama_cpp.Llama``.
-
-A :class:`~llamabatch.BatchGenerator` uses two llama.cpp contexts on one model: its own
-batch context, and the ``Llama``'s own context (items completed one at a time go through
-``Llama.generate``). A ``Llama`` is not thread-safe: two threads generating with it at
-once corrupt its context (its token history, KV cache and logits are shared state). So
-every use of llama.cpp by a generator holds :func:`llm_lock` of its ``Llama``, and a
-program that also calls the ``Llama`` itself from other threads holds the same lock::
-
-    lock = llamabatch.llm_lock(llm)
-    with lock:
-        reply = llm.create_completion(prompt, max_tokens=64)
-
-The lock is reentrant (``threading.RLock``), created on first use and dropped with the
-``Llama`` (kept in a ``weakref.WeakKeyDictionary``, so it never keeps a model alive).
-"""
+"""One process-wide lock per loaded ``llama_cpp.Llama``."""
 
 from __future__ import annotations
 
@@ -28,8 +13,16 @@ _guard = threading.Lock()
 def llm_lock(llm: Any) -> Any:
     """The ``threading.RLock`` that serializes every use of ``llm`` (a ``llama_cpp.Llama``).
 
-    The same object is returned for the same ``llm`` in every thread, for as long as the
-    ``llm`` exists.
+    A ``Llama`` is not thread-safe, and a :class:`~llamabatch.BatchGenerator` uses it (and a
+    second context on its model) from whichever thread runs it: every generator on ``llm``
+    holds this lock around each use of llama.cpp, and a program that also calls ``llm`` from
+    other threads holds it too::
+
+        with llamabatch.llm_lock(llm):
+            reply = llm.create_completion(prompt, max_tokens=64)
+
+    The same lock is returned for the same ``llm`` in every thread; it is created on first use
+    and dropped with the ``Llama`` (a weak reference: it never keeps a model alive).
 
     Raises:
         TypeError: ``llm`` cannot be weakly referenced (not a ``llama_cpp.Llama``).

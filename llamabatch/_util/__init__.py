@@ -1,2 +1,1 @@
-"""Small private helpers shared by the layers: closing guards and signal handling during
-library calls. No public names."""
+"""Small private helpers shared by the layers: closing guards, signal handling in library calls."""

@@ -8,8 +8,8 @@ _C = TypeVar("_C", bound="Closing")
 
 
 class Closing:
-    """Mixin: ``with obj:`` gives ``obj`` and calls its ``close()`` when the block ends,
-    however it ends (exceptions propagate). The class defines ``close()``."""
+    """Mixin: ``with obj:`` gives ``obj`` and calls its ``close()`` when the block ends, however
+    it ends. The class defines ``close()``."""
 
     __slots__ = ()
 

@@ -1,17 +1,7 @@
-"""Ctrl-C during a call into llama.cpp: never lost.
-
-llama.cpp calls back into Python during long calls (llama-cpp-python's log callback
-runs for every log line while a model loads or a context is created; the abort
-callback polls during compute). Python runs a signal handler in whatever Python code
-runs next, so a SIGINT arriving then raises ``KeyboardInterrupt`` *inside the
-callback*, and ctypes cannot pass an exception through C: it reports it to
-``sys.unraisablehook`` ("Exception ignored on calling ctypes callback function") and
-drops it, and the library call goes on as if nothing happened.
-
-:func:`callback_interrupts` catches that report instead and raises
-``KeyboardInterrupt`` as soon as the block (the library call) returns. It imports no
-library: the engine may use it.
-"""
+"""Ctrl-C during a call into llama.cpp: never lost. ctypes drops a ``KeyboardInterrupt``
+raised in a callback (llama.cpp's log or abort callback), reporting it to
+``sys.unraisablehook``; :func:`callback_interrupts` catches that report and raises the
+interrupt once the library call returns. Imports no library: the engine may use it."""
 
 from __future__ import annotations
 
@@ -27,8 +17,8 @@ _previous: Any = None  # the hook ours delegates to
 
 
 def _hook(unraisable: Any) -> None:
-    """Record a dropped ``KeyboardInterrupt`` in this thread's innermost open block;
-    pass everything else (and everything outside a block) to the previous hook."""
+    """Record a dropped ``KeyboardInterrupt`` in this thread's innermost open block; pass every
+    other report on to the previous hook."""
     stack = getattr(_blocks, "stack", None)
     exc_type = getattr(unraisable, "exc_type", None)
     if stack and isinstance(exc_type, type) and issubclass(exc_type, KeyboardInterrupt):
@@ -38,9 +28,8 @@ def _hook(unraisable: Any) -> None:
 
 
 def _install() -> None:
-    """Put :func:`_hook` in front of the current ``sys.unraisablehook`` (once; again if
-    someone replaced it since). It stays: outside a block it only passes reports on, so
-    threads opening and closing blocks in any order never undo each other."""
+    """Put :func:`_hook` in front of ``sys.unraisablehook`` (again if someone replaced it). It
+    stays: outside a block it only passes reports on, so threads never undo each other."""
     global _previous
     with _lock:
         if sys.unraisablehook is not _hook:
@@ -49,8 +38,8 @@ def _install() -> None:
 
 
 class CallbackInterrupts:
-    """What :func:`callback_interrupts` saw: ``caught`` is True once an interrupt raised
-    inside a ctypes callback was dropped by ctypes in its block."""
+    """What :func:`callback_interrupts` saw: ``caught`` is True once ctypes dropped an interrupt
+    in its block."""
 
     def __init__(self) -> None:
         self.caught = False
@@ -64,17 +53,9 @@ class CallbackInterrupts:
 
 @contextlib.contextmanager
 def callback_interrupts(*, raise_at_end: bool = True) -> Iterator[CallbackInterrupts]:
-    """During the block, a ``KeyboardInterrupt`` that ctypes drops in a callback is
-    recorded (not printed) and, with ``raise_at_end``, raised when the block ends
-    normally (else the caller checks the yielded :class:`CallbackInterrupts`).
-
-    A hook in front of ``sys.unraisablehook`` (installed on first use, passing every
-    other report on) routes the report to the calling thread's innermost open block;
-    ctypes reports in the thread that made the library call. Blocks may nest.
-
-    Raises:
-        KeyboardInterrupt: at the end of the block, when one was dropped in it.
-    """
+    """During the block, a ``KeyboardInterrupt`` ctypes drops in a callback of this thread is
+    recorded (not printed) and, with ``raise_at_end``, raised when the block ends normally
+    (else the caller checks the yielded :class:`CallbackInterrupts`). Blocks may nest."""
     seen = CallbackInterrupts()
     _install()
     stack = getattr(_blocks, "stack", None)
