@@ -1,16 +1,7 @@
-"""The prompt cache's bookkeeping, as data: which tokens each slot's cache holds
-(:class:`SlotTable`), and sequence states kept in host memory (:class:`HostCache`).
-
-A slot keeps its cache after its item ends, so the next item placed there prefills only
-what differs (llama-server's ``cache_prompt``). The engine tells the table every change
-it makes to a cache; the table answers which free slot shares the most with a prompt,
-and which other slot holds (or soon will) a longer prefix worth copying.
-
-When a slot's cache is about to be mostly thrown away (a new item keeps less than half
-of it, llama-server's ``f_keep < 0.5`` for ``--cache-ram``), its state is saved in host
-memory; a later prompt sharing a longer prefix with a saved state than with any slot
-gets that state loaded instead of prefilling it again.
-"""
+"""The prompt cache as data: which tokens each slot's cache holds (:class:`SlotTable`:
+the best free slot for a prompt, a slot worth copying) and sequence states kept in host
+memory (:class:`HostCache`, llama-server's ``--cache-ram``). docs/engine.md tells how
+they are used."""
 
 from __future__ import annotations
 
@@ -35,9 +26,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def reusable(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    """Prompt tokens a cache holding ``cached`` saves: the common prefix, but never the
-    prompt's last token (it must be decoded again to get the logits of the reply's
-    first token)."""
+    """Prompt tokens a cache holding ``cached`` saves: the common prefix, never the
+    prompt's last token (decoded again for the reply's first logits)."""
     return min(common_prefix(cached, prompt), len(prompt) - 1)
 
 
@@ -57,11 +47,7 @@ class Slot:
 
 
 class SlotTable:
-    """The slots of one batch context and what each one's cache holds.
-
-    Args:
-        n_slots: sequences of the batch context (``n_seq_max``).
-    """
+    """The ``n_slots`` slots of one batch context and what each one's cache holds."""
 
     def __init__(self, n_slots: int) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
@@ -82,13 +68,9 @@ class SlotTable:
     def best_free(
         self, prompt: Sequence[int], holds: Holds | None = None
     ) -> tuple[Slot, int] | None:
-        """The free slot whose cache saves ``prompt`` the most tokens, and how many
-        (ties: the lowest seq id); ``None`` when every slot is busy.
-
-        Args:
-            holds: when given, a cache that cannot be cut back to the shared prefix
-                (``holds(slot, n)`` False) saves nothing.
-        """
+        """The free slot whose cache saves ``prompt`` the most tokens (ties: the lowest
+        seq id; a cache ``holds`` refuses to cut saves nothing), and how many; ``None``
+        when every slot is busy."""
         best: tuple[Slot, int] | None = None
         for slot in self.free():
             n = reusable(slot.cached, prompt)
@@ -108,23 +90,15 @@ class SlotTable:
         exact: bool,
         holds: Holds | None = None,
     ) -> CopyPlan | None:
-        """A slot other than ``dst`` worth copying for ``prompt``, or ``None``.
+        """The slot other than ``dst`` (whose own cache saves ``n_own``) sharing the
+        longest prefix with ``prompt``, at least ``min_gain`` more (ties: the lowest seq
+        id), or ``None``.
 
         Args:
-            prompt: the new item's tokens.
-            dst: the slot the item goes to; its own cache saves ``n_own`` tokens.
-            planned: seq id -> the tokens a busy slot will hold once its prompt is
-                prefilled (a slot absent from it holds its ``cached`` tokens).
-            min_gain: copy only when it saves at least this many more tokens.
-            exact: the memory cannot be cut back (recurrent / hybrid models): only a
-                source that holds, or will hold at some point, exactly the shared
-                prefix and nothing beyond it qualifies.
-            holds: when given, an idle source whose cache cannot be cut back to the
-                shared prefix (``holds(slot, n)`` False) does not qualify (a busy one is
-                checked when the copy is made).
-
-        Returns:
-            the source with the longest shared prefix (ties: the lowest seq id).
+            planned: seq id -> the tokens a busy slot will hold once prefilled.
+            exact: the memory cannot be cut back: a source must hold, or come to hold,
+                exactly the shared prefix.
+            holds: an idle source it refuses to cut back to the prefix does not qualify.
         """
         best: CopyPlan | None = None
         for slot in self.slots:

@@ -46,21 +46,9 @@ def smaller_tries(
     slots: int, n_ctx_seq: int, min_n_ctx_seq: int, max_n_ctx_seq: int | None = None
 ) -> list[tuple[int, int]]:
     """The sizes ``(slots, n_ctx_seq)`` to try, in order, when a batch context cannot be
-    created: as asked; then half the slots (integer halving) down to 2; then, at 2
-    slots, half ``n_ctx_seq`` (the first cut goes straight to ``max_n_ctx_seq`` when
-    that is smaller: no item can use more) while it stays above ``min_n_ctx_seq``; last
-    ``min_n_ctx_seq`` itself (the longest waiting item's need). Fewer than 2 slots is
-    no batch, so ``slots < 2`` gives only the size asked.
-
-    Args:
-        slots, n_ctx_seq: the size asked for.
-        min_n_ctx_seq: the smallest useful ``n_ctx_seq`` (clamped to [1, n_ctx_seq]).
-        max_n_ctx_seq: the most tokens one item can use (the one-at-a-time context's
-            ``n_ctx``), or ``None``.
-
-    Returns:
-        distinct sizes, the one asked first.
-    """
+    created: as asked; half the slots down to 2; then half ``n_ctx_seq`` (first cut to
+    ``max_n_ctx_seq``, the most one item can use, when smaller) down to
+    ``min_n_ctx_seq`` (the longest waiting item's need). ``slots < 2``: only as asked."""
     tries = [(slots, n_ctx_seq)]
     if slots < 2:
         return tries
@@ -94,12 +82,8 @@ class Scheduler:
     """Runs requests on a backend, batched when it can, alone when it must.
 
     Args:
-        backend: the backend to drive.
-        config: slots, n_ctx_seq, n_batch, max_tokens, lookahead.
         min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
-        max_batch_failures: failures of the batch path in a row after which batching is
-            turned off for good, >= 1.
-        info: what the backend can do (default: ``backend.info``).
+        max_batch_failures: failures of the batch path in a row that turn batching off.
 
     Raises:
         ValueError: ``max_batch_failures`` is not an integer >= 1.
@@ -138,9 +122,7 @@ class Scheduler:
         self.stats.batch_disabled_reason = reason
 
     def _open(self, min_n_ctx_seq: int | None = None) -> bool:
-        """Create the batch context, smaller when it cannot be created
-        (:func:`smaller_tries`; ``min_n_ctx_seq``: the longest waiting request's need,
-        ``None``: only fewer slots are tried)."""
+        """Create the batch context, smaller when it cannot be (:func:`smaller_tries`)."""
         if self.engine is not None:
             return True
         if self._open_tried or not self.stats.batching_enabled:
@@ -196,12 +178,8 @@ class Scheduler:
         return True
 
     def open(self) -> BatchLimits | None:
-        """Open the batch context now (else it opens when two valid requests wait); if it
-        cannot be created, fewer slots are tried.
-
-        Returns:
-            its limits, or ``None`` when batching is off (the reason is in :attr:`stats`).
-        """
+        """Open the batch context now (else when two valid requests wait); its limits,
+        or ``None`` when batching is off (the reason is in :attr:`stats`)."""
         return self.limits if self._open() else None
 
     @property
@@ -211,9 +189,9 @@ class Scheduler:
 
     # -- requests ------------------------------------------------------------------------
     def budget(self, req: Request) -> int:
-        """Most tokens ``req`` may generate: its ``max_tokens`` (else the generator's), or
-        less when the one-at-a-time context (``n_ctx``) is shorter, so that a reply never
-        depends on its path."""
+        """Most tokens ``req`` may generate: its ``max_tokens`` (else the generator's),
+        never more than the one-at-a-time context allows (a reply never depends on its
+        path)."""
         cap = req.sampling.max_tokens or self.config.max_tokens
         return min(cap, self.info.n_ctx - len(req.prompt))
 
@@ -241,8 +219,7 @@ class Scheduler:
         counts[reason] = counts.get(reason, 0) + 1
 
     def fits(self, req: Request) -> bool:
-        """True when ``req`` can run in a slot (:meth:`Request.need` <= ``n_ctx_seq``,
-        allocated once the context is open, requested before)."""
+        """True when ``req`` can run in a slot (:meth:`Request.need` <= ``n_ctx_seq``)."""
         if req.error is not None:
             return False
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
@@ -251,17 +228,9 @@ class Scheduler:
     def iter_steps(
         self, items: Iterator[Request], hold: Callable[[], Any], lookahead: int
     ) -> Iterator[list[Completion]]:
-        """Complete ``items``, one step (at most one backend call) at a time.
-
-        Args:
-            items: requests in input order, read lazily (inside a step).
-            hold: a context manager factory held around each step (the lock).
-            lookahead: a request is started only while it is fewer than ``lookahead``
-                places after the oldest unfinished one.
-
-        Yields:
-            the completions of each step (maybe none), in finishing order.
-        """
+        """Complete ``items`` (in input order, read lazily), one step at a time, holding
+        ``hold()`` around each; an item starts only while it is fewer than ``lookahead``
+        places after the oldest unfinished one. Yields each step's completions."""
         queue: deque[Request] = deque()
         open_: set[int] = set()
         self._retry.clear()
@@ -294,9 +263,7 @@ class Scheduler:
             self._end_run()
 
     def release_alone(self) -> None:
-        """Give the caller's ``Llama`` back as it was before the items completed alone
-        since the last call (``Release``; until then its KV cache keeps the last such
-        item, so the next one reuses their shared prefix)."""
+        """Give the caller's ``Llama`` back as it was (``Release``)."""
         self.backend.apply(Release())
 
     def _end_run(self) -> None:
@@ -360,15 +327,14 @@ class Scheduler:
         return done + finished
 
     def _longest_need(self, queue: deque[Request]) -> int | None:
-        """Slot tokens of the longest waiting request that fits a slot of the requested
-        size; ``None`` when none does."""
+        """The longest need of a waiting request that fits a slot, or ``None``."""
         needs = [r.need() for r in queue if r.error is None]
         fitting = [n for n in needs if n <= self.config.n_ctx_seq]
         return max(fitting) if fitting else None
 
     def _fail(self, exc: BatchFailed) -> list[Request]:
-        """Empty every cache; the requests in flight are each completed alone once
-        (:attr:`_retry`); after ``max_batch_failures`` in a row, batching is off."""
+        """Empty every cache; the requests in flight go alone once; after
+        ``max_batch_failures`` in a row, batching is off."""
         engine = self.engine
         n = len(engine.running) if engine is not None else 0
         reqs = engine.reset() if engine is not None else []

@@ -1,17 +1,11 @@
 """The slot engine: requests in slots that keep their cache, refilled as they end.
 
 :meth:`SlotEngine.place` puts a request in the free slot whose cache shares the most with
-its goal (cutting the rest), or plans a copy of a longer shared prefix from another slot
-or loads one from host memory (:mod:`llamabatch.engine.cache`); :meth:`SlotEngine.step`
-plans one call (reply steps and prompt chunks, :func:`~llamabatch.engine.step.plan_step`),
-has the backend run it and hands each request what its rows gave. What a request wants
-(its goal, its rows' outputs, where it goes next) is the request's own
-(:class:`~llamabatch.engine.request.Request` and its features): the engine places, plans
-and runs.
-
-Any exception a backend call raises becomes :class:`BatchFailed`; the caller
-(:class:`~llamabatch.engine.scheduler.Scheduler`) then empties every cache
-(:meth:`SlotEngine.reset`) and completes the requests in flight alone.
+its prompt, or plans a copy of a longer prefix from another slot, or loads one from host
+memory; :meth:`SlotEngine.step` plans one call, has the backend run it and hands each
+request what its rows gave. What a request wants is the request's own
+(:class:`~llamabatch.engine.request.Request`): the engine places, plans and runs. Any
+exception of a backend call becomes :class:`BatchFailed`.
 """
 
 from __future__ import annotations
@@ -44,12 +38,8 @@ _OP_NAMES = {Start: "start_seq", Trim: "trim", Copy: "copy_seq", Save: "save_seq
 
 class BatchFailed(Exception):
     """A backend call of the batch path failed; ``reason`` says which and why.
-
-    Attributes:
-        counts: False when the failure is an item's own (a grammar error no sequence
-            could be blamed for): it costs the requests in flight a retry alone but is
-            not a failure of batching.
-    """
+    ``counts`` is False for an item's own failure (a grammar error no sequence could be
+    blamed for): not a failure of batching."""
 
     def __init__(self, reason: str, counts: bool = True) -> None:
         super().__init__(reason)
@@ -67,24 +57,18 @@ def _failed(what: str, exc: Exception) -> BatchFailed:
 
 
 class SlotEngine:
-    """Runs requests in the slots of an open batch context.
+    """Runs requests in the slots of the open batch context (``limits``).
 
     Args:
-        backend: a backend whose batch context is open.
-        limits: what ``open`` returned.
-        stats: counters to update (cache reuse, copies, decode calls).
         min_copy_tokens: copy another slot's cache (or load a saved state) only when it
             saves at least this many more tokens than the slot's own cache (>= 1).
-        cache_ram_bytes: most bytes of states kept in host memory (0: none; used only
-            when the backend can copy and save).
-        info: what the backend can do (default: ``backend.info``).
+        cache_ram_bytes: most bytes of states kept in host memory (0: none).
 
     Attributes:
-        exact: True once the memory is known to refuse cuts to a position > 0
-            (``info.partial_trim`` False, or a refused trim): caches are then reused only
-            up to their very end.
-        dirty: True while a backend call that changes caches is in progress (an
-            exception escaping it leaves the caches unknown: :meth:`reset`).
+        exact: the memory refuses cuts to a position > 0 (declared, or learned from a
+            refused trim): caches are reused only up to their very end.
+        dirty: a backend call that changes caches is in progress (an exception escaping
+            it leaves them unknown: :meth:`reset`).
     """
 
     def __init__(
@@ -135,11 +119,8 @@ class SlotEngine:
         return sorted(self.running.values(), key=lambda r: (r.index, r.sample))
 
     def release(self) -> list[Request]:
-        """Stop every running request (a run ends early); the caches stay valid.
-
-        Returns:
-            the requests that were running, in input order.
-        """
+        """Stop every running request (a run ends early; caches stay valid) and return
+        them in input order."""
         reqs = self.in_flight()
         for slot in self.table.slots:
             slot.busy = False
@@ -148,11 +129,8 @@ class SlotEngine:
         return reqs
 
     def reset(self) -> list[Request]:
-        """Empty every cache (after a failure or an interruption) and forget them.
-
-        Returns:
-            the requests that were running, in input order.
-        """
+        """Empty every cache (after a failure or an interruption) and return the
+        requests that were running, in input order."""
         reqs = self.release()
         self.table.forget_all()
         self.host.clear()
@@ -168,8 +146,7 @@ class SlotEngine:
         """Start ``req`` (it fits a slot) in the free slot that suits it best.
 
         Raises:
-            GrammarError: the backend refused its grammar (its own error; no slot was
-                taken, every cache stays valid).
+            GrammarError: its grammar was refused (no slot taken, caches valid).
             BatchFailed: a backend call failed.
             ValueError: no slot is free.
         """
@@ -221,8 +198,8 @@ class SlotEngine:
                 self._n_waiting += 1
 
     def _leader_for(self, req: Request) -> Request | None:
-        """A running request of the same group and prompt still prefilling, whose last
-        prompt row ``req`` can sample its first token from."""
+        """A request of ``req``'s group and prompt still prefilling, whose last prompt row
+        ``req`` can sample its first token from."""
         if req.group is None or not self.info.can_share_rows or not req.samples:
             return None
         for other in self.running.values():
@@ -237,9 +214,8 @@ class SlotEngine:
         return None
 
     def _checkpoints(self, req: Request) -> bool:
-        """``req`` comes back to its prompt's end from a saved state instead of cutting its
-        cache back: on a memory that cannot be cut back, and with a sliding window the
-        prompt fills (cut back, the window would lack what the next token attends to)."""
+        """``req`` comes back to its prompt's end from a saved state: on a memory that
+        cannot be cut back, and where the prompt fills the sliding window."""
         if not req.returns or not self.can_save:
             return False
         return self.exact or 0 < self.info.n_swa <= len(req.prompt)
@@ -268,8 +244,8 @@ class SlotEngine:
         return found
 
     def _save(self, slot: Slot, n_keep: int) -> None:
-        """Save ``slot``'s state before all but ``n_keep`` tokens are thrown away, when
-        that is less than half of it (llama-server's ``f_keep < 0.5``)."""
+        """Save ``slot``'s state when a new request keeps less than half of it
+        (llama-server's ``f_keep < 0.5``)."""
         n = len(slot.cached)
         if (
             not self.host.enabled
@@ -313,9 +289,8 @@ class SlotEngine:
         self.stats.prompt_tokens_cached += n
 
     def _learn_exact(self) -> None:
-        """The memory cannot be cut back (learned from a refused trim): from now on
-        prefixes are reused whole, and requests still prefilling their prompt that will
-        come back to it aim at the prompt alone (to checkpoint it)."""
+        """The memory cannot be cut back (a refused trim): prefixes are reused whole from
+        now on, and requests that come back aim at their prompt alone (a checkpoint)."""
         self.exact = True
         for req in self.running.values():
             if req.returns and req.fed < len(req.prompt):
@@ -350,10 +325,7 @@ class SlotEngine:
 
     # -- one step ------------------------------------------------------------------------
     def step(self) -> list[Request]:
-        """One call of the backend over the running requests.
-
-        Returns:
-            the requests that ended in it (their slots are free again).
+        """One backend call over the running requests; returns those that ended.
 
         Raises:
             BatchFailed: a backend call failed (call :meth:`reset`).
@@ -424,8 +396,7 @@ class SlotEngine:
         req.breaks.discard(req.fed)
 
     def _after_shares(self, shared: list[tuple[Request, Request]]) -> None:
-        """Give each follower that sampled from its leader's row a copy of the leader's
-        cache (the prompt), so that it decodes on from there."""
+        """Each follower that sampled from its leader's row gets a copy of its cache."""
         for leader, req in shared:
             if req.finished:
                 continue  # its first token ended it: its cache is not needed
@@ -441,8 +412,8 @@ class SlotEngine:
             leader.followers.clear()
 
     def _advance(self, req: Request) -> None:
-        """Once a request that comes back holds its goal, cut its cache back for its next
-        goal (a trim, its checkpoint, or emptied), or end it."""
+        """A request that comes back and holds its goal: cut back for its next goal (a
+        trim, its checkpoint, or emptied), or end it."""
         slot = self.table.slots[req.seq_id]
         if req.fed < len(req.prompt) or len(slot.cached) < len(req.goal()):
             return
@@ -498,8 +469,7 @@ class SlotEngine:
         return [self._outputs(span) for span in spans]
 
     def _outputs(self, span: Span) -> Span:
-        """A span with what its request wants of its rows: score targets (a precise
-        request), or the followers that sample from its last row."""
+        """The span with its rows' wants: score targets, or followers sampling its row."""
         req = self.running[span.seq_id]
         if req.precise:
             cached = self.table.slots[span.seq_id].cached

@@ -58,10 +58,8 @@ class Continuation:
         written: the text scored (the label, or the label with a leading space).
         n_keep: prompt tokens it follows (< the prompt's length where they merge).
         tokens: its token ids after ``prompt[:n_keep]``, at least one.
-        likely: the form a writer would use after this prompt, a guess from its text
-            that chooses what is decoded first (:meth:`ScoreJob.fold`): the spaced
-            form, unless the prompt's text ends in whitespace (then the label as
-            written); a label's only form is always likely.
+        likely: the form a writer would use after this prompt (decoded first): the
+            spaced one unless the prompt's text ends in whitespace; a label's only form.
     """
 
     label: str
@@ -97,14 +95,10 @@ def continuations(
     """The continuations to score for ``labels`` after ``prompt`` (see the module doc).
 
     Args:
-        prompt: the prompt's token ids.
         text: the prompt's text, or ``None`` when it was given as token ids.
-        labels: the labels (``SamplingParams.choices``).
         leading_space: also score each label with one leading space.
-        tokenize: the backend's ``tokenize`` (special tokens parsed, BOS as the model
-            wants).
-        tails: answers kept from the prompts' ends
-            (:class:`~llamabatch.engine.features.label_tokens.TailTokens`, same ``tokenize``).
+        tokenize: the backend's ``tokenize``.
+        tails: answers kept from the prompts' ends (same ``tokenize``).
 
     Raises:
         ValueError: a label adds no token after the prompt, or merges with the whole
@@ -248,7 +242,7 @@ class LabelRequest(Request):
     # -- rows --------------------------------------------------------------------------
     @staticmethod
     def _rows(path: Sequence[int], cont: Continuation) -> list[tuple[int, int]]:
-        """``(row, target)``: the positions whose logits score the continuation."""
+        """``(row, target)`` pairs scoring the continuation."""
         return [(j, path[j + 1]) for j in range(cont.n_keep - 1, len(path) - 1)]
 
     def _key(self, path: Sequence[int], j: int) -> RowKey:
@@ -257,16 +251,8 @@ class LabelRequest(Request):
     def targets(
         self, cached: Sequence[int], pos: int, tokens: Sequence[int]
     ) -> tuple[tuple[int, ...], ...] | None:
-        """The ids whose log-softmax each row of a span needs (``Span.targets``).
-
-        Args:
-            cached: what the sequence's cache holds before the span (``pos`` tokens).
-            pos, tokens: the span.
-
-        Returns:
-            one tuple per token (empty for rows with nothing wanted), or ``None`` when
-            no row wants anything.
-        """
+        """``Span.targets`` of the span ``pos``, ``tokens`` after ``cached``: one tuple
+        per token, or ``None`` when no row wants anything."""
         first = max(pos, self._k_min - 1)
         if first >= pos + len(tokens):
             return None
@@ -287,7 +273,7 @@ class LabelRequest(Request):
         targets: Sequence[Sequence[int]],
         scores: Sequence[Sequence[float]],
     ) -> None:
-        """Keep the scores a decode returned for a span (``targets`` as sent).
+        """Keep a span's scores (``targets`` as sent).
 
         Raises:
             ValueError: ``scores`` does not match ``targets`` row for row.
@@ -312,8 +298,7 @@ class LabelRequest(Request):
         return sum(self._got.get((self._key(path, j), t), 0.0) for j, t in self._rows(path, cont))
 
     def _settle(self) -> None:
-        """Leave unfinished the forms that cannot move their label's score by more than
-        :data:`SKIP_NATS` (the lowest bounds first)."""
+        """Leave out the forms that cannot move their label by more than :data:`SKIP_NATS`."""
         for label in dict.fromkeys(c.label for c in self.conts):
             mine = [i for i, c in enumerate(self.conts) if c.label == label]
             done = [i for i in mine if self._finished(i)]
@@ -330,8 +315,7 @@ class LabelRequest(Request):
                 mass += m
 
     def _open(self) -> list[int]:
-        """The continuations still to finish, the likeliest first: the highest bound,
-        then the likely forms (:attr:`Continuation.likely`)."""
+        """The continuations still to finish, the highest bound (then likely) first."""
         self._settle()
         left = [i for i in range(len(self.conts)) if i not in self._skipped]
         return sorted((i for i in left if not self._finished(i)), key=self._rank, reverse=True)
@@ -341,16 +325,10 @@ class LabelRequest(Request):
 
     # -- runs --------------------------------------------------------------------------
     def fold(self) -> None:
-        """Make the first run part of the prompt's prefill: the goal becomes the
-        longest likely continuation path (:attr:`Continuation.likely`) that keeps the
-        whole prompt (``n_keep`` = its length; its last token left out), so the
-        prompt's span goes on with that path's tokens and scores their rows in the
-        same decode, one run fewer and no token decoded twice (the prompt's last row is
-        then in a span of at least two tokens, ``min_run``). The goal stays the
-        prompt when every such continuation is one token (scored from the prompt's
-        last row): an unlikely form is not folded, as it is usually left unfinished
-        (:data:`SKIP_NATS`). Only for a cache that can be cut back: a snapshot must
-        hold the prompt alone."""
+        """Fold the first run into the prompt's prefill: the goal becomes the prompt and
+        the longest likely path that keeps all of it (its last token left out), so that
+        one decode scores those rows too. Only where the cache can be cut back (a
+        checkpoint must hold the prompt alone)."""
         n = len(self.prompt)
         longest: tuple[int, ...] = ()
         for path, cont in zip(self._paths, self.conts):
@@ -359,22 +337,12 @@ class LabelRequest(Request):
         self._goal = list(self.prompt) + list(longest)
 
     def next_run(self, cached: Sequence[int], min_run: int) -> int | None:
-        """Choose the next path with rows not scored yet and make it the goal: the
-        likeliest continuation still to finish (:meth:`_open`; forms that cannot matter
-        are left out: :data:`SKIP_NATS`), the one keeping the most of the cache among
-        equals.
-
-        Args:
-            cached: what the sequence's cache holds now.
-            min_run: tokens the run decodes at least (1 where the cache cannot be cut
-                back, so that a state snapshot of the prompt can be reused).
+        """Make the likeliest continuation still to finish the goal (among equals, the
+        one keeping the most of ``cached``).
 
         Returns:
-            how many cached tokens the run may keep (the cache must be cut back to at
-            most that many; the run then decodes ``goal[len(cache):]``), or ``None``
-            when every row is scored. A run decodes its first row not scored yet and
-            what follows it, and at least ``min_run`` tokens in all (the token before
-            that row too when the rest is shorter): see ``BackendInfo.min_score_run``.
+            how many cached tokens the run may keep (it decodes its first row not scored
+            yet and what follows, ``min_run`` tokens at least), or ``None`` when done.
         """
         best: tuple[tuple[float, bool], int] | None = None  # (rank, keep) of the chosen one
         chosen = -1
@@ -393,9 +361,8 @@ class LabelRequest(Request):
         return best[1]
 
     def next_path(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None:
-        """The likeliest continuation still to finish, as a path without its last token
-        and the targets of its rows not scored yet (for ``Backend.score_alone``), or
-        ``None`` when every row that matters is scored."""
+        """The likeliest continuation still to finish (its path less the last token, and
+        its targets) for ``Backend.run_alone``, or ``None`` when done."""
         left = self._open()
         if not left:
             return None
@@ -404,12 +371,6 @@ class LabelRequest(Request):
         if targets is None:  # cannot happen: an open continuation has a row to score
             raise ValueError(f"continuation {self.conts[left[0]]!r} has no row left")
         return path, targets
-
-    @property
-    def done(self) -> bool:
-        """True once every row of every continuation that matters is scored (settles
-        which forms are left out, as :meth:`next_run` does)."""
-        return not self._open()
 
     # -- the result --------------------------------------------------------------------
     def continuation_logprob(self, i: int) -> float:
@@ -422,11 +383,10 @@ class LabelRequest(Request):
         return sum(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
 
     def label_scores(self) -> LabelScores:
-        """Every label's log-probability (over its finished forms) and probability, and
-        the winner.
+        """Every label's log-probability and probability, and the winner.
 
         Raises:
-            KeyError: a row is not scored yet (:attr:`done` is False).
+            KeyError: a row is not scored yet.
         """
         self._settle()
         by_label: dict[str, list[float]] = {}
@@ -451,7 +411,7 @@ class LabelRequest(Request):
 
 @dataclass(frozen=True, slots=True)
 class LabelScores:
-    """What a :class:`ScoreJob` found.
+    """What a :class:`LabelRequest` found.
 
     Attributes:
         logprobs: label -> log P(label | prompt), nats, in the order of the labels.
