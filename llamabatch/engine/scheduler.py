@@ -6,7 +6,8 @@ Pure Python over a :class:`~llamabatch.engine.backend.Backend`; never imports ``
 order they finish (the generator puts them back in input order), whatever fails:
 
 - an item whose prompt is an error completes as that error, at once;
-- an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``) is completed alone
+- an item that cannot fit a slot (``n_prompt + budget > n_ctx_seq``; for label scores the
+  prompt + the longest label's tokens, :meth:`Scheduler.need`) is completed alone
   through the backend's one-at-a-time path, in its place;
 - the others run in the :class:`~llamabatch.engine.slot_engine.SlotEngine`; the batch context is
   opened once two valid items are waiting. If it cannot be created, it is tried smaller
@@ -45,6 +46,9 @@ log = logging.getLogger("llamabatch")
 
 #: Key of :attr:`Stats.alone_reasons`: the prompt plus ``max_tokens`` exceed a slot.
 TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
+
+#: Key of :attr:`Stats.alone_reasons`: the prompt plus its longest label exceed a slot.
+LABELS_TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + label tokens > n_ctx_seq"
 
 #: Default of ``max_batch_failures``: consecutive failures of the batch path before
 #: batching is turned off for good.
@@ -241,23 +245,32 @@ class Scheduler:
         counts = self.stats.alone_reasons
         if reason not in counts:
             n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
+            labels = reason == LABELS_TOO_LONG_FOR_A_SLOT
             log.warning(
                 "llamabatch: items are completed alone because %s (n_ctx_seq=%d "
-                "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
-                "to batch them",
+                "allocated, max_tokens=%d): raise n_ctx_seq or %s to batch them",
                 reason,
                 n_ctx_seq,
                 self.config.max_tokens,
+                "shorten the labels" if labels else "lower max_tokens",
             )
         counts[reason] = counts.get(reason, 0) + 1
 
-    def fits(self, item: Item) -> bool:
-        """True when ``item`` can run in a slot (``n_prompt + budget <= n_ctx_seq``,
-        the allocated size once the context is open, the requested one before)."""
+    def need(self, item: Item, score: ScoreJob | None = None) -> int:
+        """Tokens ``item`` needs from a context: ``n_prompt + budget``; with label scores
+        (``score``), the prompt tokens kept plus the longest label's tokens (the longest
+        continuation path; like a reply's last token, its last token is never decoded)."""
+        if score is None:
+            return item.n_prompt_tokens + self.budget(item)
+        return max(c.n_keep + len(c.tokens) for c in score.conts)
+
+    def fits(self, item: Item, score: ScoreJob | None = None) -> bool:
+        """True when ``item`` can run in a slot (:meth:`need` ``<= n_ctx_seq``, the
+        allocated size once the context is open, the requested one before)."""
         if item.error is not None:
             return False
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
-        return item.n_prompt_tokens + self.budget(item) <= n_ctx_seq
+        return self.need(item, score) <= n_ctx_seq
 
     def iter_steps(
         self, items: Iterator[Item], hold: Callable[[], Any], lookahead: int
@@ -347,15 +360,16 @@ class Scheduler:
             item = queue.popleft()
             if item.error is not None:
                 done.append(self._error(item, item.error))
-            elif not self.fits(item):
-                self._alone_because(TOO_LONG_FOR_A_SLOT)
+                continue
+            score = self._score_job(item)
+            if isinstance(score, str):
+                done.append(self._error(item, score))
+            elif not self.fits(item, score):
+                too_long = TOO_LONG_FOR_A_SLOT if score is None else LABELS_TOO_LONG_FOR_A_SLOT
+                self._alone_because(too_long)
                 done.append(self.run_alone(item))
                 return done
             else:
-                score = self._score_job(item)
-                if isinstance(score, str):
-                    done.append(self._error(item, score))
-                    continue
                 if score is not None and not self.capabilities.can_score:
                     done.append(self.run_alone(item))  # fails there, naming the backend
                     return done
@@ -374,9 +388,13 @@ class Scheduler:
         return done + [self._batched(seq) for seq in finished]
 
     def _longest_need(self, queue: deque[Item]) -> int | None:
-        """Slot tokens (prompt + budget) of the longest waiting item that fits a slot of
+        """Slot tokens (:meth:`need`) of the longest waiting item that fits a slot of
         the requested size; ``None`` when none does."""
-        needs = [it.n_prompt_tokens + self.budget(it) for it in queue if it.error is None]
+        needs = []
+        for it in queue:
+            score = self._score_job(it) if it.error is None else "error"
+            if not isinstance(score, str):
+                needs.append(self.need(it, score))
         fitting = [n for n in needs if n <= self.config.n_ctx_seq]
         return max(fitting) if fitting else None
 
@@ -467,6 +485,16 @@ class Scheduler:
                 item,
                 f"{type(self.backend).__name__} cannot score labels "
                 "(BackendCapabilities.can_score is False)",
+            )
+        n_ctx = self.backend.n_ctx
+        if self.need(item, job) > n_ctx:
+            c = max(job.conts, key=lambda c: c.n_keep + len(c.tokens))
+            return self._error(
+                item,
+                f"cannot score the labels: label {c.written!r} is {len(c.tokens)} tokens "
+                f"after {c.n_keep} prompt tokens, {c.n_keep + len(c.tokens)} in all; the "
+                f"model context holds n_ctx={n_ctx}: shorten the label or the prompt, or "
+                "load the model with a larger n_ctx",
             )
         try:
             scores = score_alone(job, self.backend.score_alone)
