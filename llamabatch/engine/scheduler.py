@@ -553,7 +553,8 @@ class Scheduler:
     def _batched(self, seq: Seq) -> Completion:
         if seq.error is not None:  # its own error (a grammar dead end): never counts
             item = seq.item
-            return Completion(item.index, "", (), "error", seq.error, item.n_prompt_tokens, "batch")
+            c = Completion(item.index, "", (), "error", seq.error, item.n_prompt_tokens, "batch")
+            return self.samples.note(item, c)
         self._failures = 0  # an item completed in the batch: the failures are not in a row
         if seq.score is not None:
             try:
