@@ -86,6 +86,14 @@ class Completion:
         return len(self.token_ids)
 
     @property
+    def completion_tokens(self) -> int:
+        """Generated tokens of every reply (OpenAI's ``usage.completion_tokens``): with
+        ``samples``, theirs summed; else :attr:`n_tokens`."""
+        if self.samples is None:
+            return self.n_tokens
+        return sum(len(s.token_ids) for s in self.samples)
+
+    @property
     def ok(self) -> bool:
         """True unless ``finish_reason == "error"``."""
         return self.error is None
