@@ -114,3 +114,33 @@ def test_resume_after_a_sigkill_of_the_driver_writes_every_item_once_in_order(
     assert again.returncode == 0, again.stderr
     ids = [r["id"] for r in _read(out)]
     assert ids == [line["id"] for line in lines]  # every item once, in input order
+
+
+def test_openai_output_of_n_replies_on_ray_has_every_choice_and_its_usage(
+    ray_address, model_path, tmp_path, capsys
+):
+    lines = [
+        {"id": "many", "prompt": "apple, apple, apple, apple,", "n": 3, "choices": ["x", "y"]},
+        {"id": "free", "prompt": "The sky is", "n": 2},
+        {"id": "one", "prompt": "pear, pear, pear, pear,"},
+    ]
+    src = _write(tmp_path / "in.jsonl", lines)
+    outs = {}
+    for where in ("local", "ray"):
+        outs[where] = tmp_path / f"{where}.jsonl"
+        ray = ["--ray", ray_address] if where == "ray" else []
+        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
+        argv += [*FAST, "--output-format", "openai", *ray]
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 0 and "Traceback" not in err, err
+    for where, out in outs.items():
+        bodies = {r["custom_id"]: r["response"]["body"] for r in _read(out)}
+        for line in lines:
+            body = bodies[line["id"]]
+            n = line.get("n", 1)
+            assert [c["index"] for c in body["choices"]] == list(range(n)), (where, body)
+            assert all(c["finish_reason"] in ("stop", "length") for c in body["choices"])
+            assert body["usage"]["completion_tokens"] >= n, (where, body)  # >= 1 token each
+        assert sum(bodies["many"]["votes"].values()) == 3, (where, bodies["many"])
+        assert {c["text"] for c in bodies["many"]["choices"]} <= {"x", "y"}
