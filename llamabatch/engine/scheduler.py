@@ -567,7 +567,7 @@ class Scheduler:
         choices = item.sampling.choices
         if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
             n = len(reply.token_ids)
-            return Completion(
+            cut = Completion(
                 item.index,
                 "",
                 (),
@@ -579,6 +579,7 @@ class Scheduler:
                 len(item.tokens),
                 path,
             )
+            return self.samples.note(item, cut)
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         c = Completion(
             item.index,

@@ -162,6 +162,21 @@ def test_n_replies_that_reach_a_grammar_dead_end_come_back_as_errored_samples(sl
     assert fake.violations == []
 
 
+@pytest.mark.parametrize("slots", [1, 4])
+def test_n_choices_replies_cut_off_by_max_tokens_come_back_as_errored_samples(slots):
+    fake = FakeBackend({"p": "billing", "q": "fine"})
+    gen = BatchGenerator(backend=fake, slots=slots, max_tokens=3)
+    sampling = [SamplingParams(n=3, choices=["billing", "bug"]), PLAIN]
+    out = gen.complete_many(["p", "q"], sampling)
+    assert [c.index for c in out] == [0, 1]
+    c = out[0]
+    assert c.finish_reason == "error" and "before it was one of the choices" in c.error
+    assert [s.finish_reason for s in c.samples] == ["error"] * 3
+    assert c.votes == {"billing": 0, "bug": 0}
+    assert out[1].ok
+    assert fake.violations == []
+
+
 def test_smaller_tries_halve_the_slots_then_n_ctx_seq_down_to_the_floor():
     assert smaller_tries(8, 1024, 300) == [
         (8, 1024),
