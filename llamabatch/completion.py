@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -97,6 +98,24 @@ class Completion:
     def ok(self) -> bool:
         """True unless ``finish_reason == "error"``."""
         return self.error is None
+
+
+def cut_off_choice(choices: Sequence[str] | None, text: str, n_tokens: int) -> str | None:
+    """The error of a reply that ``max_tokens`` cut off (``finish_reason == "length"``)
+    before it was one of ``choices`` (``SamplingParams.choices``), or ``None`` when it is
+    one of them or there are none. The same rule on every path: alone, batched, a pool.
+
+    Args:
+        choices: the item's labels, or ``None``.
+        text, n_tokens: the reply cut off, and its tokens.
+    """
+    if choices is None or text in choices:
+        return None
+    return (
+        f"max_tokens ended the reply after {n_tokens} token{'s' * (n_tokens != 1)} "
+        f"({text!r}) before it was one of the choices; a choices reply needs as many "
+        "tokens as the model takes to spell its longest choice: raise max_tokens"
+    )
 
 
 @dataclass(slots=True)

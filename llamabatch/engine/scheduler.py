@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..completion import Completion, Path, Stats
+from ..completion import Completion, Path, Stats, cut_off_choice
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendCapabilities, BatchLimits
@@ -564,22 +564,11 @@ class Scheduler:
         return self._completion(seq.item, seq.reply, "batch")
 
     def _completion(self, item: Item, reply: StopRule, path: Path) -> Completion:
-        choices = item.sampling.choices
-        if choices is not None and reply.finish_reason == "length" and reply.text not in choices:
-            n = len(reply.token_ids)
-            cut = Completion(
-                item.index,
-                "",
-                (),
-                "error",
-                f"max_tokens ended the reply after {n} token{'s' * (n != 1)} "
-                f"({reply.text!r}) before it was one of the choices; a choices reply needs "
-                "as many tokens as the model takes to spell its longest choice: raise "
-                "max_tokens",
-                len(item.tokens),
-                path,
-            )
-            return self.samples.note(item, cut)
+        if reply.finish_reason == "length":
+            cut = cut_off_choice(item.sampling.choices, reply.text, len(reply.token_ids))
+            if cut is not None:
+                c = Completion(item.index, "", (), "error", cut, len(item.tokens), path)
+                return self.samples.note(item, c)
         logprobs = tuple(reply.logprobs) if item.sampling.logprobs is not None else None
         c = Completion(
             item.index,

@@ -18,13 +18,14 @@ from collections.abc import Iterable, Iterator, Sequence
 import httpx
 
 from .._util.closing import Closing
+from ..completion import cut_off_choice
 from ..errors import GeneratorClosed
 from ..fields import per_item_sampling
 from ..params import SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
-from .request import BadItem, build_request
+from .request import BadItem, Request, build_request
 
 #: Completions per page by default (``page_size=None``).
 DEFAULT_PAGE_SIZE = 16
@@ -217,7 +218,7 @@ class RemoteGenerator(Closing):
                 self.pool.release(server)
                 raise
             self.pool.release(server)
-            return self._completion(index, reply, server.url, attempt)
+            return self._completion(index, request, reply, server.url, attempt)
         return error_completion(
             index,
             f"failed {len(faults)} time(s): " + "; ".join(faults),
@@ -226,7 +227,24 @@ class RemoteGenerator(Closing):
         )
 
     @staticmethod
-    def _completion(index: int, reply: ServerReply, url: str, attempts: int) -> RemoteCompletion:
+    def _completion(
+        index: int, request: Request, reply: ServerReply, url: str, attempts: int
+    ) -> RemoteCompletion:
+        n_tokens = len(reply.token_ids) or reply.n_completion_tokens
+        if reply.finish_reason == "length":
+            cut = cut_off_choice(request.sampling.choices, reply.text, n_tokens)
+            if cut is not None:  # as locally: the item's error
+                return RemoteCompletion(
+                    index,
+                    "",
+                    (),
+                    "error",
+                    cut,
+                    reply.n_prompt_tokens,
+                    "remote",
+                    server=url,
+                    attempts=attempts,
+                )
         return RemoteCompletion(
             index,
             reply.text,

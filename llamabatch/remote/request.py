@@ -54,10 +54,12 @@ _DEFAULT = SamplingParams()
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One ready request: the endpoint path and the JSON body (without ``model``)."""
+    """One ready request: the endpoint path, the JSON body (without ``model``) and the
+    item's resolved sampling params (what its reply is checked against)."""
 
     endpoint: str
     body: dict[str, Any]
+    sampling: SamplingParams = _DEFAULT
 
 
 def choices_grammar(choices: Sequence[str]) -> str:
@@ -170,4 +172,4 @@ def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) 
         body["grammar"] = schema_grammar(sampling.json_schema)
     elif sampling.choices is not None:
         body["grammar"] = choices_grammar(sampling.choices)
-    return Request(endpoint, body)
+    return Request(endpoint, body, sampling)

@@ -42,3 +42,32 @@ def test_a_lines_json_schema_on_a_choices_generator_and_a_refused_field_in_place
     bodies = {b["prompt"]: b for b in fakes.servers[0].bodies}
     assert set(bodies) == {"n", "plain"}  # no request for the refused item
     assert '"bug"' not in bodies["n"]["grammar"] and '"bug"' in bodies["plain"]["grammar"]
+
+
+def _cut_off(prompt: str):
+    """A hook: the server spells "billin" and runs out of max_tokens there."""
+    import httpx
+
+    if prompt != "cut":
+        return None
+    choice = {"index": 0, "text": "billin", "finish_reason": "length"}
+    usage = {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    return httpx.Response(200, json={"choices": [choice], "usage": usage})
+
+
+def test_a_choices_reply_cut_off_by_max_tokens_is_the_items_error_as_locally():
+    from llamabatch import BatchGenerator
+    from llamabatch.testing import FakeBackend
+
+    fakes = FakeServers(1)
+    fakes.servers[0].hook = _cut_off
+    labels = SamplingParams(choices=["billing", "bug"])
+    with _generator(fakes) as gen:
+        cut, plain = gen.complete_many([{"prompt": "cut", "choices": ["billing", "bug"]}, "long"])
+    assert (cut.text, cut.finish_reason, cut.path) == ("", "error", "remote")
+    assert plain.ok and plain.finish_reason == "length"  # no choices: a fragment is a reply
+    local = BatchGenerator(backend=FakeBackend({"cut": "billing"}), max_tokens=6)
+    (want,) = local.complete_many(["cut"], labels)
+    assert cut.error == want.error  # the same rule, the same words
+    assert "after 6 tokens ('billin') before it was one of the choices" in cut.error
+
