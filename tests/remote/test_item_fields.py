@@ -71,3 +71,11 @@ def test_a_choices_reply_cut_off_by_max_tokens_is_the_items_error_as_locally():
     assert cut.error == want.error  # the same rule, the same words
     assert "after 6 tokens ('billin') before it was one of the choices" in cut.error
 
+
+def test_score_choices_without_choices_does_nothing_on_a_pool_as_locally():
+    fakes = FakeServers(1)
+    with _generator(fakes, SamplingParams(score_choices=True, choice_leading_space=False)) as gen:
+        done = gen.complete_many(["free", {"prompt": "scored", "choices": ["a", "b"]}])
+    assert done[0].ok and done[0].text == "re:free"
+    assert not done[1].ok
+    assert "score_choices, choice_leading_space cannot be sent to a server" in done[1].error
