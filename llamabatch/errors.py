@@ -100,11 +100,21 @@ class GeneratorBusy(LlamaBatchError, RuntimeError):
 
 # -- the pool of servers (llamabatch.remote) ---------------------------------------------
 class PoolUnavailable(LlamaBatchError):
-    """No server of the pool answered for ``give_up_s`` seconds."""
+    """No server of the pool answered for ``give_up_s`` seconds (or, when none could
+    be connected to since the start, ``connect_give_up_s``)."""
 
 
 class ServerFault(LlamaBatchError):
-    """The server failed this exchange; another server may succeed."""
+    """The server failed this exchange; another server may succeed.
+
+    Attributes:
+        reached: False when no connection to the server could be made (refused, no
+            such host, connect timeout): nothing is listening there, or the URL is wrong.
+    """
+
+    def __init__(self, message: str, reached: bool = True) -> None:
+        super().__init__(message)
+        self.reached = reached
 
 
 class ItemRejected(LlamaBatchError):

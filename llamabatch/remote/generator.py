@@ -54,7 +54,9 @@ class RemoteGenerator(Closing):
         backoff_s: first wait before a retry; doubled per retry up to ``max_backoff_s``,
             times a random factor in [0.5, 1] ("equal jitter", M. Brooker, *Exponential
             Backoff And Jitter*, AWS Architecture Blog, 2015).
-        cooldown_s, max_cooldown_s, give_up_s: see :class:`~llamabatch.remote.pool.ServerPool`.
+        cooldown_s, max_cooldown_s, give_up_s, connect_give_up_s: see
+            :class:`~llamabatch.remote.pool.ServerPool` (the last: how soon a pool of which
+            no server can be connected to at all gives up, 10 s).
         api_key: sent as ``Authorization: Bearer`` (vLLM ``--api-key``), or ``None``.
         client: an ``httpx.Client`` of yours (proxies, TLS, headers, a mock transport);
             it is not closed by :meth:`close`. Default: one owned by the generator.
@@ -81,6 +83,7 @@ class RemoteGenerator(Closing):
         cooldown_s: float = 2.0,
         max_cooldown_s: float = 30.0,
         give_up_s: float = 120.0,
+        connect_give_up_s: float = 10.0,
         api_key: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
@@ -126,6 +129,7 @@ class RemoteGenerator(Closing):
                 cooldown_s=cooldown_s,
                 max_cooldown_s=max_cooldown_s,
                 give_up_s=give_up_s,
+                connect_give_up_s=connect_give_up_s,
             )
         except BaseException:  # a bad URL or option: no generator, so no client either
             if self._owns_client:
@@ -328,8 +332,9 @@ class RemoteGenerator(Closing):
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
                 the prompts' (checked up front for a sized ``prompts``).
             GeneratorClosed: the generator was closed.
-            PoolUnavailable: no server answered for ``give_up_s`` seconds (every item
-                yielded before is complete; the rest were not sent or are dropped).
+            PoolUnavailable: no server answered for ``give_up_s`` seconds, or none
+                could be connected to in ``connect_give_up_s`` from the start (every
+                item yielded before is complete; the rest were not sent or are dropped).
         """
         if self.closed:
             raise GeneratorClosed("this RemoteGenerator is closed; create a new one")

@@ -177,3 +177,17 @@ def test_score_choices_acts_only_on_lines_with_choices_and_a_cut_off_choice_is_a
     (rec,) = _records(out)
     assert rec["finish_reason"] == "error" and rec["text"] == ""
     assert "before it was one of the choices" in rec["error"] and "raise max_tokens" in rec["error"]
+
+
+def test_a_server_url_where_nothing_listens_fails_in_seconds_naming_it(tmp_path):
+    from llamabatch.testing.servers import free_port
+
+    _items(tmp_path / "items.jsonl", 2)
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "llamabatch", "complete", str(tmp_path / "items.jsonl")]
+    argv += ["--server", url, "-o", str(tmp_path / "out.jsonl"), "--quiet"]
+    # the 120 s give-up is for servers that stop answering; this one was never there
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 1, done.stderr
+    assert "could be connected to in 10 s" in done.stderr and url in done.stderr
+    assert "check the URLs" in done.stderr and "Traceback" not in done.stderr
