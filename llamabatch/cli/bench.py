@@ -659,10 +659,9 @@ def _run(args: argparse.Namespace) -> int:
             temperature=temperature,
             n_ctx_seq=n_ctx_seq,
         )
+        options.check_output_file("--json", args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.json is not None and args.json.parent and not args.json.parent.is_dir():
-        raise UsageError(f"cannot write {args.json}: no such directory")
     path = model_path(args.model, quiet=args.quiet)
     threads = args.threads if args.threads is not None else cpu_count()
     longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64

@@ -210,6 +210,8 @@ def _run(args: argparse.Namespace) -> int:
         _check_plot_available()  # before minutes of work, not after
     _check_one_reply_flags(args)
     try:
+        options.check_output_file("--json", args.json)
+        options.check_output_file("--plot", args.plot)
         base = sampling_params(args)
         options.check_threads(args.threads)
     except ValueError as exc:

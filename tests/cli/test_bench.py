@@ -426,6 +426,7 @@ def test_document_without_parts_is_still_json():
         (["bench", "--rounds", "0"], "rounds"),
         (["bench", "--slots", "1,8", "--n-batch", "4"], "n_batch"),
         (["bench", "--model", "/nonexistent/model.gguf"], "not found"),
+        (["bench", "--json", "/nonexistent/x.json"], "--json /nonexistent/x.json: cannot write"),
     ],
 )
 def test_cli_usage_errors_are_one_line(capsys, argv, message):

@@ -45,6 +45,25 @@ def test_bad_usage_exits_2_before_any_model_work(capsys, args, named, tmp_path):
     assert named in single_error_line(err)
 
 
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_model_work(
+    capsys, tmp_path, flag
+):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    target = tmp_path / "missing" / "x.out"
+    code, _, err = run_cli(
+        capsys, "tune", EXAMPLES, "--model", tmp_path / "none.gguf", flag, target
+    )
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{flag} {target}: cannot write it: the folder {target.parent} does not exist" in line
+    code, _, err = run_cli(
+        capsys, "tune", EXAMPLES, "--model", tmp_path / "none.gguf", flag, tmp_path
+    )
+    assert code == 2 and "it is a folder" in single_error_line(err)
+
+
 @pytest.mark.parametrize("flag", [["--n", "3"], ["--score-choices"]])
 def test_a_flag_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, flag):
     code, _, err = run_cli(capsys, "tune", EXAMPLES, "--model", tmp_path / "missing.gguf", *flag)
