@@ -64,7 +64,7 @@ from .job.input import (
 from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
-from .job.resume import id_key
+from .job.resume import check_resume, id_key, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
@@ -111,6 +111,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     again.add_argument(
         "--overwrite", action="store_true", help="replace a non-empty OUT (default: off: refuse)"
+    )
+    p.add_argument(
+        "--keep-other-ids",
+        action="store_true",
+        help="with --resume, keep the lines of OUT whose id is not in PROMPTS and append "
+        "the items after them (default: off: such an OUT was written from another input "
+        "and is refused)",
     )
     p.add_argument(
         "--skip-bad",
@@ -478,6 +485,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     urls = remote_cli.server_urls(args)
     ray_cli.check(args, urls)
+    if args.keep_other_ids and not args.resume:
+        raise UsageError("--keep-other-ids needs --resume")
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
     try:
         entries = with_text_template(
@@ -492,10 +501,11 @@ def _run(args: argparse.Namespace) -> int:
         ) as out,
         interrupts.installed(),
     ):
+        _keep_fingerprint(args, out, entries)
         todo = [e for e in entries if id_key(e.id) not in out.done]
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
-        if foreign:
+        if foreign:  # --keep-other-ids
             _note(
                 args,
                 f"{out.where} holds {foreign} ids that are not in {args.prompts} "
@@ -526,6 +536,29 @@ def _run(args: argparse.Namespace) -> int:
                 interrupts,
                 lambda items: [with_fields(sampling, it.fields) for it in items],
             )
+
+
+def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry]) -> None:
+    """With --resume, check that OUT may be continued with this input (no ids of another
+    input unless --keep-other-ids, no line of an id in OUT changed since); then keep the
+    input's fingerprint beside OUT (:mod:`.job.resume`).
+
+    Raises:
+        UsageError: see :func:`~.job.resume.check_resume`.
+    """
+    if out.path is None:  # standard output, a pipe: nothing to resume
+        return
+    kept = {}
+    if args.resume:
+        kept = check_resume(
+            out.path,
+            out.ids,
+            args.prompts,
+            entries,
+            keep_other_ids=args.keep_other_ids,
+            warn=_warn,
+        )
+    write_fingerprint(out.path, args.prompts, entries, kept)
 
 
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
