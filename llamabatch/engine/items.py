@@ -28,7 +28,8 @@ class Item:
 
     Attributes:
         index: position in the input.
-        tokens: prompt token ids (empty when ``error`` is set).
+        tokens: prompt token ids (with ``error`` set: empty, or the tokens of a prompt
+            too long for the context).
         error: why the prompt cannot be completed, or ``None``.
         sampling: the item's sampler chain and optional ``max_tokens``.
         text: the prompt's text when it was given as text (label scoring tokenizes
@@ -97,10 +98,10 @@ def _prepare(index: int, prompt: object, backend: Backend) -> Item:
         return Item(index, [], f"prompt cannot be tokenized: {exc}")
     if not tokens:
         return Item(index, [], "prompt is empty (0 tokens)")
-    if len(tokens) >= backend.n_ctx:
+    if len(tokens) >= backend.n_ctx:  # its tokens kept: n_prompt_tokens tells its length
         return Item(
             index,
-            [],
+            tokens,
             f"prompt has {len(tokens)} tokens; the model context "
             f"(n_ctx={backend.n_ctx}) holds at most "
             f"{backend.n_ctx - 1} prompt tokens",
