@@ -60,6 +60,20 @@ class LibraryError(LlamaBatchError):
         return text if self.HINT in text else f"{text} ({self.HINT})"
 
 
+class ParameterError(LlamaBatchError, ValueError):
+    """A parameter outside its valid range, named as the caller gave it (``slots=0``);
+    the command line names the flag that set it (``--slots 0``).
+
+    Attributes:
+        name, value: the parameter and the value given.
+        valid: what would be valid (``"an integer >= 1"``).
+    """
+
+    def __init__(self, name: str, value: object, valid: str) -> None:
+        super().__init__(f"{name}={value!r} is out of range: valid is {valid}")
+        self.name, self.value, self.valid = name, value, valid
+
+
 class GrammarError(LlamaBatchError, ValueError):
     """A grammar (GBNF text, or one made from ``json_schema`` / ``choices``) that
     llama.cpp refuses (``llama_sampler_init_grammar`` returned NULL), or that allows no

@@ -21,7 +21,7 @@ from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.items import prepare
 from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
-from .errors import GeneratorBusy, GeneratorClosed
+from .errors import GeneratorBusy, GeneratorClosed, ParameterError
 from .fields import per_item_sampling
 from .params import BatchConfig, SamplingParams
 
@@ -136,17 +136,16 @@ class BatchGenerator(Closing):
                 f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
             )
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
-            raise ValueError(
-                f"min_copy_tokens={min_copy_tokens!r} is out of range: valid is an integer >= 1"
-            )
+            raise ParameterError("min_copy_tokens", min_copy_tokens, "an integer >= 1")
         if (
             not isinstance(cache_ram_mib, int)
             or isinstance(cache_ram_mib, bool)
             or cache_ram_mib < 0
         ):
-            raise ValueError(
-                f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
-                "integer >= 0 (MiB; 0 keeps no state in host memory)"
+            raise ParameterError(
+                "cache_ram_mib",
+                cache_ram_mib,
+                "an integer >= 0 (MiB; 0 keeps no state in host memory)",
             )
         check_max_batch_failures(max_batch_failures)
         if (llm is None) == (backend is None):
@@ -158,9 +157,11 @@ class BatchGenerator(Closing):
             backend = LlamaBackend(llm)
         caps = backend.capabilities()
         if slots > caps.max_slots:
-            raise ValueError(
-                f"slots={slots} is out of range: valid is 1 to "
-                f"{caps.max_slots} (llama_max_parallel_sequences())"
+            raise ParameterError(
+                "slots",
+                slots,
+                f"1 to {caps.max_slots} (llama_max_parallel_sequences(): the most "
+                "sequences this llama.cpp decodes together)",
             )
         if n_ctx_seq is None:
             n_ctx_seq = min(DEFAULT_N_CTX_SEQ, backend.n_ctx)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..errors import LlamaBatchError, ModelFetchError, ModelFileError
+from ..errors import LlamaBatchError, ModelFetchError, ModelFileError, ParameterError
 from .errors import UsageError
 
 EXIT_OK = 0
@@ -34,6 +34,16 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def usage_error(exc: Exception, args: argparse.Namespace) -> UsageError:
+    """``exc`` (a bad value) as a :class:`UsageError`; a
+    :class:`~llamabatch.errors.ParameterError` of a parameter that a flag of ``args``
+    sets is told in the flag's terms: ``--slots 0 is out of range: valid is ...``."""
+    if isinstance(exc, ParameterError) and hasattr(args, exc.name):
+        flag = "--" + exc.name.replace("_", "-")
+        return UsageError(f"{flag} {exc.value} is out of range: valid is {exc.valid}")
+    return UsageError(str(exc))
 
 
 def error_line(prog: str, message: object) -> None:

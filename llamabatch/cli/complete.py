@@ -45,12 +45,20 @@ from pathlib import Path
 from typing import Any
 
 from ..completion import Completion
-from ..errors import LlamaBatchError
+from ..errors import LlamaBatchError, ParameterError
 from ..params import BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
 from . import options
-from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    UsageError,
+    error_line,
+    guarded,
+    usage_error,
+)
 from .job.fields import with_fields
 from .job.input import (
     FORMATS,
@@ -378,10 +386,7 @@ def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, Batch
     )
     options.check_threads(args.threads)
     if args.cache_ram_mib < 0:
-        raise ValueError(
-            f"cache_ram_mib={args.cache_ram_mib} is out of range: valid is an "
-            "integer >= 0 (MiB; 0 = off)"
-        )
+        raise ParameterError("cache_ram_mib", args.cache_ram_mib, "an integer >= 0 (MiB; 0 = off)")
     return sampling, config
 
 
@@ -482,7 +487,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         sampling, config = _params(args, pool=bool(urls))
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
     urls = remote_cli.server_urls(args)
     ray_cli.check(args, urls)
     if args.keep_other_ids and not args.resume:
@@ -527,7 +532,7 @@ def _run(args: argparse.Namespace) -> int:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, sampling, config, args.cache_ram_mib)
+            gen = _local_generator(llm, sampling, config, args)
             return _generate(
                 job,
                 gen,
@@ -578,7 +583,7 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
 
 
 def _local_generator(
-    llm: Any, sampling: SamplingParams, config: BatchConfig, cache_ram_mib: int
+    llm: Any, sampling: SamplingParams, config: BatchConfig, args: argparse.Namespace
 ) -> Any:
     from .. import BatchGenerator
 
@@ -591,10 +596,10 @@ def _local_generator(
             max_tokens=config.max_tokens,
             sampling=sampling,
             lookahead=config.lookahead,
-            cache_ram_mib=cache_ram_mib,
+            cache_ram_mib=args.cache_ram_mib,
         )
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
 
 
 def _generate(

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import ParameterError
+
 #: The shared options: flag -> ``add_argument`` keywords.
 SHARED: dict[str, dict[str, Any]] = {
     "--model": dict(
@@ -62,9 +64,10 @@ def add_fields(
 
 
 def check_threads(threads: int | None) -> None:
-    """Raise ``ValueError`` unless ``threads`` is ``None`` or an integer >= 1."""
+    """Raise :class:`~llamabatch.errors.ParameterError` unless ``threads`` is ``None`` or
+    an integer >= 1."""
     if threads is not None and threads < 1:
-        raise ValueError(f"threads={threads} is out of range: valid is an integer >= 1")
+        raise ParameterError("threads", threads, "an integer >= 1")
 
 
 def check_output_file(flag: str, path: Path | None) -> None:

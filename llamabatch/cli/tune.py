@@ -29,7 +29,7 @@ from typing import Any
 from ..tuning.rounds import items_per_round
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
-from .common import EXIT_OK, ArgumentParser, UsageError, guarded
+from .common import EXIT_OK, ArgumentParser, UsageError, guarded, usage_error
 from .complete import add_item_options, sampling_params
 from .job.items import read_items
 from .job.report import progress_bar
@@ -215,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
         base = sampling_params(args)
         options.check_threads(args.threads)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
     read = read_items(
         args.prompts,
         args.format,
@@ -264,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
                 progress=bar.update,
             )
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise usage_error(exc, args) from None
         finally:
             bar.close()
     print(report.format(), flush=True)

@@ -19,7 +19,7 @@ import httpx
 
 from .._util.closing import Closing
 from ..completion import cut_off_choice
-from ..errors import GeneratorClosed
+from ..errors import GeneratorClosed, ParameterError
 from ..fields import per_item_sampling
 from ..params import SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
@@ -95,14 +95,14 @@ class RemoteGenerator(Closing):
             ("page_size", page_size or DEFAULT_PAGE_SIZE, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {low}")
+                raise ParameterError(name, value, f"an integer >= {low}")
         for name, value in (
             ("timeout_s", timeout_s),
             ("backoff_s", backoff_s),
             ("max_backoff_s", max_backoff_s),
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
+                raise ParameterError(name, value, "seconds >= 0")
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):

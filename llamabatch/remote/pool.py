@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import PoolUnavailable
+from ..errors import ParameterError, PoolUnavailable
 from .client import ServerFault, ServerInfo
 
 
@@ -103,9 +103,8 @@ class ServerPool:
         clock: Callable[[], float] = time.monotonic,
     ):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(
-                f"concurrency={concurrency!r} is out of range: valid is an "
-                "integer >= 1 (requests in flight per server)"
+            raise ParameterError(
+                "concurrency", concurrency, "an integer >= 1 (requests in flight per server)"
             )
         for name, value in (
             ("cooldown_s", cooldown_s),
@@ -114,7 +113,7 @@ class ServerPool:
             ("connect_give_up_s", connect_give_up_s),
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
+                raise ParameterError(name, value, "seconds >= 0")
         normalized = [normalize_url(u) for u in urls]
         if not normalized:
             raise ValueError("no server given: at least one URL is needed")

@@ -114,21 +114,21 @@ def test_missing_prompts_file(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--slots", "0"], "slots"),
+        (["--slots", "0"], "--slots 0 is out of range: valid is an integer >= 1"),
         (["--slots", "abc"], "--slots"),
-        (["--max-tokens", "0"], "max_tokens"),
-        (["--n-ctx-seq", "0"], "n_ctx_seq"),
-        (["--n-batch", "0"], "n_batch"),
-        (["--temperature", "-1"], "temperature"),
-        (["--temperature", "nan"], "temperature"),
-        (["--top-k", "-1"], "top_k"),
-        (["--top-p", "1.5"], "top_p"),
-        (["--min-p", "2"], "min_p"),
-        (["--repeat-penalty", "0"], "repeat_penalty"),
-        (["--seed", "-1"], "seed"),
-        (["--threads", "0"], "threads"),
-        (["--cache-ram-mib", "-1"], "cache_ram_mib"),
-        (["--slots", "2", "--lookahead", "3"], "lookahead"),
+        (["--max-tokens", "0"], "--max-tokens 0 is out of range"),
+        (["--n-ctx-seq", "0"], "--n-ctx-seq 0 is out of range"),
+        (["--n-batch", "0"], "--n-batch 0 is out of range"),
+        (["--temperature", "-1"], "--temperature -1.0 is out of range"),
+        (["--temperature", "nan"], "--temperature nan is out of range"),
+        (["--top-k", "-1"], "--top-k -1 is out of range"),
+        (["--top-p", "1.5"], "--top-p 1.5 is out of range"),
+        (["--min-p", "2"], "--min-p 2.0 is out of range"),
+        (["--repeat-penalty", "0"], "--repeat-penalty 0.0 is out of range"),
+        (["--seed", "-1"], "--seed -1 is out of range"),
+        (["--threads", "0"], "--threads 0 is out of range"),
+        (["--cache-ram-mib", "-1"], "--cache-ram-mib -1 is out of range"),
+        (["--slots", "2", "--lookahead", "3"], "--lookahead 3 is out of range"),
         (["--format", "xml"], "--format"),
         (["--resume", "--overwrite"], "not allowed with argument"),
         (["--resume"], "--resume needs an output file"),
@@ -139,6 +139,18 @@ def test_invalid_values_exit_2_naming_the_parameter(capsys, prompts_file, args, 
     code, out, err = run_cli(capsys, "complete", prompts_file, *args)
     assert code == 2 and out == ""
     assert named in single_error_line(err)
+
+
+@pytest.mark.real_model
+def test_more_slots_than_llama_cpp_allows_names_the_flag_and_the_most(
+    capsys, prompts_file, model_path
+):
+    code, _, err = run_cli(
+        capsys, "complete", prompts_file, "--model", model_path, "--slots", "100000"
+    )
+    assert code == 2
+    line = single_error_line(err)
+    assert "--slots 100000 is out of range: valid is 1 to " in line and "slots=" not in line
 
 
 def test_missing_model_file(capsys, prompts_file, tmp_path):

@@ -35,7 +35,7 @@ def test_tune_has_the_item_options_of_complete(capsys):
         (["--slots", "1,2"], "slot counts must be integers >= 2"),
         (["--slots", "two"], "not a comma-separated list"),
         (["--rounds", "3", "--items", "8"], "--rounds 3 x --items 8 needs 24 distinct prompts"),
-        (["--temperature", "-1"], "temperature=-1.0 is out of range"),
+        (["--temperature", "-1"], "--temperature -1.0 is out of range"),
         (["--choices", "a,,b"], "has an empty choice"),
     ],
 )

@@ -147,7 +147,7 @@ def test_a_bad_concurrency_is_named(tmp_path, capsys):
             str(tmp_path / "out.jsonl"),
         ]
     )
-    assert code == 2 and "concurrency=0 is out of range" in capsys.readouterr().err
+    assert code == 2 and "--concurrency 0 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()
 
 
