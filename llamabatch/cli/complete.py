@@ -493,6 +493,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
+    if not entries:  # as bench and tune refuse it
+        raise UsageError(
+            f"{args.prompts} holds no prompts: a job needs at least one (a JSONL line with "
+            '"prompt" or "messages", or a line of text)'
+        )
     try:
         entries = with_text_template(
             entries, system=args.system, template=args.template, raw=args.raw
@@ -572,9 +577,7 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
             job.out.write(job.rest())
     except KeyboardInterrupt:
         return job.interrupted()
-    if not entries:
-        note = f"no prompts in {job.args.prompts}"
-    elif not job.todo:
+    if not job.todo:
         note = f"nothing to do: all {len(entries)} items are already in {job.out.where}"
     else:
         note = "no item for the model"

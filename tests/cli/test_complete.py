@@ -187,14 +187,17 @@ def test_output_must_not_be_the_input(capsys, prompts_file):
     assert prompts_file.read_text() != ""
 
 
-def test_empty_input_writes_nothing_and_loads_no_model(capsys, tmp_path):
+def test_an_input_without_prompts_is_refused_as_bench_and_tune_refuse_it(capsys, tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("\n  \n")
     out_path = tmp_path / "out.jsonl"
     code, _, err = run_cli(capsys, "complete", path, "-o", out_path)
-    assert code == 0
-    assert out_path.read_text() == ""
-    assert "0 items" in err
+    assert code == 2 and not out_path.exists()
+    assert f"{path} holds no prompts: a job needs at least one" in single_error_line(err)
+    for command in ("bench", "tune"):
+        argv = [command, path] if command == "tune" else [command, "--prompts", path]
+        code, _, err = run_cli(capsys, *argv, "--model", tmp_path / "none.gguf")
+        assert code == 2 and f"{path} holds no prompts" in single_error_line(err)
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
