@@ -406,7 +406,10 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass(slots=True)
 class _Job:
-    """One run: what it has to write (``todo``, input order), where, and its counts."""
+    """One run: what it has to write (``todo``, input order), where, and its counts.
+
+    ``n_ctx`` is the model context that --n-ctx-seq set (a local or Ray run), else ``None``.
+    """
 
     args: argparse.Namespace
     todo: list[Entry]
@@ -416,9 +419,20 @@ class _Job:
     tally: JobTally = dataclasses.field(default_factory=JobTally)
     next_entry: int = 0
     model: str = "llamabatch"
+    n_ctx: int | None = None
 
     def record(self, item: PromptItem, completion: Completion) -> dict[str, Any]:
-        """The output line of a completed item, in the chosen --output-format."""
+        """The output line of a completed item, in the chosen --output-format; a prompt
+        too long for the model context says which flag sets it."""
+        if self.n_ctx is not None and not completion.ok:
+            n_prompt = completion.n_prompt_tokens
+            if n_prompt >= self.n_ctx:  # the library names n_ctx, the job --n-ctx-seq
+                completion = dataclasses.replace(
+                    completion,
+                    error=f"{completion.error}; --n-ctx-seq {self.args.n_ctx_seq} sets it: "
+                    f"raise --n-ctx-seq above {n_prompt} (the prompt) plus the reply's "
+                    "max_tokens",
+                )
         if self.args.output_format == "openai":
             url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
             return response_record(item.id, url, completion, self.model)
@@ -527,7 +541,7 @@ def _run(args: argparse.Namespace) -> int:
             gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
             return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
-        job.model = path.name
+        job.model, job.n_ctx = path.name, config.n_ctx_seq
         if args.ray is not None:  # Ray Data: the actors load the model and its template
             gen = ray_cli.open_job(args, path, sampling, config, args.cache_ram_mib)
             return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
@@ -535,6 +549,7 @@ def _run(args: argparse.Namespace) -> int:
             path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
+            job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, sampling, config, args)

@@ -386,3 +386,20 @@ def test_interrupted_job_keeps_whole_groups_and_says_how_to_resume(tmp_path, mod
         f"were written to {out_path}, in input order; run the same command with --resume "
         "to continue"
     )
+
+
+@pytest.mark.real_model
+def test_a_prompt_longer_than_the_context_names_its_length_and_n_ctx_seq(
+    capsys, tmp_path, model_path
+):
+    long = "apple, " * 300
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": long}, {"prompt": "pear, pear,"}])
+    out = tmp_path / "out.jsonl"
+    argv = ["complete", path, "-o", out, "--model", model_path, *FAST[:2], "--quiet"]
+    code, _, err = run_cli(capsys, *argv, "--n-ctx-seq", "256", "--temperature", "0")
+    assert code == 0, err
+    bad, fine = read_jsonl(out)
+    assert bad["finish_reason"] == "error" and bad["n_prompt_tokens"] > 256  # not 0
+    assert f"prompt has {bad['n_prompt_tokens']} tokens" in bad["error"]
+    assert "--n-ctx-seq 256 sets it: raise --n-ctx-seq above" in bad["error"]
+    assert fine["error"] is None
