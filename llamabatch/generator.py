@@ -9,6 +9,7 @@ time, as soon as each page is complete.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -30,6 +31,22 @@ if TYPE_CHECKING:
 
 #: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
 DEFAULT_N_CTX_SEQ = 4096
+
+
+def _check_llm(llm: object) -> None:
+    """Raise ``TypeError`` unless ``llm`` looks like a loaded ``llama_cpp.Llama`` (a model
+    path is the common mistake: say how to load it)."""
+    if isinstance(llm, (str, bytes, os.PathLike)):
+        path = os.fsdecode(llm)
+        raise TypeError(
+            f"llm is a path ({path!r}), not a loaded model: give a llama_cpp.Llama, e.g. "
+            f"BatchGenerator(llama_cpp.Llama(model_path={path!r}, n_ctx=4096))"
+        )
+    if not all(callable(getattr(llm, name, None)) for name in ("n_vocab", "n_ctx", "tokenize")):
+        raise TypeError(
+            f"llm is {type(llm).__name__}, not a loaded model: give a llama_cpp.Llama "
+            "(or backend=... for another backend)"
+        )
 
 
 def _check_many(prompts: object) -> None:
@@ -85,6 +102,7 @@ class BatchGenerator(Closing):
         ValueError: a parameter out of range (named), a combination llama.cpp would
             abort on (e.g. ``slots > n_batch``, see ``docs/asserts.md``), or
             neither/both of llm and backend.
+        TypeError: ``llm`` is not a loaded ``llama_cpp.Llama`` (e.g. a model path).
         llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
             for completing alone.
 
@@ -152,6 +170,7 @@ class BatchGenerator(Closing):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
         self.sampling = sampling
         if backend is None:
+            _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
             backend = LlamaBackend(llm)
