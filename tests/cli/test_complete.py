@@ -40,6 +40,7 @@ OPTION_HELP = {
     "--output": "(default: standard output)",
     "--resume": "(default: off)",
     "--overwrite": "(default: off: refuse)",
+    "--keep-other-ids": "(default: off: such an OUT was written from another input and is refused)",
     "--skip-bad": "(default: off:",
     "--format": "(default: auto:",
     "--model": "(default: SmolLM2-135M-Instruct Q4_1,",
