@@ -57,7 +57,7 @@ from ..generator import BatchGenerator
 from ..params import BatchConfig, SamplingParams
 from ..tuning.rounds import items_per_round
 from . import options
-from .common import EXIT_OK, UsageError, guarded, usage_error
+from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
 from .job.items import read_items
 from .job.report import progress_bar
@@ -471,7 +471,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = BenchParams()
     p = subparsers.add_parser(
         "bench",
-        help="measure tokens/s per slot count and a tagging workload",
+        help=SUMMARIES["bench"],
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -22,6 +22,15 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+#: Each subcommand's line in ``llamabatch --help`` (its module's parser takes it from here,
+#: so the top-level help can list a subcommand whose module cannot be imported).
+SUMMARIES = {
+    "complete": "complete every prompt of a JSONL or text file",
+    "bench": "measure tokens/s per slot count and a tagging workload",
+    "tune": "measure which --slots pays on this machine, model and prompts",
+    "doctor": "check that llama-cpp-python, llama.cpp and the model work on this machine",
+}
+
 #: Added to the CLI's model errors: the command that checks the model and llama.cpp.
 DOCTOR_HINT = "`llamabatch doctor --model GGUF` checks a model and llama.cpp on this machine"
 

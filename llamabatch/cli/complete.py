@@ -54,6 +54,7 @@ from .common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    SUMMARIES,
     UsageError,
     error_line,
     guarded,
@@ -88,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``complete`` subcommand to the ``llamabatch`` parser."""
     p = subparsers.add_parser(
         "complete",
-        help="complete every prompt of a JSONL or text file",
+        help=SUMMARIES["complete"],
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

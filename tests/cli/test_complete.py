@@ -5,6 +5,7 @@ chat templates: test_cli_chat.py; the default model and load_llama: test_cli_mod
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -33,6 +34,56 @@ def test_no_command_prints_help_and_exits_2(capsys):
     code, _, err = run_cli(capsys)
     assert code == 2
     assert "complete" in err
+
+
+#: ``python -m llamabatch`` where llama-cpp-python is not installed: its import is
+#: refused and its package metadata is not found.
+WITHOUT_LLAMA_CPP = r"""
+import importlib.abc
+import importlib.metadata
+import runpy
+import sys
+
+
+class BlockLlamaCpp(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "llama_cpp" or name.startswith("llama_cpp."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+
+real_version = importlib.metadata.version
+
+
+def version(name):
+    if name.replace("_", "-").lower() == "llama-cpp-python":
+        raise importlib.metadata.PackageNotFoundError(name)
+    return real_version(name)
+
+
+sys.meta_path.insert(0, BlockLlamaCpp())
+importlib.metadata.version = version
+sys.argv = ["llamabatch", *sys.argv[1:]]
+runpy.run_module("llamabatch", run_name="__main__")
+"""
+
+
+def test_help_without_llama_cpp_lists_every_command_and_says_how_to_install_it():
+    def run(*argv):
+        cmd = [sys.executable, "-c", WITHOUT_LLAMA_CPP, *argv]
+        env = dict(os.environ, COLUMNS="300")  # argparse wraps at hyphens otherwise
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    for command in ("complete", "bench", "tune", "doctor"):
+        assert f" {command} " in out, out
+    assert "complete every prompt of a JSONL or text file (needs llama-cpp-python)" in out
+    assert "complete, bench and tune need llama-cpp-python, which cannot be used here" in out
+    assert "llama-cpp-python is not installed" in out and "pip install 'llama-cpp-python" in out
+    done = run("complete", "in.jsonl")
+    assert done.returncode == 1 and "pip install 'llama-cpp-python" in done.stderr
 
 
 #: Every option of ``complete`` with what its help must say: a unit and the default.
