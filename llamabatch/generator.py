@@ -270,8 +270,8 @@ class BatchGenerator(Closing):
 
     def _samplings(
         self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
-    ) -> Iterator[SamplingParams]:
-        """An iterator of each item's SamplingParams, checked up front."""
+    ) -> Iterator[tuple[object, SamplingParams]]:
+        """Each prompt with its SamplingParams, checked up front (:func:`per_item_sampling`)."""
         return per_item_sampling(prompts, self.sampling if sampling is None else sampling)
 
     @contextmanager
@@ -327,15 +327,15 @@ class BatchGenerator(Closing):
         """
         _check_many(prompts)
         self._check_open()
-        return self._pages(prompts, self._samplings(prompts, sampling), hand_back=True)
+        return self._pages(self._samplings(prompts, sampling), hand_back=True)
 
     def _pages(
-        self, prompts: Iterable[object], samplings: Iterator[SamplingParams], *, hand_back: bool
+        self, prompts: Iterator[tuple[object, SamplingParams]], *, hand_back: bool
     ) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
         slots, backend = self.config.slots, self.backend
-        items = (prepare(i, p, backend, next(samplings)) for i, p in enumerate(prompts))
+        items = (prepare(i, p, backend, s) for i, (p, s) in enumerate(prompts))
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
@@ -377,7 +377,7 @@ class BatchGenerator(Closing):
         """
         _check_many(prompts)
         self._check_open()
-        pages = self._pages(prompts, self._samplings(prompts, sampling), hand_back=False)
+        pages = self._pages(self._samplings(prompts, sampling), hand_back=False)
         return [c for group in pages for c in group]
 
     def chat(

@@ -338,11 +338,11 @@ class RemoteGenerator(Closing):
         """
         if self.closed:
             raise GeneratorClosed("this RemoteGenerator is closed; create a new one")
-        samplings = per_item_sampling(prompts, self.sampling if sampling is None else sampling)
-        return self._iter_groups(prompts, samplings)
+        pairs = per_item_sampling(prompts, self.sampling if sampling is None else sampling)
+        return self._iter_groups(pairs)
 
     def _iter_groups(
-        self, prompts: Iterable[object], samplings: Iterator[SamplingParams]
+        self, pairs: Iterator[tuple[object, SamplingParams]]
     ) -> Iterator[list[RemoteCompletion]]:
         with self._lock:
             if self._running:
@@ -353,7 +353,7 @@ class RemoteGenerator(Closing):
             self._run += 1
             run = self._run
         try:
-            numbered = ((i, p, next(samplings)) for i, p in enumerate(prompts))
+            numbered = ((i, p, s) for i, (p, s) in enumerate(pairs))
             yield from self._groups(run, numbered)
         finally:
             with self._lock:  # an abandoned run: its queued items are skipped

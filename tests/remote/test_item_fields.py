@@ -5,6 +5,7 @@ place (fake servers: no network, no model)."""
 
 from __future__ import annotations
 
+import pytest
 from fake_servers import FakeServers
 
 from llamabatch import SamplingParams
@@ -79,3 +80,13 @@ def test_score_choices_without_choices_does_nothing_on_a_pool_as_locally():
     assert done[0].ok and done[0].text == "re:free"
     assert not done[1].ok
     assert "score_choices, choice_leading_space cannot be sent to a server" in done[1].error
+
+
+def test_a_sampling_list_that_does_not_match_unsized_prompts_is_refused():
+    fakes = FakeServers(1)
+    sampling = [SamplingParams(temperature=0.0)] * 3
+    with _generator(fakes) as gen:
+        for n in (2, 4):
+            with pytest.raises(ValueError, match="sampling has 3 SamplingParams"):
+                gen.complete_many(iter(["a", "b", "c", "d"][:n]), sampling)
+        assert len(gen.complete_many(iter(["a", "b", "c"]), sampling)) == 3
