@@ -23,6 +23,7 @@ from cli_util import (
     single_error_line,
     write_jsonl,
 )
+from without_llama_cpp import WITHOUT_LLAMA_CPP
 
 from llamabatch.cli.job.input import read_prompts
 from llamabatch.model import DEFAULT_MODEL
@@ -36,41 +37,20 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "complete" in err
 
 
-#: ``python -m llamabatch`` where llama-cpp-python is not installed: its import is
-#: refused and its package metadata is not found.
-WITHOUT_LLAMA_CPP = r"""
-import importlib.abc
-import importlib.metadata
+#: ``python -m llamabatch`` where llama-cpp-python is not installed.
+RUN_CLI = (
+    WITHOUT_LLAMA_CPP
+    + """
 import runpy
-import sys
-
-
-class BlockLlamaCpp(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "llama_cpp" or name.startswith("llama_cpp."):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-        return None
-
-
-real_version = importlib.metadata.version
-
-
-def version(name):
-    if name.replace("_", "-").lower() == "llama-cpp-python":
-        raise importlib.metadata.PackageNotFoundError(name)
-    return real_version(name)
-
-
-sys.meta_path.insert(0, BlockLlamaCpp())
-importlib.metadata.version = version
 sys.argv = ["llamabatch", *sys.argv[1:]]
 runpy.run_module("llamabatch", run_name="__main__")
 """
+)
 
 
 def test_help_without_llama_cpp_lists_every_command_and_says_how_to_install_it():
     def run(*argv):
-        cmd = [sys.executable, "-c", WITHOUT_LLAMA_CPP, *argv]
+        cmd = [sys.executable, "-c", RUN_CLI, *argv]
         env = dict(os.environ, COLUMNS="300")  # argparse wraps at hyphens otherwise
         return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 

@@ -32,6 +32,19 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def _local_and_ray(src: Path, flags: list[str], ray_address, model_path, capsys) -> dict:
+    """Run ``complete`` on ``src`` locally and on Ray with ``flags``: the two outputs."""
+    outs = {}
+    for where in ("local", "ray"):
+        outs[where] = src.with_name(f"{where}.jsonl")
+        ray = ["--ray", ray_address] if where == "ray" else []
+        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
+        code = main([*argv, *FAST, *flags, *ray])
+        err = capsys.readouterr().err
+        assert code == 0 and "Traceback" not in err, (where, err)
+    return outs
+
+
 def test_24_items_give_the_local_jobs_greedy_replies_in_the_same_order(
     ray_address, model_path, tmp_path, capsys
 ):
@@ -64,13 +77,8 @@ def test_a_lines_constraint_replaces_the_flags_on_ray_as_locally(
         {"id": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
     ]
     src = _write(tmp_path / "in.jsonl", lines)
-    outs = {}
-    for where in ("local", "ray"):
-        outs[where] = tmp_path / f"{where}.jsonl"
-        ray = ["--ray", ray_address] if where == "ray" else []
-        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
-        argv += [*FAST, "--choices", "bug,billing", "--skip-bad", "--quiet", *ray]
-        assert main(argv) == 0, capsys.readouterr().err
+    flags = ["--choices", "bug,billing", "--skip-bad", "--quiet"]
+    outs = _local_and_ray(src, flags, ray_address, model_path, capsys)
     for where, out in outs.items():
         r = {rec["id"]: rec for rec in _read(out)}
         assert [rec["id"] for rec in _read(out)] == ["labels", "number", "free", 4, "chat"]
@@ -125,15 +133,7 @@ def test_openai_output_of_n_replies_on_ray_has_every_choice_and_its_usage(
         {"id": "one", "prompt": "pear, pear, pear, pear,"},
     ]
     src = _write(tmp_path / "in.jsonl", lines)
-    outs = {}
-    for where in ("local", "ray"):
-        outs[where] = tmp_path / f"{where}.jsonl"
-        ray = ["--ray", ray_address] if where == "ray" else []
-        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
-        argv += [*FAST, "--output-format", "openai", *ray]
-        code = main(argv)
-        err = capsys.readouterr().err
-        assert code == 0 and "Traceback" not in err, err
+    outs = _local_and_ray(src, ["--output-format", "openai"], ray_address, model_path, capsys)
     for where, out in outs.items():
         bodies = {r["custom_id"]: r["response"]["body"] for r in _read(out)}
         for line in lines:

@@ -19,13 +19,7 @@ def _down(url: str):
     raise ServerFault(f"{url}: connection refused")
 
 
-def test_give_up_counts_from_the_first_failed_probe_not_from_creation() -> None:
-    now = [0.0]
-    pool = ServerPool(
-        ["http://127.0.0.1:9"], probe=_down, cooldown_s=1000.0, give_up_s=10.0, clock=lambda: now[0]
-    )
-    now[0] = 100.0  # the job reads its input for a while before the first probe
-    pool.probe_all()  # down at t=100: give up at t=110, not now
+def _acquire_in_thread(pool: ServerPool) -> tuple[threading.Thread, list[object]]:
     outcome: list[object] = []
 
     def worker() -> None:
@@ -34,8 +28,19 @@ def test_give_up_counts_from_the_first_failed_probe_not_from_creation() -> None:
         except PoolUnavailable as exc:
             outcome.append(exc)
 
-    thread = threading.Thread(target=worker)
+    thread = threading.Thread(target=worker, daemon=True)
     thread.start()
+    return thread, outcome
+
+
+def test_give_up_counts_from_the_first_failed_probe_not_from_creation() -> None:
+    now = [0.0]
+    pool = ServerPool(
+        ["http://127.0.0.1:9"], probe=_down, cooldown_s=1000.0, give_up_s=10.0, clock=lambda: now[0]
+    )
+    now[0] = 100.0  # the job reads its input for a while before the first probe
+    pool.probe_all()  # down at t=100: give up at t=110, not now
+    thread, outcome = _acquire_in_thread(pool)
     thread.join(timeout=0.3)
     assert outcome == []  # still waiting for a server or for give_up_s
     pool.close()
@@ -74,20 +79,6 @@ def test_the_generators_own_client_is_closed_when_the_pool_refuses_the_servers(
 
 def _refused(url: str):
     raise ServerFault(f"{url}: cannot connect: connection refused", reached=False)
-
-
-def _acquire_in_thread(pool: ServerPool) -> tuple[threading.Thread, list[object]]:
-    outcome: list[object] = []
-
-    def worker() -> None:
-        try:
-            outcome.append(pool.acquire())
-        except PoolUnavailable as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def test_a_pool_no_server_of_which_can_be_connected_to_gives_up_in_seconds() -> None:

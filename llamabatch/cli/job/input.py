@@ -216,20 +216,12 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
     return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
+def _digested(entry: Entry, text: str) -> Entry:
+    """``entry`` with the digest of its input line (its id and ``text``)."""
+    return dataclasses.replace(entry, digest=line_digest(entry.id, text))
+
+
 def _entry(
-    path: Path,
-    number: int,
-    text: str | None,
-    error: str | None,
-    fmt: str,
-    skip_bad: bool,
-    unknown: dict[str, int],
-) -> Entry:
-    entry = _parsed(path, number, text, error, fmt, skip_bad, unknown)
-    return dataclasses.replace(entry, digest=line_digest(entry.id, text or error or ""))
-
-
-def _parsed(
     path: Path,
     number: int,
     text: str | None,
@@ -310,7 +302,8 @@ def read_prompts(
         fmt = "jsonl" if is_jsonl else "text"
     unknown: dict[str, int] = {}
     entries = [
-        _entry(p, number, text, error, fmt, skip_bad, unknown) for number, text, error in lines
+        _digested(_entry(p, number, text, error, fmt, skip_bad, unknown), text or error or "")
+        for number, text, error in lines
     ]
     _check_unique(p, entries)
     if warn is not None:
