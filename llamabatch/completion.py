@@ -101,14 +101,9 @@ class Completion:
 
 
 def cut_off_choice(choices: Sequence[str] | None, text: str, n_tokens: int) -> str | None:
-    """The error of a reply that ``max_tokens`` cut off (``finish_reason == "length"``)
-    before it was one of ``choices`` (``SamplingParams.choices``), or ``None`` when it is
-    one of them or there are none. The same rule on every path: alone, batched, a pool.
-
-    Args:
-        choices: the item's labels, or ``None``.
-        text, n_tokens: the reply cut off, and its tokens.
-    """
+    """The error of a reply of ``n_tokens`` that ``max_tokens`` cut off before it was one
+    of ``choices`` (``SamplingParams.choices``), or ``None`` when it is one or there are
+    none. The one rule of every path: alone, batched, a pool."""
     if choices is None or text in choices:
         return None
     return (

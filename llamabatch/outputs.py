@@ -58,10 +58,8 @@ def to_json(value: object) -> Any:
 
 
 def from_json(name: str, value: Any) -> Any:
-    """An optional output field read back from its JSON value (:func:`to_json`'s
-    inverse) in :class:`~llamabatch.Completion`'s types: ``samples`` become
-    :class:`~llamabatch.completion.Sample` objects, token ids and ``logprobs`` tuples;
-    the label fields stay dicts."""
+    """An optional output field read back from its JSON value in
+    :class:`~llamabatch.Completion`'s types (:func:`to_json`'s inverse)."""
     if value is None:
         return None
     if name == "samples":

@@ -106,7 +106,7 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
 
 # -- the input's fingerprint ---------------------------------------------------------------
 class InputLine(Protocol):
-    """What the fingerprint reads of an input entry (``PromptItem``, ``BadLine``)."""
+    """An input entry as the fingerprint reads it (``PromptItem``, ``BadLine``)."""
 
     @property
     def id(self) -> str | int: ...
@@ -129,8 +129,7 @@ def fingerprint_path(out: Path) -> Path:
 
 
 def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
-    """The fingerprint kept for ``out``: id key -> (input line, digest); ``None`` when
-    there is none (or it cannot be read: it is then written again)."""
+    """The fingerprint kept for ``out``: id key -> (input line, digest), or ``None``."""
     try:
         doc = json.loads(fingerprint_path(out).read_text(encoding="utf-8"))
         return {str(k): (int(v[0]), str(v[1])) for k, v in doc["lines"].items()}
@@ -141,9 +140,8 @@ def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
 def write_fingerprint(
     out: Path, prompts: Path, entries: Iterable[InputLine], kept: Mapping[str, Any] | None = None
 ) -> None:
-    """Keep the fingerprint of ``entries`` (the job's input) beside ``out``, with the
-    ``kept`` ones of ids not in it (an output that keeps other inputs' lines); written
-    to a temporary file and renamed, so it is never half written.
+    """Keep the fingerprint of ``entries`` (and the ``kept`` ones of other inputs' ids)
+    beside ``out``, written whole (a temporary file renamed).
 
     Raises:
         OSError: it cannot be written.
