@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,9 +87,30 @@ class Completion:
         return len(self.token_ids)
 
     @property
+    def completion_tokens(self) -> int:
+        """Generated tokens of every reply (OpenAI's ``usage.completion_tokens``): with
+        ``samples``, theirs summed; else :attr:`n_tokens`."""
+        if self.samples is None:
+            return self.n_tokens
+        return sum(len(s.token_ids) for s in self.samples)
+
+    @property
     def ok(self) -> bool:
         """True unless ``finish_reason == "error"``."""
         return self.error is None
+
+
+def cut_off_choice(choices: Sequence[str] | None, text: str, n_tokens: int) -> str | None:
+    """The error of a reply of ``n_tokens`` that ``max_tokens`` cut off before it was one
+    of ``choices`` (``SamplingParams.choices``), or ``None`` when it is one or there are
+    none. The one rule of every path: alone, batched, a pool."""
+    if choices is None or text in choices:
+        return None
+    return (
+        f"max_tokens ended the reply after {n_tokens} token{'s' * (n_tokens != 1)} "
+        f"({text!r}) before it was one of the choices; a choices reply needs as many "
+        "tokens as the model takes to spell its longest choice: raise max_tokens"
+    )
 
 
 @dataclass(slots=True)

@@ -58,6 +58,20 @@ class LibraryError(LlamaBatchError):
         return text if self.HINT in text else f"{text} ({self.HINT})"
 
 
+class ParameterError(LlamaBatchError, ValueError):
+    """A parameter outside its valid range, named as the caller gave it (``slots=0``);
+    the command line names the flag that set it (``--slots 0``).
+
+    Attributes:
+        name, value: the parameter and the value given.
+        valid: what would be valid (``"an integer >= 1"``).
+    """
+
+    def __init__(self, name: str, value: object, valid: str) -> None:
+        super().__init__(f"{name}={value!r} is out of range: valid is {valid}")
+        self.name, self.value, self.valid = name, value, valid
+
+
 class GrammarError(LlamaBatchError, ValueError):
     """A grammar (GBNF text, or one made from ``json_schema`` / ``choices``) that
     llama.cpp refuses (``llama_sampler_init_grammar`` returned NULL), or that allows no
@@ -98,11 +112,21 @@ class GeneratorBusy(LlamaBatchError, RuntimeError):
 
 # -- the pool of servers (llamabatch.remote) ---------------------------------------------
 class PoolUnavailable(LlamaBatchError):
-    """No server of the pool answered for ``give_up_s`` seconds."""
+    """No server of the pool answered for ``give_up_s`` seconds (or, when none could
+    be connected to since the start, ``connect_give_up_s``)."""
 
 
 class ServerFault(LlamaBatchError):
-    """The server failed this exchange; another server may succeed."""
+    """The server failed this exchange; another server may succeed.
+
+    Attributes:
+        reached: False when no connection to the server could be made (refused, no
+            such host, connect timeout): nothing is listening there, or the URL is wrong.
+    """
+
+    def __init__(self, message: str, reached: bool = True) -> None:
+        super().__init__(message)
+        self.reached = reached
 
 
 class ItemRejected(LlamaBatchError):

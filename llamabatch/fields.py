@@ -155,17 +155,18 @@ def _is_messages(value: object) -> bool:
 
 def per_item_sampling(
     prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams]
-) -> Iterator[SamplingParams]:
-    """An iterator of each prompt's sampling params: ``sampling`` repeated, or the
-    items of a sequence of them, one per prompt (checked up front; a ValueError when
-    more prompts come than it holds).
+) -> Iterator[tuple[object, SamplingParams]]:
+    """Each prompt with its sampling params: ``sampling`` for every one, or the items of
+    a sequence of them, one per prompt. Checked up front; for a ``prompts`` of unknown
+    length, the iterator raises ValueError once the counts are seen to differ (more
+    prompts than params, or the prompts ended with params left).
 
     Raises:
         ValueError: ``sampling`` is not a SamplingParams or a sequence of them, or its
             count differs from that of a sized ``prompts``.
     """
     if isinstance(sampling, SamplingParams):
-        return itertools.repeat(sampling)
+        return zip(prompts, itertools.repeat(sampling))
     if not isinstance(sampling, Sequence) or isinstance(sampling, (str, bytes)):
         raise ValueError(
             f"sampling is {type(sampling).__name__}; expected a "
@@ -182,12 +183,23 @@ def per_item_sampling(
             f"sampling has {len(sampling)} SamplingParams for {len(prompts)} prompts; "
             "give one per prompt, or a single SamplingParams"
         )
-    return _exactly(sampling)
+    return _exactly(prompts, sampling)
 
 
-def _exactly(sampling: Sequence[SamplingParams]) -> Iterator[SamplingParams]:
-    yield from sampling
-    raise ValueError(
-        f"sampling has {len(sampling)} SamplingParams but there are more "
-        "prompts; give one per prompt, or a single SamplingParams"
-    )
+def _exactly(
+    prompts: Iterable[object], sampling: Sequence[SamplingParams]
+) -> Iterator[tuple[object, SamplingParams]]:
+    n = 0
+    for prompt in prompts:
+        if n == len(sampling):
+            raise ValueError(
+                f"sampling has {len(sampling)} SamplingParams but there are more "
+                "prompts; give one per prompt, or a single SamplingParams"
+            )
+        yield prompt, sampling[n]
+        n += 1
+    if n < len(sampling):
+        raise ValueError(
+            f"sampling has {len(sampling)} SamplingParams but there were {n} prompts; "
+            "give one per prompt, or a single SamplingParams"
+        )

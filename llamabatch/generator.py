@@ -9,6 +9,7 @@ time, as soon as each page is complete.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -21,7 +22,7 @@ from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.request import prepare
 from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
-from .errors import GeneratorBusy, GeneratorClosed
+from .errors import GeneratorBusy, GeneratorClosed, ParameterError
 from .fields import per_item_sampling
 from .params import BatchConfig, SamplingParams
 
@@ -30,6 +31,22 @@ if TYPE_CHECKING:
 
 #: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
 DEFAULT_N_CTX_SEQ = 4096
+
+
+def _check_llm(llm: object) -> None:
+    """Raise ``TypeError`` unless ``llm`` looks like a loaded ``llama_cpp.Llama`` (a model
+    path is the common mistake: say how to load it)."""
+    if isinstance(llm, (str, bytes, os.PathLike)):
+        path = os.fsdecode(llm)
+        raise TypeError(
+            f"llm is a path ({path!r}), not a loaded model: give a llama_cpp.Llama, e.g. "
+            f"BatchGenerator(llama_cpp.Llama(model_path={path!r}, n_ctx=4096))"
+        )
+    if not all(callable(getattr(llm, name, None)) for name in ("n_vocab", "n_ctx", "tokenize")):
+        raise TypeError(
+            f"llm is {type(llm).__name__}, not a loaded model: give a llama_cpp.Llama "
+            "(or backend=... for another backend)"
+        )
 
 
 def _check_many(prompts: object) -> None:
@@ -85,6 +102,7 @@ class BatchGenerator(Closing):
         ValueError: a parameter out of range (named), a combination llama.cpp would
             abort on (e.g. ``slots > n_batch``, see ``docs/asserts.md``), or
             neither/both of llm and backend.
+        TypeError: ``llm`` is not a loaded ``llama_cpp.Llama`` (e.g. a model path).
         llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
             for completing alone.
 
@@ -136,31 +154,33 @@ class BatchGenerator(Closing):
                 f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
             )
         if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
-            raise ValueError(
-                f"min_copy_tokens={min_copy_tokens!r} is out of range: valid is an integer >= 1"
-            )
+            raise ParameterError("min_copy_tokens", min_copy_tokens, "an integer >= 1")
         if (
             not isinstance(cache_ram_mib, int)
             or isinstance(cache_ram_mib, bool)
             or cache_ram_mib < 0
         ):
-            raise ValueError(
-                f"cache_ram_mib={cache_ram_mib!r} is out of range: valid is an "
-                "integer >= 0 (MiB; 0 keeps no state in host memory)"
+            raise ParameterError(
+                "cache_ram_mib",
+                cache_ram_mib,
+                "an integer >= 0 (MiB; 0 keeps no state in host memory)",
             )
         check_max_batch_failures(max_batch_failures)
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
         self.sampling = sampling
         if backend is None:
+            _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
             backend = LlamaBackend(llm)
         caps = backend.info
         if slots > caps.max_slots:
-            raise ValueError(
-                f"slots={slots} is out of range: valid is 1 to "
-                f"{caps.max_slots} (llama_max_parallel_sequences())"
+            raise ParameterError(
+                "slots",
+                slots,
+                f"1 to {caps.max_slots} (llama_max_parallel_sequences(): the most "
+                "sequences this llama.cpp decodes together)",
             )
         if n_ctx_seq is None:
             n_ctx_seq = min(DEFAULT_N_CTX_SEQ, caps.n_ctx)
@@ -248,8 +268,8 @@ class BatchGenerator(Closing):
 
     def _samplings(
         self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
-    ) -> Iterator[SamplingParams]:
-        """An iterator of each item's SamplingParams, checked up front."""
+    ) -> Iterator[tuple[object, SamplingParams]]:
+        """Each prompt with its SamplingParams, checked up front (:func:`per_item_sampling`)."""
         return per_item_sampling(prompts, self.sampling if sampling is None else sampling)
 
     @contextmanager
@@ -305,16 +325,16 @@ class BatchGenerator(Closing):
         """
         _check_many(prompts)
         self._check_open()
-        return self._pages(prompts, self._samplings(prompts, sampling), hand_back=True)
+        return self._pages(self._samplings(prompts, sampling), hand_back=True)
 
     def _pages(
-        self, prompts: Iterable[object], samplings: Iterator[SamplingParams], *, hand_back: bool
+        self, prompts: Iterator[tuple[object, SamplingParams]], *, hand_back: bool
     ) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
         slots, backend = self.config.slots, self.backend
         vocab, n_ctx = backend.vocab, backend.info.n_ctx
-        items = (prepare(i, p, next(samplings), vocab, n_ctx) for i, p in enumerate(prompts))
+        items = (prepare(i, p, s, vocab, n_ctx) for i, (p, s) in enumerate(prompts))
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
@@ -356,7 +376,7 @@ class BatchGenerator(Closing):
         """
         _check_many(prompts)
         self._check_open()
-        pages = self._pages(prompts, self._samplings(prompts, sampling), hand_back=False)
+        pages = self._pages(self._samplings(prompts, sampling), hand_back=False)
         return [c for group in pages for c in group]
 
     def chat(

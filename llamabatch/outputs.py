@@ -6,7 +6,7 @@ The record has :data:`OUTPUT_FIELDS` (``text``, ``finish_reason``, ``error``,
 :class:`~llamabatch.Completion` that holds a value (``logprobs`` when asked for, and any
 output field added to :class:`~llamabatch.Completion` later, e.g. label scores or
 samples) under its own name, as JSON values (tuples become lists, dataclasses objects).
-This module is the one place that decides it.
+This module is the one place that decides it, and reads it back (:func:`from_json`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from .completion import Completion
+from .completion import Completion, Sample
 
 #: The fields every record has, in this order.
 OUTPUT_FIELDS = ("text", "finish_reason", "error", "n_prompt_tokens", "n_tokens", "path")
@@ -54,4 +54,25 @@ def to_json(value: object) -> Any:
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
+    return value
+
+
+def from_json(name: str, value: Any) -> Any:
+    """An optional output field read back from its JSON value in
+    :class:`~llamabatch.Completion`'s types (:func:`to_json`'s inverse)."""
+    if value is None:
+        return None
+    if name == "samples":
+        return tuple(
+            Sample(
+                s["text"],
+                tuple(s["token_ids"]),
+                s["finish_reason"],
+                s.get("error"),
+                from_json("logprobs", s.get("logprobs")),
+            )
+            for s in value
+        )
+    if name == "logprobs":
+        return tuple(tuple((int(t), float(lp)) for t, lp in step) for step in value)
     return value

@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from .errors import ParameterError
+
 #: ``LLAMA_DEFAULT_SEED`` in llama.h: the dist sampler then draws a random seed.
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 
@@ -29,7 +31,7 @@ LOOKAHEAD_PER_SLOT = 4
 
 def _check(ok: bool, name: str, value: object, valid: str) -> None:
     if not ok:
-        raise ValueError(f"{name}={value!r} is out of range: valid is {valid}")
+        raise ParameterError(name, value, valid)
 
 
 def _is_int(value: object) -> bool:
@@ -163,11 +165,12 @@ class SamplingParams:
             "a finite number (0 = off)",
         )
         if self.seed == LLAMA_DEFAULT_SEED and _is_int(self.seed):
-            raise ValueError(
-                f"seed={self.seed} is out of range: valid is None (a random seed) or an "
-                f"integer in [0, {MAX_SEED}] (2**32 - 2); {self.seed} is llama.cpp's "
-                "LLAMA_DEFAULT_SEED, which makes the dist sampler draw a random seed, so "
-                "replies would not repeat"
+            raise ParameterError(
+                "seed",
+                self.seed,
+                f"None (a random seed) or an integer in [0, {MAX_SEED}] (2**32 - 2); "
+                f"{self.seed} is llama.cpp's LLAMA_DEFAULT_SEED, which makes the dist "
+                "sampler draw a random seed, so replies would not repeat",
             )
         _check(
             self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
@@ -351,7 +354,8 @@ class BatchConfig:
             _is_int(self.slots) and self.slots >= 1,
             "slots",
             self.slots,
-            "an integer >= 1 (at most llama_max_parallel_sequences())",
+            "an integer >= 1 (1 = every item alone; the most is llama.cpp's, checked "
+            "when the model is loaded)",
         )
         _check(
             _is_int(self.n_ctx_seq) and self.n_ctx_seq >= 1,

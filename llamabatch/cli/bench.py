@@ -52,11 +52,12 @@ from ..bench.workload import (
 )
 from ..bench.workloads import WORKLOADS
 from ..engine.backend import Backend
+from ..errors import ParameterError
 from ..generator import BatchGenerator
 from ..params import BatchConfig, SamplingParams
 from ..tuning.rounds import items_per_round
 from . import options
-from .common import EXIT_OK, UsageError, guarded
+from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
 from .job.items import read_items
 from .job.report import progress_bar
@@ -144,13 +145,15 @@ class BenchParams:
             ),
             ("temperature", self.temperature >= 0, ">= 0"),
             ("n_ctx_seq", self.n_ctx_seq >= 1, ">= 1"),
-            ("n_batch", self.n_batch >= max(self.slots or (1,)), ">= max(slots)"),
+            (
+                "n_batch",
+                self.n_batch >= max(self.slots or (1,)),
+                f">= {max(self.slots or (1,))} (the largest slot count)",
+            ),
         ]
         for name, ok, valid in checks:
             if not ok:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r} is out of range: valid is {valid}"
-                )
+                raise ParameterError(name, getattr(self, name), valid)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -468,7 +471,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = BenchParams()
     p = subparsers.add_parser(
         "bench",
-        help="measure tokens/s per slot count and a tagging workload",
+        help=SUMMARIES["bench"],
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -659,10 +662,9 @@ def _run(args: argparse.Namespace) -> int:
             temperature=temperature,
             n_ctx_seq=n_ctx_seq,
         )
+        options.check_output_file("--json", args.json)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    if args.json is not None and args.json.parent and not args.json.parent.is_dir():
-        raise UsageError(f"cannot write {args.json}: no such directory")
+        raise usage_error(exc, args) from None
     path = model_path(args.model, quiet=args.quiet)
     threads = args.threads if args.threads is not None else cpu_count()
     longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
@@ -680,5 +682,5 @@ def _run(args: argparse.Namespace) -> int:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
             bench(setup, params, json_path=args.json, quiet=args.quiet, items=file_items)
         except ValueError as exc:  # sizes that do not fit the context, too many slots
-            raise UsageError(str(exc)) from None
+            raise usage_error(exc, args) from None
     return EXIT_OK

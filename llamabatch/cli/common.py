@@ -14,13 +14,22 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from ..errors import LlamaBatchError, ModelFetchError, ModelFileError
+from ..errors import LlamaBatchError, ModelFetchError, ModelFileError, ParameterError
 from .errors import UsageError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+#: Each subcommand's line in ``llamabatch --help`` (its module's parser takes it from here,
+#: so the top-level help can list a subcommand whose module cannot be imported).
+SUMMARIES = {
+    "complete": "complete every prompt of a JSONL or text file",
+    "bench": "measure tokens/s per slot count and a tagging workload",
+    "tune": "measure which --slots pays on this machine, model and prompts",
+    "doctor": "check that llama-cpp-python, llama.cpp and the model work on this machine",
+}
 
 #: Added to the CLI's model errors: the command that checks the model and llama.cpp.
 DOCTOR_HINT = "`llamabatch doctor --model GGUF` checks a model and llama.cpp on this machine"
@@ -34,6 +43,16 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def usage_error(exc: Exception, args: argparse.Namespace) -> UsageError:
+    """``exc`` (a bad value) as a :class:`UsageError`; a
+    :class:`~llamabatch.errors.ParameterError` of a parameter that a flag of ``args``
+    sets is told in the flag's terms: ``--slots 0 is out of range: valid is ...``."""
+    if isinstance(exc, ParameterError) and hasattr(args, exc.name):
+        flag = "--" + exc.name.replace("_", "-")
+        return UsageError(f"{flag} {exc.value} is out of range: valid is {exc.valid}")
+    return UsageError(str(exc))
 
 
 def error_line(prog: str, message: object) -> None:

@@ -45,12 +45,21 @@ from pathlib import Path
 from typing import Any
 
 from ..completion import Completion
-from ..errors import LlamaBatchError
+from ..errors import LlamaBatchError, ParameterError
 from ..params import BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
 from . import options
-from .common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_line, guarded
+from .common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    SUMMARIES,
+    UsageError,
+    error_line,
+    guarded,
+    usage_error,
+)
 from .job.fields import with_fields
 from .job.input import (
     FORMATS,
@@ -64,7 +73,7 @@ from .job.input import (
 from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
-from .job.resume import id_key
+from .job.resume import check_resume, id_key, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
@@ -80,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``complete`` subcommand to the ``llamabatch`` parser."""
     p = subparsers.add_parser(
         "complete",
-        help="complete every prompt of a JSONL or text file",
+        help=SUMMARIES["complete"],
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -111,6 +120,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     again.add_argument(
         "--overwrite", action="store_true", help="replace a non-empty OUT (default: off: refuse)"
+    )
+    p.add_argument(
+        "--keep-other-ids",
+        action="store_true",
+        help="with --resume, keep the lines of OUT whose id is not in PROMPTS and append "
+        "the items after them (default: off: such an OUT was written from another input "
+        "and is refused)",
     )
     p.add_argument(
         "--skip-bad",
@@ -371,10 +387,7 @@ def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, Batch
     )
     options.check_threads(args.threads)
     if args.cache_ram_mib < 0:
-        raise ValueError(
-            f"cache_ram_mib={args.cache_ram_mib} is out of range: valid is an "
-            "integer >= 0 (MiB; 0 = off)"
-        )
+        raise ParameterError("cache_ram_mib", args.cache_ram_mib, "an integer >= 0 (MiB; 0 = off)")
     return sampling, config
 
 
@@ -394,7 +407,10 @@ def run(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass(slots=True)
 class _Job:
-    """One run: what it has to write (``todo``, input order), where, and its counts."""
+    """One run: what it has to write (``todo``, input order), where, and its counts.
+
+    ``n_ctx`` is the model context that --n-ctx-seq set (a local or Ray run), else ``None``.
+    """
 
     args: argparse.Namespace
     todo: list[Entry]
@@ -404,9 +420,20 @@ class _Job:
     tally: JobTally = dataclasses.field(default_factory=JobTally)
     next_entry: int = 0
     model: str = "llamabatch"
+    n_ctx: int | None = None
 
     def record(self, item: PromptItem, completion: Completion) -> dict[str, Any]:
-        """The output line of a completed item, in the chosen --output-format."""
+        """The output line of a completed item, in the chosen --output-format; a prompt
+        too long for the model context says which flag sets it."""
+        if self.n_ctx is not None and not completion.ok:
+            n_prompt = completion.n_prompt_tokens
+            if n_prompt >= self.n_ctx:  # the library names n_ctx, the job --n-ctx-seq
+                completion = dataclasses.replace(
+                    completion,
+                    error=f"{completion.error}; --n-ctx-seq {self.args.n_ctx_seq} sets it: "
+                    f"raise --n-ctx-seq above {n_prompt} (the prompt) plus the reply's "
+                    "max_tokens",
+                )
         if self.args.output_format == "openai":
             url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
             return response_record(item.id, url, completion, self.model)
@@ -475,10 +502,17 @@ def _run(args: argparse.Namespace) -> int:
     try:
         sampling, config = _params(args, pool=bool(urls))
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
     urls = remote_cli.server_urls(args)
     ray_cli.check(args, urls)
+    if args.keep_other_ids and not args.resume:
+        raise UsageError("--keep-other-ids needs --resume")
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
+    if not entries:  # as bench and tune refuse it
+        raise UsageError(
+            f"{args.prompts} holds no prompts: a job needs at least one (a JSONL line with "
+            '"prompt" or "messages", or a line of text)'
+        )
     try:
         entries = with_text_template(
             entries, system=args.system, template=args.template, raw=args.raw
@@ -492,10 +526,11 @@ def _run(args: argparse.Namespace) -> int:
         ) as out,
         interrupts.installed(),
     ):
+        _keep_fingerprint(args, out, entries)
         todo = [e for e in entries if id_key(e.id) not in out.done]
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
-        if foreign:
+        if foreign:  # --keep-other-ids
             _note(
                 args,
                 f"{out.where} holds {foreign} ids that are not in {args.prompts} "
@@ -507,7 +542,7 @@ def _run(args: argparse.Namespace) -> int:
             gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
             return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
-        job.model = path.name
+        job.model, job.n_ctx = path.name, config.n_ctx_seq
         if args.ray is not None:  # Ray Data: the actors load the model and its template
             gen = ray_cli.open_job(args, path, sampling, config, args.cache_ram_mib)
             return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
@@ -515,9 +550,10 @@ def _run(args: argparse.Namespace) -> int:
             path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
+            job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, sampling, config, args.cache_ram_mib)
+            gen = _local_generator(llm, sampling, config, args)
             return _generate(
                 job,
                 gen,
@@ -528,15 +564,36 @@ def _run(args: argparse.Namespace) -> int:
             )
 
 
+def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry]) -> None:
+    """With --resume, check that OUT may be continued with this input (no ids of another
+    input unless --keep-other-ids, no line of an id in OUT changed since); then keep the
+    input's fingerprint beside OUT (:mod:`.job.resume`).
+
+    Raises:
+        UsageError: see :func:`~.job.resume.check_resume`.
+    """
+    if out.path is None:  # standard output, a pipe: nothing to resume
+        return
+    kept = {}
+    if args.resume:
+        kept = check_resume(
+            out.path,
+            out.ids,
+            args.prompts,
+            entries,
+            keep_other_ids=args.keep_other_ids,
+            warn=_warn,
+        )
+    write_fingerprint(out.path, args.prompts, entries, kept)
+
+
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
     try:
         with interrupts.held():
             job.out.write(job.rest())
     except KeyboardInterrupt:
         return job.interrupted()
-    if not entries:
-        note = f"no prompts in {job.args.prompts}"
-    elif not job.todo:
+    if not job.todo:
         note = f"nothing to do: all {len(entries)} items are already in {job.out.where}"
     else:
         note = "no item for the model"
@@ -545,7 +602,7 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
 
 
 def _local_generator(
-    llm: Any, sampling: SamplingParams, config: BatchConfig, cache_ram_mib: int
+    llm: Any, sampling: SamplingParams, config: BatchConfig, args: argparse.Namespace
 ) -> Any:
     from .. import BatchGenerator
 
@@ -558,10 +615,10 @@ def _local_generator(
             max_tokens=config.max_tokens,
             sampling=sampling,
             lookahead=config.lookahead,
-            cache_ram_mib=cache_ram_mib,
+            cache_ram_mib=args.cache_ram_mib,
         )
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
 
 
 def _generate(

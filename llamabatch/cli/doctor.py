@@ -35,7 +35,7 @@ from typing import Any, TextIO
 
 from . import doctor_diagnosis as dx
 from . import doctor_steps, options
-from .common import EXIT_FAILURE, EXIT_OK, UsageError, guarded
+from .common import EXIT_FAILURE, EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
 
 PROG = "llamabatch doctor"
 
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand to the ``llamabatch`` parser."""
     p = subparsers.add_parser(
         "doctor",
-        help="check that llama-cpp-python, llama.cpp and the model work on this machine",
+        help=SUMMARIES["doctor"],
         description=__doc__.split("\n\n", 1)[1],
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -283,7 +283,7 @@ def _work(args: argparse.Namespace) -> int:
     try:
         _check_args(args)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
     out = sys.stdout
     flags = dx.cpu_flags()
     model, missing = _model(args)

@@ -15,11 +15,23 @@ from collections.abc import Sequence
 
 from ..errors import LibraryError
 from . import doctor
-from .common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    SUMMARIES,
+    ArgumentParser,
+    UsageError,
+    error_line,
+)
+
+#: The subcommands that need llama-cpp-python (their modules import the real backend).
+NEEDS_LLAMA_CPP = ("complete", "bench", "tune")
 
 #: Why ``complete``, ``bench`` and ``tune`` cannot run: their modules import the real
-#: backend, which refuses an unsupported llama-cpp-python (``None`` when they loaded).
-#: ``doctor`` and ``--version`` still work then, to say what is installed.
+#: backend, which refuses a missing or unsupported llama-cpp-python (``None`` when they
+#: loaded). ``--help`` still lists them, saying why and how to install it; ``doctor`` and
+#: ``--version`` still work, to say what is installed.
 UNAVAILABLE: str | None = None
 try:
     from . import bench, complete, tune
@@ -47,13 +59,23 @@ def _version() -> str:
 
 def build_parser() -> ArgumentParser:
     """The top-level parser with every subcommand of :data:`SUBCOMMANDS`."""
+    epilog = None
+    if UNAVAILABLE is not None:
+        epilog = (
+            f"{', '.join(NEEDS_LLAMA_CPP[:-1])} and {NEEDS_LLAMA_CPP[-1]} need "
+            f"llama-cpp-python, which cannot be used here: {UNAVAILABLE}"
+        )
     parser = ArgumentParser(
         prog="llamabatch",
         description="Batched completion of many prompts with llama.cpp "
         "(several sequences decoded together on one loaded model).",
+        epilog=epilog,
     )
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if UNAVAILABLE is not None:  # listed, not runnable (main says why)
+        for name in NEEDS_LLAMA_CPP:
+            subparsers.add_parser(name, help=f"{SUMMARIES[name]} (needs llama-cpp-python)")
     for module in SUBCOMMANDS:
         module.register(subparsers)
     return parser
@@ -62,7 +84,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``llamabatch`` command; return its exit status (see the module doc)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if UNAVAILABLE is not None and argv[:1] in (["complete"], ["bench"], ["tune"]):
+    if UNAVAILABLE is not None and argv[:1] and argv[0] in NEEDS_LLAMA_CPP:
         error_line(f"llamabatch {argv[0]}", UNAVAILABLE)
         return EXIT_FAILURE
     parser = build_parser()

@@ -3,15 +3,19 @@
 :func:`add` puts one of :data:`SHARED`'s options on a parser (a subcommand may give its
 own default or help where its meaning differs); :func:`add_fields` declares options that
 set the fields of a parameters dataclass (``--top-k`` sets ``top_k``, its default is the
-field's); :func:`check_threads` is the one check of ``--threads``.
+field's); :func:`check_threads` is the one check of ``--threads``, and
+:func:`check_output_file` of an output file (``--json``, ``--plot``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from ..errors import ParameterError
 
 #: The shared options: flag -> ``add_argument`` keywords.
 SHARED: dict[str, dict[str, Any]] = {
@@ -60,9 +64,31 @@ def add_fields(
 
 
 def check_threads(threads: int | None) -> None:
-    """Raise ``ValueError`` unless ``threads`` is ``None`` or an integer >= 1."""
+    """Raise :class:`~llamabatch.errors.ParameterError` unless ``threads`` is ``None`` or
+    an integer >= 1."""
     if threads is not None and threads < 1:
-        raise ValueError(f"threads={threads} is out of range: valid is an integer >= 1")
+        raise ParameterError("threads", threads, "an integer >= 1")
+
+
+def check_output_file(flag: str, path: Path | None) -> None:
+    """Check, before any work, that a file can be written at ``path`` (``None``: not
+    asked for): its folder exists and is writable, and ``path`` is not a folder.
+
+    Raises:
+        ValueError: naming ``flag``, the path and what is wrong.
+    """
+    if path is None:
+        return
+    folder = path.parent
+    why = None
+    if path.is_dir():
+        why = "it is a folder; give a file name"
+    elif not folder.is_dir():
+        why = f"the folder {folder} does not exist; create it first or give another path"
+    elif not os.access(folder, os.W_OK):
+        why = f"the folder {folder} is not writable"
+    if why is not None:
+        raise ValueError(f"{flag} {path}: cannot write it: {why}")
 
 
 def slot_counts(text: str, minimum: int, why: str = "") -> tuple[int, ...]:

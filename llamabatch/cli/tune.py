@@ -29,7 +29,7 @@ from typing import Any
 from ..tuning.rounds import items_per_round
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
-from .common import EXIT_OK, ArgumentParser, UsageError, guarded
+from .common import EXIT_OK, SUMMARIES, ArgumentParser, UsageError, guarded, usage_error
 from .complete import add_item_options, sampling_params
 from .job.items import read_items
 from .job.report import progress_bar
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` subcommand to the ``llamabatch`` parser."""
     p = subparsers.add_parser(
         "tune",
-        help="measure which --slots pays on this machine, model and prompts",
+        help=SUMMARIES["tune"],
         description=__doc__.split("\n\n", 1)[1],
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -210,10 +210,12 @@ def _run(args: argparse.Namespace) -> int:
         _check_plot_available()  # before minutes of work, not after
     _check_one_reply_flags(args)
     try:
+        options.check_output_file("--json", args.json)
+        options.check_output_file("--plot", args.plot)
         base = sampling_params(args)
         options.check_threads(args.threads)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
     read = read_items(
         args.prompts,
         args.format,
@@ -262,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
                 progress=bar.update,
             )
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise usage_error(exc, args) from None
         finally:
             bar.close()
     print(report.format(), flush=True)

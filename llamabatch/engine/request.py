@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from ..completion import Completion, FinishReason, Path
+from ..completion import Completion, FinishReason, Path, cut_off_choice
 from ..errors import BackendError
 from ..params import SamplingParams
 from .step import SeqOutput, Span, Targets, TokenLogprobs
@@ -85,6 +85,8 @@ class Request:
     precise = False
     #: It comes back to an earlier position of its cache (checkpoints may be needed).
     returns = False
+    #: Why it may not fit a slot (a ``Stats.alone_reasons`` key), and what to change.
+    too_long = ("n_prompt_tokens + max_tokens > n_ctx_seq", "lower max_tokens")
 
     def __init__(
         self,
@@ -136,6 +138,10 @@ class Request:
         """Tokens it needs in one slot: the prompt and ``max_tokens``."""
         return len(self.prompt) + self.max_tokens
 
+    def too_long_for(self, n_ctx: int) -> str:
+        """Its error when :meth:`need` exceeds the one-at-a-time context ``n_ctx``."""
+        return f"it needs {self.need()} tokens; the model context holds n_ctx={n_ctx}"
+
     def goal(self) -> Sequence[int]:
         """What its cache must hold when its prefill ends (the last row gives the outputs)."""
         return self.prompt
@@ -186,17 +192,11 @@ class Request:
         n_prompt = len(self.prompt)
         if self.error is not None:
             return Completion(self.index, "", (), "error", self.error, n_prompt, self.path)
-        choices = self.sampling.choices
         text = self.reply_text
-        if choices is not None and self.finish_reason == "length" and text not in choices:
-            n = len(self.token_ids)
-            return Completion(
-                self.index, "", (), "error",
-                f"max_tokens ended the reply after {n} token{'s' * (n != 1)} ({text!r}) "
-                "before it was one of the choices; a choices reply needs as many tokens as "
-                "the model takes to spell its longest choice: raise max_tokens",
-                n_prompt, self.path,
-            )  # fmt: skip
+        if self.finish_reason == "length":
+            cut = cut_off_choice(self.sampling.choices, text, len(self.token_ids))
+            if cut is not None:
+                return Completion(self.index, "", (), "error", cut, n_prompt, self.path)
         logprobs = tuple(self.logprobs) if self.sampling.logprobs is not None else None
         reason = self.finish_reason or "length"
         return Completion(
@@ -298,9 +298,9 @@ def prepare(
         return Request(index, [], sampling, error=f"prompt cannot be tokenized: {exc}")
     if not tokens:
         return Request(index, [], sampling, error="prompt is empty (0 tokens)")
-    if len(tokens) >= n_ctx:
+    if len(tokens) >= n_ctx:  # its tokens kept: n_prompt_tokens tells its length
         return Request(
-            index, [], sampling,
+            index, tokens, sampling,
             error=f"prompt has {len(tokens)} tokens; the model context (n_ctx={n_ctx}) holds "
             f"at most {n_ctx - 1} prompt tokens",
         )  # fmt: skip

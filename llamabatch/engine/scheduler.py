@@ -34,8 +34,6 @@ from .slot_engine import BatchFailed, SlotEngine
 
 log = logging.getLogger("llamabatch")
 
-#: Key of :attr:`Stats.alone_reasons`: the prompt plus ``max_tokens`` exceed a slot.
-TOO_LONG_FOR_A_SLOT = "n_prompt_tokens + max_tokens > n_ctx_seq"
 
 #: Default of ``max_batch_failures``: consecutive failures of the batch path before
 #: batching is turned off for good.
@@ -203,18 +201,20 @@ class Scheduler:
             r.bind(self.vocab.detokenize, self.vocab.eog_ids)
         return out
 
-    def _alone_because(self, reason: str) -> None:
-        """Count a request sent alone for a reason the user can change; say so once."""
+    def _alone_because(self, req: Request) -> None:
+        """Count a request too long for a slot (:attr:`Request.too_long`: the reason and
+        what the user can change); say so once per reason."""
+        reason, remedy = req.too_long
         counts = self.stats.alone_reasons
         if reason not in counts:
             n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
             log.warning(
                 "llamabatch: items are completed alone because %s (n_ctx_seq=%d "
-                "allocated, max_tokens=%d): raise n_ctx_seq or lower max_tokens "
-                "to batch them",
+                "allocated, max_tokens=%d): raise n_ctx_seq or %s to batch them",
                 reason,
                 n_ctx_seq,
                 self.config.max_tokens,
+                remedy,
             )
         counts[reason] = counts.get(reason, 0) + 1
 
@@ -302,7 +302,7 @@ class Scheduler:
             if req.error is not None:
                 done.append(req)
             elif not self.fits(req):
-                self._alone_because(TOO_LONG_FOR_A_SLOT)
+                self._alone_because(req)
                 done.append(self.run_alone(req))
                 return done
             elif req.precise and not self.info.can_score:
@@ -365,6 +365,9 @@ class Scheduler:
         """Complete ``req`` outside the batch context; failures become its error."""
         req.reset()
         if req.error is not None:
+            return req
+        if req.need() > self.info.n_ctx:
+            req.fail(req.too_long_for(self.info.n_ctx))
             return req
         if req.precise and not self.info.can_score:
             req.fail(

@@ -14,15 +14,19 @@ TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 def check_messages(value: object) -> list[dict[str, Any]]:
-    """Check chat messages read from JSON: a non-empty list of objects whose ``role`` (not empty)
-    and ``content`` are strings; other keys kept. Returns the same list; ValueError saying
-    what is wrong, naming the message by its 0-based index."""
+    """Check chat messages read from JSON: a non-empty list of objects whose ``role`` (not
+    empty) is a string and whose ``content`` is a string or, as OpenAI's chat and Batch APIs
+    also write it, a list of text parts (``{"type": "text", "text": ...}``), joined with
+    newlines as vLLM and llama-server join them; other keys kept. Returns a new list (the
+    caller's is left as it is); ValueError saying what is wrong, naming the message (and a
+    part that is not text) by its 0-based index."""
     if not isinstance(value, list):
         raise ValueError(
             f'"messages" is {_json_type(value)}, not a list of {{"role", "content"}} objects'
         )
     if not value:
         raise ValueError('"messages" is an empty list')
+    checked: list[dict[str, Any]] = []
     for k, message in enumerate(value):
         if not isinstance(message, dict):
             raise ValueError(
@@ -31,13 +35,36 @@ def check_messages(value: object) -> list[dict[str, Any]]:
         for key in ("role", "content"):
             if key not in message:
                 raise ValueError(f'"messages"[{k}] has no "{key}"')
+        if isinstance(message["content"], list):
+            message = dict(message, content=_joined_text(k, message["content"]))
+        for key in ("role", "content"):
             if not isinstance(message[key], str):
+                what = "a string or a list of text parts" if key == "content" else "a string"
                 raise ValueError(
-                    f'"messages"[{k}]["{key}"] is {_json_type(message[key])}, not a string'
+                    f'"messages"[{k}]["{key}"] is {_json_type(message[key])}, not {what}'
                 )
         if not message["role"].strip():
             raise ValueError(f'"messages"[{k}]["role"] is empty')
-    return value
+        checked.append(message)
+    return checked
+
+
+def _joined_text(k: int, parts: list[Any]) -> str:
+    """The text of a message whose content is a list of parts (only text parts)."""
+    texts = []
+    for j, part in enumerate(parts):
+        where = f'"messages"[{k}]["content"][{j}]'
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            what = f"a {kind!r} part" if isinstance(kind, str) else _json_type(part)
+            raise ValueError(
+                f'{where} is {what}; only text parts ({{"type": "text", "text": ...}}) '
+                "can be given to this model"
+            )
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f'{where}["text"] is {_json_type(part.get("text"))}, not a string')
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 def _json_type(value: object) -> str:

@@ -4,6 +4,8 @@ Pure functions, no ctypes."""
 
 from __future__ import annotations
 
+from ..errors import ParameterError
+
 #: ``llama_context_params.n_ctx`` is a ``uint32_t``; llama.cpp pads it up to a multiple
 #: of 256 (``GGML_PAD(cparams.n_ctx, 256)`` in ``llama_context::llama_context``), so the
 #: largest total that does not wrap around is the largest multiple of 256 below 2**32.
@@ -19,7 +21,7 @@ def _int(value: object) -> bool:
 
 
 def _fail(name: str, value: object, valid: str) -> None:
-    raise ValueError(f"{name}={value!r} is out of range: valid is {valid}")
+    raise ParameterError(name, value, valid)
 
 
 def check_context(

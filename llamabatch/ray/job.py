@@ -24,7 +24,7 @@ from typing import Any
 from .._util.closing import Closing
 from ..completion import Completion
 from ..errors import RayJobError
-from ..outputs import extra_output_names
+from ..outputs import extra_output_names, from_json
 from .columns import SAMPLING_PARAMS_COLUMN, batch_rows
 from .processors import ProcessorConfig, processor
 
@@ -180,7 +180,9 @@ def _ordered_quiet_context() -> Iterator[None]:
 
 
 def _completion(row: Mapping[str, Any]) -> RayCompletion:
-    extras = {n: json.loads(row[n]) for n in extra_output_names() if row.get(n) is not None}
+    extras = {
+        n: from_json(n, json.loads(row[n])) for n in extra_output_names() if row.get(n) is not None
+    }
     return RayCompletion(
         index=int(row[ROW_COLUMN]),
         text=row["text"] or "",

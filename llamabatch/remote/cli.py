@@ -82,7 +82,7 @@ def open_generator(
     Raises:
         llamabatch.cli.common.UsageError: a bad URL or option (named).
     """
-    from ..cli.common import UsageError
+    from ..cli.common import UsageError, usage_error
 
     try:
         from .generator import RemoteGenerator
@@ -99,7 +99,7 @@ def open_generator(
             api_key=os.environ.get(API_KEY_ENV) or None,
         )
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise usage_error(exc, args) from None
 
 
 def item_prompts(items: list[Any]) -> Iterator[object]:

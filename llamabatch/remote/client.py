@@ -146,7 +146,8 @@ def probe(client: httpx.Client, url: str, timeout_s: float) -> ServerInfo:
     llama-server's ``GET /props`` (``total_slots``) when it has that endpoint.
 
     Raises:
-        ServerFault: the server does not answer, or ``/v1/models`` fails.
+        ServerFault: the server does not answer, or ``/v1/models`` fails
+            (``reached`` False when no connection could be made).
     """
     timeout = httpx.Timeout(timeout_s)
     try:
@@ -154,6 +155,8 @@ def probe(client: httpx.Client, url: str, timeout_s: float) -> ServerInfo:
         if models.status_code != 200:
             raise ServerFault(f"GET /v1/models: HTTP {models.status_code}: {_error_text(models)}")
         props = client.get(url + "/props", timeout=timeout)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise ServerFault(f"cannot connect: {type(exc).__name__}: {exc}", reached=False) from None
     except httpx.TransportError as exc:
         raise ServerFault(f"{type(exc).__name__}: {exc}") from None
     model = None

@@ -18,13 +18,14 @@ from collections.abc import Iterable, Iterator, Sequence
 import httpx
 
 from .._util.closing import Closing
-from ..errors import GeneratorClosed
+from ..completion import cut_off_choice
+from ..errors import GeneratorClosed, ParameterError
 from ..fields import per_item_sampling
 from ..params import SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
-from .request import BadItem, build_request
+from .request import BadItem, Request, build_request
 
 #: Completions per page by default (``page_size=None``).
 DEFAULT_PAGE_SIZE = 16
@@ -53,7 +54,9 @@ class RemoteGenerator(Closing):
         backoff_s: first wait before a retry; doubled per retry up to ``max_backoff_s``,
             times a random factor in [0.5, 1] ("equal jitter", M. Brooker, *Exponential
             Backoff And Jitter*, AWS Architecture Blog, 2015).
-        cooldown_s, max_cooldown_s, give_up_s: see :class:`~llamabatch.remote.pool.ServerPool`.
+        cooldown_s, max_cooldown_s, give_up_s, connect_give_up_s: see
+            :class:`~llamabatch.remote.pool.ServerPool` (the last: how soon a pool of which
+            no server can be connected to at all gives up, 10 s).
         api_key: sent as ``Authorization: Bearer`` (vLLM ``--api-key``), or ``None``.
         client: an ``httpx.Client`` of yours (proxies, TLS, headers, a mock transport);
             it is not closed by :meth:`close`. Default: one owned by the generator.
@@ -80,6 +83,7 @@ class RemoteGenerator(Closing):
         cooldown_s: float = 2.0,
         max_cooldown_s: float = 30.0,
         give_up_s: float = 120.0,
+        connect_give_up_s: float = 10.0,
         api_key: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
@@ -91,14 +95,14 @@ class RemoteGenerator(Closing):
             ("page_size", page_size or DEFAULT_PAGE_SIZE, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {low}")
+                raise ParameterError(name, value, f"an integer >= {low}")
         for name, value in (
             ("timeout_s", timeout_s),
             ("backoff_s", backoff_s),
             ("max_backoff_s", max_backoff_s),
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
+                raise ParameterError(name, value, "seconds >= 0")
         if sampling is None:
             sampling = SamplingParams()
         if not isinstance(sampling, SamplingParams):
@@ -125,6 +129,7 @@ class RemoteGenerator(Closing):
                 cooldown_s=cooldown_s,
                 max_cooldown_s=max_cooldown_s,
                 give_up_s=give_up_s,
+                connect_give_up_s=connect_give_up_s,
             )
         except BaseException:  # a bad URL or option: no generator, so no client either
             if self._owns_client:
@@ -217,7 +222,7 @@ class RemoteGenerator(Closing):
                 self.pool.release(server)
                 raise
             self.pool.release(server)
-            return self._completion(index, reply, server.url, attempt)
+            return self._completion(index, request, reply, server.url, attempt)
         return error_completion(
             index,
             f"failed {len(faults)} time(s): " + "; ".join(faults),
@@ -226,7 +231,24 @@ class RemoteGenerator(Closing):
         )
 
     @staticmethod
-    def _completion(index: int, reply: ServerReply, url: str, attempts: int) -> RemoteCompletion:
+    def _completion(
+        index: int, request: Request, reply: ServerReply, url: str, attempts: int
+    ) -> RemoteCompletion:
+        n_tokens = len(reply.token_ids) or reply.n_completion_tokens
+        if reply.finish_reason == "length":
+            cut = cut_off_choice(request.sampling.choices, reply.text, n_tokens)
+            if cut is not None:  # as locally: the item's error
+                return RemoteCompletion(
+                    index,
+                    "",
+                    (),
+                    "error",
+                    cut,
+                    reply.n_prompt_tokens,
+                    "remote",
+                    server=url,
+                    attempts=attempts,
+                )
         return RemoteCompletion(
             index,
             reply.text,
@@ -310,16 +332,17 @@ class RemoteGenerator(Closing):
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
                 the prompts' (checked up front for a sized ``prompts``).
             GeneratorClosed: the generator was closed.
-            PoolUnavailable: no server answered for ``give_up_s`` seconds (every item
-                yielded before is complete; the rest were not sent or are dropped).
+            PoolUnavailable: no server answered for ``give_up_s`` seconds, or none
+                could be connected to in ``connect_give_up_s`` from the start (every
+                item yielded before is complete; the rest were not sent or are dropped).
         """
         if self.closed:
             raise GeneratorClosed("this RemoteGenerator is closed; create a new one")
-        samplings = per_item_sampling(prompts, self.sampling if sampling is None else sampling)
-        return self._iter_groups(prompts, samplings)
+        pairs = per_item_sampling(prompts, self.sampling if sampling is None else sampling)
+        return self._iter_groups(pairs)
 
     def _iter_groups(
-        self, prompts: Iterable[object], samplings: Iterator[SamplingParams]
+        self, pairs: Iterator[tuple[object, SamplingParams]]
     ) -> Iterator[list[RemoteCompletion]]:
         with self._lock:
             if self._running:
@@ -330,7 +353,7 @@ class RemoteGenerator(Closing):
             self._run += 1
             run = self._run
         try:
-            numbered = ((i, p, next(samplings)) for i, p in enumerate(prompts))
+            numbered = ((i, p, s) for i, (p, s) in enumerate(pairs))
             yield from self._groups(run, numbered)
         finally:
             with self._lock:  # an abandoned run: its queued items are skipped

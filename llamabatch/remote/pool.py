@@ -5,7 +5,8 @@ Each server has ``slots`` requests in flight at most. A server that fails an exc
 worker that needs a server after it ends probes it again (``GET /v1/models``, and
 ``/props`` for its slots) and brings it back up, or doubles its cool-down (up to
 ``max_cooldown_s``). When every server has been down for ``give_up_s`` seconds, waiting
-raises :class:`PoolUnavailable`.
+raises :class:`PoolUnavailable`; while no server could even be connected to since the
+start (a wrong URL, nothing listening), after ``connect_give_up_s`` already.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import PoolUnavailable
+from ..errors import ParameterError, PoolUnavailable
 from .client import ServerFault, ServerInfo
 
 
@@ -79,6 +80,10 @@ class ServerPool:
         cooldown_s: first cool-down of a failed server, seconds; doubled after each
             failed probe up to ``max_cooldown_s``.
         give_up_s: seconds every server may stay down before :class:`PoolUnavailable`.
+        connect_give_up_s: the same while no server was ever connected to (every probe
+            so far failed to connect: ``ServerFault.reached`` False); at most
+            ``give_up_s``. A server that answers at all, even with an error (a
+            llama-server still loading its model answers 503), gets ``give_up_s``.
         clock: monotonic seconds (``time.monotonic``).
 
     Raises:
@@ -94,20 +99,21 @@ class ServerPool:
         cooldown_s: float = 2.0,
         max_cooldown_s: float = 30.0,
         give_up_s: float = 120.0,
+        connect_give_up_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(
-                f"concurrency={concurrency!r} is out of range: valid is an "
-                "integer >= 1 (requests in flight per server)"
+            raise ParameterError(
+                "concurrency", concurrency, "an integer >= 1 (requests in flight per server)"
             )
         for name, value in (
             ("cooldown_s", cooldown_s),
             ("max_cooldown_s", max_cooldown_s),
             ("give_up_s", give_up_s),
+            ("connect_give_up_s", connect_give_up_s),
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name}={value!r} is out of range: valid is seconds >= 0")
+                raise ParameterError(name, value, "seconds >= 0")
         normalized = [normalize_url(u) for u in urls]
         if not normalized:
             raise ValueError("no server given: at least one URL is needed")
@@ -117,6 +123,8 @@ class ServerPool:
         self.servers = [Server(u, concurrency) for u in normalized]
         self._probe, self._concurrency = probe, concurrency
         self._cooldown, self._max_cooldown, self._give_up = cooldown_s, max_cooldown_s, give_up_s
+        self._connect_give_up = min(connect_give_up_s, give_up_s)
+        self._reached = False  # a server was connected to (a probe got an answer)
         self._clock = clock
         self._cond = threading.Condition()
         self._all_down_since: float | None = None  # set when a probe or fault leaves none up
@@ -147,10 +155,12 @@ class ServerPool:
             info, error = self._probe(server.url), None
         except ServerFault as exc:
             info, error = None, str(exc)
+            self._reached = self._reached or exc.reached
         with self._cond:
             server.is_probing = False
             server.n_probes += 1
             if info is not None:
+                self._reached = True
                 server.is_up, server.cooldown, server.last_error = True, 0.0, None
                 server.model = info.model
                 server.slots = info.total_slots or self._concurrency
@@ -209,20 +219,29 @@ class ServerPool:
                     server.in_flight += 1
                     server.n_requests += 1
                     return server
+                give_up = self._give_up if self._reached else self._connect_give_up
                 if (
                     self._all_down_since is not None
                     and not any(s.is_probing for s in self.servers)
-                    and now - self._all_down_since >= self._give_up
+                    and now - self._all_down_since >= give_up
                 ):
-                    errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.servers)
-                    raise PoolUnavailable(f"no server answered for {self._give_up:g} s ({errors})")
+                    raise PoolUnavailable(self._unavailable(give_up))
                 waits = [
                     s.down_until - now for s in self.servers if not s.is_up and not s.is_probing
                 ]
                 if self._all_down_since is not None:
-                    waits.append(self._all_down_since + self._give_up - now)
+                    waits.append(self._all_down_since + give_up - now)
                 self._cond.wait(timeout=max(0.001, min(waits)) if waits else 1.0)
         return None
+
+    def _unavailable(self, give_up: float) -> str:
+        errors = "; ".join(f"{s.url}: {s.last_error}" for s in self.servers)
+        if self._reached:
+            return f"no server answered for {give_up:g} s ({errors})"
+        return (
+            f"no server of the pool could be connected to in {give_up:g} s ({errors}): "
+            "check the URLs and that the servers are running"
+        )
 
     def release(self, server: Server, fault: str | None = None) -> None:
         """Give a slot back; with ``fault``, the server goes down for a cool-down."""

@@ -50,14 +50,18 @@ SERVER_FIELDS = frozenset(
     _SAMPLING_FIELDS + ("max_tokens", "stop", "penalty_last_n", "grammar", "json_schema", "choices")
 )
 _DEFAULT = SamplingParams()
+#: Fields that act only when an item's labels are scored (``SamplingParams.scores_labels``).
+_SCORING_FIELDS = ("score_choices", "choice_leading_space")
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One ready request: the endpoint path and the JSON body (without ``model``)."""
+    """One ready request: the endpoint path, the JSON body (without ``model``) and the
+    item's resolved sampling params (what its reply is checked against)."""
 
     endpoint: str
     body: dict[str, Any]
+    sampling: SamplingParams = _DEFAULT
 
 
 def choices_grammar(choices: Sequence[str]) -> str:
@@ -114,11 +118,16 @@ def _prompt(value: object) -> tuple[str, str, object]:
 
 def unsupported_fields(sampling: SamplingParams) -> list[str]:
     """The fields of ``sampling`` set to other than their default that a server request
-    cannot carry (not in :data:`SERVER_FIELDS`), in the dataclass's order."""
+    cannot carry (not in :data:`SERVER_FIELDS`), in the dataclass's order; the label
+    scoring fields only when they act (``SamplingParams.scores_labels``: without
+    ``choices``, ``score_choices`` does nothing)."""
+    inert = () if sampling.scores_labels else _SCORING_FIELDS
     return [
         f.name
         for f in dataclasses.fields(sampling)
-        if f.name not in SERVER_FIELDS and getattr(sampling, f.name) != getattr(_DEFAULT, f.name)
+        if f.name not in SERVER_FIELDS
+        and f.name not in inert
+        and getattr(sampling, f.name) != getattr(_DEFAULT, f.name)
     ]
 
 
@@ -170,4 +179,4 @@ def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) 
         body["grammar"] = schema_grammar(sampling.json_schema)
     elif sampling.choices is not None:
         body["grammar"] = choices_grammar(sampling.choices)
-    return Request(endpoint, body)
+    return Request(endpoint, body, sampling)

@@ -424,8 +424,12 @@ def test_document_without_parts_is_still_json():
         (["bench", "--slots", "1,x"], "comma-separated"),
         (["bench", "--slots", "0,2"], ">= 1"),
         (["bench", "--rounds", "0"], "rounds"),
-        (["bench", "--slots", "1,8", "--n-batch", "4"], "n_batch"),
+        (
+            ["bench", "--slots", "1,8", "--n-batch", "4"],
+            "--n-batch 4 is out of range: valid is >= 8",
+        ),
         (["bench", "--model", "/nonexistent/model.gguf"], "not found"),
+        (["bench", "--json", "/nonexistent/x.json"], "--json /nonexistent/x.json: cannot write"),
     ],
 )
 def test_cli_usage_errors_are_one_line(capsys, argv, message):

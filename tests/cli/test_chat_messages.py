@@ -154,3 +154,46 @@ def test_messages_with_a_model_without_a_template_stop_the_job(
         '"messages"'
     )
     assert out_path.read_text() == ""
+
+
+def _parts(*texts: str) -> list[dict]:
+    return [{"type": "text", "text": t} for t in texts]
+
+
+def test_content_as_text_parts_is_read_as_the_joined_text_and_an_image_is_named(tmp_path):
+    from llamabatch.cli.job.input import read_prompts
+
+    request = {
+        "custom_id": "r1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"messages": [{"role": "user", "content": _parts("Name a", "fruit.")}]},
+    }
+    image = {"type": "image_url", "image_url": {"url": "data:,"}}
+    bad = {**request, "custom_id": "r2"}
+    bad["body"] = {"messages": [{"role": "user", "content": [*_parts("Look:"), image]}]}
+    src = write_jsonl(tmp_path / "in.jsonl", [request, bad])
+    good, refused = read_prompts(src, skip_bad=True)
+    assert good.messages == [{"role": "user", "content": "Name a\nfruit."}]
+    assert request["body"]["messages"][0]["content"] == _parts("Name a", "fruit.")  # untouched
+    assert refused.id == "r2"
+    assert '"messages"[0]["content"][1] is a \'image_url\' part; only text parts' in refused.error
+
+
+@pytest.mark.real_model
+def test_text_parts_complete_like_the_same_text_as_a_string(capsys, tmp_path, model_path):
+    def line(custom_id: str, content: object) -> dict:
+        messages = [{"role": "user", "content": content}]
+        body = {"messages": messages, "max_tokens": 4, "temperature": 0}
+        return {"custom_id": custom_id, "url": "/v1/chat/completions", "body": body}
+
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [line("parts", _parts("Name a", "fruit.")), line("text", "Name a\nfruit.")],
+    )
+    out_path = tmp_path / "out.jsonl"
+    argv = ["complete", src, "-o", out_path, "--model", model_path, "--output-format", "openai"]
+    code, _, err = run_cli(capsys, *argv, "--quiet", *FAST)
+    assert code == 0, err
+    parts, text = (r["response"]["body"] for r in read_jsonl(out_path))
+    assert parts["choices"] == text["choices"] and parts["usage"] == text["usage"]

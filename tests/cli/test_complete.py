@@ -5,6 +5,7 @@ chat templates: test_cli_chat.py; the default model and load_llama: test_cli_mod
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from cli_util import (
     single_error_line,
     write_jsonl,
 )
+from without_llama_cpp import WITHOUT_LLAMA_CPP
 
 from llamabatch.cli.job.input import read_prompts
 from llamabatch.model import DEFAULT_MODEL
@@ -35,11 +37,41 @@ def test_no_command_prints_help_and_exits_2(capsys):
     assert "complete" in err
 
 
+#: ``python -m llamabatch`` where llama-cpp-python is not installed.
+RUN_CLI = (
+    WITHOUT_LLAMA_CPP
+    + """
+import runpy
+sys.argv = ["llamabatch", *sys.argv[1:]]
+runpy.run_module("llamabatch", run_name="__main__")
+"""
+)
+
+
+def test_help_without_llama_cpp_lists_every_command_and_says_how_to_install_it():
+    def run(*argv):
+        cmd = [sys.executable, "-c", RUN_CLI, *argv]
+        env = dict(os.environ, COLUMNS="300")  # argparse wraps at hyphens otherwise
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+
+    done = run("--help")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    for command in ("complete", "bench", "tune", "doctor"):
+        assert f" {command} " in out, out
+    assert "complete every prompt of a JSONL or text file (needs llama-cpp-python)" in out
+    assert "complete, bench and tune need llama-cpp-python, which cannot be used here" in out
+    assert "llama-cpp-python is not installed" in out and "pip install 'llama-cpp-python" in out
+    done = run("complete", "in.jsonl")
+    assert done.returncode == 1 and "pip install 'llama-cpp-python" in done.stderr
+
+
 #: Every option of ``complete`` with what its help must say: a unit and the default.
 OPTION_HELP = {
     "--output": "(default: standard output)",
     "--resume": "(default: off)",
     "--overwrite": "(default: off: refuse)",
+    "--keep-other-ids": "(default: off: such an OUT was written from another input and is refused)",
     "--skip-bad": "(default: off:",
     "--format": "(default: auto:",
     "--model": "(default: SmolLM2-135M-Instruct Q4_1,",
@@ -114,21 +146,21 @@ def test_missing_prompts_file(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["--slots", "0"], "slots"),
+        (["--slots", "0"], "--slots 0 is out of range: valid is an integer >= 1"),
         (["--slots", "abc"], "--slots"),
-        (["--max-tokens", "0"], "max_tokens"),
-        (["--n-ctx-seq", "0"], "n_ctx_seq"),
-        (["--n-batch", "0"], "n_batch"),
-        (["--temperature", "-1"], "temperature"),
-        (["--temperature", "nan"], "temperature"),
-        (["--top-k", "-1"], "top_k"),
-        (["--top-p", "1.5"], "top_p"),
-        (["--min-p", "2"], "min_p"),
-        (["--repeat-penalty", "0"], "repeat_penalty"),
-        (["--seed", "-1"], "seed"),
-        (["--threads", "0"], "threads"),
-        (["--cache-ram-mib", "-1"], "cache_ram_mib"),
-        (["--slots", "2", "--lookahead", "3"], "lookahead"),
+        (["--max-tokens", "0"], "--max-tokens 0 is out of range"),
+        (["--n-ctx-seq", "0"], "--n-ctx-seq 0 is out of range"),
+        (["--n-batch", "0"], "--n-batch 0 is out of range"),
+        (["--temperature", "-1"], "--temperature -1.0 is out of range"),
+        (["--temperature", "nan"], "--temperature nan is out of range"),
+        (["--top-k", "-1"], "--top-k -1 is out of range"),
+        (["--top-p", "1.5"], "--top-p 1.5 is out of range"),
+        (["--min-p", "2"], "--min-p 2.0 is out of range"),
+        (["--repeat-penalty", "0"], "--repeat-penalty 0.0 is out of range"),
+        (["--seed", "-1"], "--seed -1 is out of range"),
+        (["--threads", "0"], "--threads 0 is out of range"),
+        (["--cache-ram-mib", "-1"], "--cache-ram-mib -1 is out of range"),
+        (["--slots", "2", "--lookahead", "3"], "--lookahead 3 is out of range"),
         (["--format", "xml"], "--format"),
         (["--resume", "--overwrite"], "not allowed with argument"),
         (["--resume"], "--resume needs an output file"),
@@ -139,6 +171,18 @@ def test_invalid_values_exit_2_naming_the_parameter(capsys, prompts_file, args, 
     code, out, err = run_cli(capsys, "complete", prompts_file, *args)
     assert code == 2 and out == ""
     assert named in single_error_line(err)
+
+
+@pytest.mark.real_model
+def test_more_slots_than_llama_cpp_allows_names_the_flag_and_the_most(
+    capsys, prompts_file, model_path
+):
+    code, _, err = run_cli(
+        capsys, "complete", prompts_file, "--model", model_path, "--slots", "100000"
+    )
+    assert code == 2
+    line = single_error_line(err)
+    assert "--slots 100000 is out of range: valid is 1 to " in line and "slots=" not in line
 
 
 def test_missing_model_file(capsys, prompts_file, tmp_path):
@@ -175,14 +219,17 @@ def test_output_must_not_be_the_input(capsys, prompts_file):
     assert prompts_file.read_text() != ""
 
 
-def test_empty_input_writes_nothing_and_loads_no_model(capsys, tmp_path):
+def test_an_input_without_prompts_is_refused_as_bench_and_tune_refuse_it(capsys, tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("\n  \n")
     out_path = tmp_path / "out.jsonl"
     code, _, err = run_cli(capsys, "complete", path, "-o", out_path)
-    assert code == 0
-    assert out_path.read_text() == ""
-    assert "0 items" in err
+    assert code == 2 and not out_path.exists()
+    assert f"{path} holds no prompts: a job needs at least one" in single_error_line(err)
+    for command in ("bench", "tune"):
+        argv = [command, path] if command == "tune" else [command, "--prompts", path]
+        code, _, err = run_cli(capsys, *argv, "--model", tmp_path / "none.gguf")
+        assert code == 2 and f"{path} holds no prompts" in single_error_line(err)
 
 
 def test_python_dash_m_runs_the_command(tmp_path):
@@ -371,3 +418,20 @@ def test_interrupted_job_keeps_whole_groups_and_says_how_to_resume(tmp_path, mod
         f"were written to {out_path}, in input order; run the same command with --resume "
         "to continue"
     )
+
+
+@pytest.mark.real_model
+def test_a_prompt_longer_than_the_context_names_its_length_and_n_ctx_seq(
+    capsys, tmp_path, model_path
+):
+    long = "apple, " * 300
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": long}, {"prompt": "pear, pear,"}])
+    out = tmp_path / "out.jsonl"
+    argv = ["complete", path, "-o", out, "--model", model_path, *FAST[:2], "--quiet"]
+    code, _, err = run_cli(capsys, *argv, "--n-ctx-seq", "256", "--temperature", "0")
+    assert code == 0, err
+    bad, fine = read_jsonl(out)
+    assert bad["finish_reason"] == "error" and bad["n_prompt_tokens"] > 256  # not 0
+    assert f"prompt has {bad['n_prompt_tokens']} tokens" in bad["error"]
+    assert "--n-ctx-seq 256 sets it: raise --n-ctx-seq above" in bad["error"]
+    assert fine["error"] is None

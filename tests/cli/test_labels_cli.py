@@ -69,3 +69,32 @@ def test_openai_n_becomes_choices(capsys, tmp_path: Path) -> None:
     (rec,) = read_jsonl(out)
     choices = rec["response"]["body"]["choices"]
     assert [c["index"] for c in choices] == [0, 1, 2]
+
+
+@pytest.mark.real_model
+def test_the_summary_counts_the_tokens_of_every_reply(capsys, tmp_path: Path) -> None:
+    lines = [
+        {"id": "a", "prompt": "apple, apple, apple, apple,", "n": 3, "temperature": 0.9},
+        {"id": "b", "prompt": "pear, pear, pear, pear,"},
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(capsys, "complete", path, "-o", out, *FAST, "--seed", "3")
+    assert code == 0, err
+    a, b = read_jsonl(out)
+    replies = sum(len(s["token_ids"]) for s in a["samples"]) + b["n_tokens"]
+    assert replies > a["n_tokens"] + b["n_tokens"]  # the other replies hold tokens too
+    summary = [line for line in err.splitlines() if "tokens in" in line]
+    assert len(summary) == 1 and f", out {replies};" in summary[0], summary
+    # OpenAI's usage counts every choice too
+    request = {"custom_id": "r", "url": "/v1/completions", "body": {"prompt": lines[0]["prompt"]}}
+    request["body"].update(n=3, temperature=0.9, seed=3)
+    path = write_jsonl(tmp_path / "b.jsonl", [request])
+    code, _, err = run_cli(
+        capsys, "complete", path, "-o", tmp_path / "o.jsonl", *FAST, "--output-format", "openai"
+    )
+    assert code == 0, err
+    (rec,) = read_jsonl(tmp_path / "o.jsonl")
+    usage = rec["response"]["body"]["usage"]
+    assert usage["completion_tokens"] == sum(len(s["token_ids"]) for s in a["samples"])
+    assert f", out {usage['completion_tokens']};" in err

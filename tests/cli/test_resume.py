@@ -138,6 +138,7 @@ def test_resume_skips_ids_already_there_compared_as_json_values(capsys, tmp_path
         out_path,
         "--skip-bad",
         "--resume",
+        "--keep-other-ids",
         "--model",
         tmp_path / NO_MODEL,
     )
@@ -148,6 +149,61 @@ def test_resume_skips_ids_already_there_compared_as_json_values(capsys, tmp_path
         "2 items, 2 errors (2 bad input lines), 0 completed alone, 1 skipped as already "
         f"done in {out_path}"
     ) in err.strip().splitlines()[-1]
+
+
+def _job(capsys, bad_input, out_path, *flags):
+    return run_cli(
+        capsys, "complete", bad_input, "-o", out_path, "--skip-bad", "--model", NO_MODEL, *flags
+    )
+
+
+def test_resume_refuses_an_output_written_from_another_input(capsys, tmp_path, bad_input):
+    out_path = tmp_path / "out.jsonl"
+    content = _record("x1") + _record(2) + _record("x3")
+    out_path.write_text(content)
+    code, _, err = _job(capsys, bad_input, out_path, "--resume")
+    assert code == 2
+    line = single_error_line(err)
+    assert f'{out_path} holds 2 ids that are not in {bad_input} (the first: "x1")' in line
+    assert "--overwrite" in line and "--keep-other-ids" in line
+    assert out_path.read_text() == content  # left alone
+    code, _, err = _job(capsys, bad_input, out_path, "--keep-other-ids")
+    assert code == 2 and "--keep-other-ids needs --resume" in single_error_line(err)
+
+
+def test_resume_refuses_an_input_whose_done_lines_changed_naming_the_first(
+    capsys, tmp_path, bad_input
+):
+    out_path = tmp_path / "out.jsonl"
+    assert _job(capsys, bad_input, out_path, "--quiet")[0] == 0
+    assert (tmp_path / "out.jsonl.fingerprint").is_file()
+    done = out_path.read_text()
+    bad_input.write_text("one\nTWO\nthree\n", encoding="utf-8")  # line 2 edited
+    code, _, err = _job(capsys, bad_input, out_path, "--resume")
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{bad_input}:2: line 2 (id 2) changed since {out_path} was written" in line
+    assert "--overwrite" in line
+    # a line put in front moves every id (the line numbers): line 1 is named
+    bad_input.write_text("zero\none\ntwo\nthree\n", encoding="utf-8")
+    code, _, err = _job(capsys, bad_input, out_path, "--resume")
+    assert code == 2 and f"{bad_input}:1: line 1 (id 1) changed" in single_error_line(err)
+    assert out_path.read_text() == done
+    # lines added after the done ones are fine: they are done now
+    bad_input.write_text("one\ntwo\nthree\nfour\n", encoding="utf-8")
+    code, _, err = _job(capsys, bad_input, out_path, "--resume", "--quiet")
+    assert code == 0, err
+    assert [r["id"] for r in read_jsonl(out_path)] == [1, 2, 3, 4]
+
+
+def test_an_output_without_a_fingerprint_is_resumed_with_a_warning(capsys, tmp_path, bad_input):
+    out_path = tmp_path / "out.jsonl"
+    out_path.write_text(_record(1))
+    code, _, err = _job(capsys, bad_input, out_path, "--resume", "--quiet")
+    assert code == 0
+    assert f"{out_path} has no fingerprint of its input" in err
+    assert [r["id"] for r in read_jsonl(out_path)] == [1, 2, 3]
+    assert (tmp_path / "out.jsonl.fingerprint").is_file()  # from now on it has one
 
 
 def test_resume_of_a_finished_job_does_nothing(capsys, tmp_path, bad_input):

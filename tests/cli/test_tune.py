@@ -35,7 +35,7 @@ def test_tune_has_the_item_options_of_complete(capsys):
         (["--slots", "1,2"], "slot counts must be integers >= 2"),
         (["--slots", "two"], "not a comma-separated list"),
         (["--rounds", "3", "--items", "8"], "--rounds 3 x --items 8 needs 24 distinct prompts"),
-        (["--temperature", "-1"], "temperature=-1.0 is out of range"),
+        (["--temperature", "-1"], "--temperature -1.0 is out of range"),
         (["--choices", "a,,b"], "has an empty choice"),
     ],
 )
@@ -43,6 +43,25 @@ def test_bad_usage_exits_2_before_any_model_work(capsys, args, named, tmp_path):
     code, _, err = run_cli(capsys, "tune", EXAMPLES, "--model", tmp_path / "missing.gguf", *args)
     assert code == 2
     assert named in single_error_line(err)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_model_work(
+    capsys, tmp_path, flag
+):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    target = tmp_path / "missing" / "x.out"
+    code, _, err = run_cli(
+        capsys, "tune", EXAMPLES, "--model", tmp_path / "none.gguf", flag, target
+    )
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{flag} {target}: cannot write it: the folder {target.parent} does not exist" in line
+    code, _, err = run_cli(
+        capsys, "tune", EXAMPLES, "--model", tmp_path / "none.gguf", flag, tmp_path
+    )
+    assert code == 2 and "it is a folder" in single_error_line(err)
 
 
 @pytest.mark.parametrize("flag", [["--n", "3"], ["--score-choices"]])

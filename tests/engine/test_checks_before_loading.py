@@ -39,3 +39,14 @@ def test_no_native_module_is_loaded_to_refuse_them() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_model_path_in_place_of_a_llama_says_how_to_load_it(tmp_path) -> None:
+    from pathlib import Path
+
+    for path in ("model.gguf", Path("model.gguf")):
+        with pytest.raises(TypeError, match="llm is a path") as info:
+            BatchGenerator(path)
+        assert "llama_cpp.Llama(model_path='model.gguf'" in str(info.value)
+    with pytest.raises(TypeError, match="llm is dict, not a loaded model"):
+        BatchGenerator({"model": "x"})

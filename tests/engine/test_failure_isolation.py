@@ -142,6 +142,41 @@ def test_a_grammar_dead_end_ends_that_item_with_where_it_happened(slots):
     assert fake.violations == []
 
 
+@pytest.mark.parametrize("slots", [1, 4])
+def test_n_replies_that_reach_a_grammar_dead_end_come_back_as_errored_samples(slots):
+    fake = FakeBackend(REPLY, dead_end_at=2, eog_ids=())
+    gen = BatchGenerator(backend=fake, slots=slots, max_tokens=8, max_batch_failures=1)
+    sampling = [SamplingParams(n=3, seed=1, choices=["yes", "no"]), PLAIN, PLAIN]
+    out = gen.complete_many(PROMPTS[:3], sampling)
+    assert [c.index for c in out] == [0, 1, 2]
+    c = out[0]
+    assert c.finish_reason == "error" and "allows no token" in c.error
+    assert c.samples is not None and len(c.samples) == 3
+    assert all(s.finish_reason == "error" and "after 2 reply tokens" in s.error for s in c.samples)
+    assert c.votes == {"yes": 0, "no": 0}
+    assert out[1].ok and out[2].ok
+    # no group is left behind: the same index with n == 1 comes back as itself
+    again = gen.complete_many(PROMPTS[:2])
+    assert [x.index for x in again] == [0, 1] and all(x.ok for x in again)
+    assert again[0].samples is None
+    assert fake.violations == []
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+def test_n_choices_replies_cut_off_by_max_tokens_come_back_as_errored_samples(slots):
+    fake = FakeBackend({"p": "billing", "q": "fine"})
+    gen = BatchGenerator(backend=fake, slots=slots, max_tokens=3)
+    sampling = [SamplingParams(n=3, choices=["billing", "bug"]), PLAIN]
+    out = gen.complete_many(["p", "q"], sampling)
+    assert [c.index for c in out] == [0, 1]
+    c = out[0]
+    assert c.finish_reason == "error" and "before it was one of the choices" in c.error
+    assert [s.finish_reason for s in c.samples] == ["error"] * 3
+    assert c.votes == {"billing": 0, "bug": 0}
+    assert out[1].ok
+    assert fake.violations == []
+
+
 def test_smaller_tries_halve_the_slots_then_n_ctx_seq_down_to_the_floor():
     assert smaller_tries(8, 1024, 300) == [
         (8, 1024),

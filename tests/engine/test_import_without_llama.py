@@ -9,19 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SCRIPT = r"""
-import importlib.abc
-import sys
+from without_llama_cpp import WITHOUT_LLAMA_CPP
 
-
-class BlockLlamaCpp(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "llama_cpp" or name.startswith("llama_cpp."):
-            raise ImportError(f"llama-cpp-python is blocked in this test ({name})")
-        return None
-
-
-sys.meta_path.insert(0, BlockLlamaCpp())
+SCRIPT = (
+    WITHOUT_LLAMA_CPP
+    + r"""
 import llamabatch
 import llamabatch.testing
 from llamabatch.testing import FakeBackend
@@ -36,6 +28,7 @@ loaded = [m for m in sys.modules if m.split(".")[0] in ("llama_cpp", "hypothesis
 assert not loaded, loaded
 print("ok")
 """
+)
 
 
 def test_import_and_a_fake_job_without_llama_cpp() -> None:

@@ -115,3 +115,12 @@ def test_a_rejected_openai_request_keeps_its_readable_custom_id(tmp_path):
     assert [type(e).__name__ for e in entries] == ["PromptItem", "BadLine", "BadLine", "BadLine"]
     assert [e.id for e in entries] == ["r1", "ticket-7", "r3", 4]  # not a string: line number
     assert all(e.error.startswith(f"line {e.line}:") for e in entries if isinstance(e, BadLine))
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_prompt_longer_than_the_context_reports_its_length_and_n_ctx(slots):
+    gen = BatchGenerator(backend=FakeBackend({"ok": "fine"}, n_ctx=16), slots=slots, max_tokens=4)
+    long, ok = gen.complete_many(["x" * 20, "ok"])
+    assert long.finish_reason == "error" and long.n_prompt_tokens == 20  # not 0
+    assert "prompt has 20 tokens" in long.error and "n_ctx=16" in long.error
+    assert ok.ok and ok.n_prompt_tokens == 2

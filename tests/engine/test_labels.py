@@ -218,3 +218,60 @@ def test_bad_parameters_are_refused() -> None:
         SamplingParams(n=0)
     with pytest.raises(ValueError, match="seed \\+ j"):
         SamplingParams(n=3, seed=0xFFFFFFFE)
+
+
+# -- a label longer than the room left in a slot -----------------------------------------
+LONG_LABEL = "a label that is spelled out at great length, sixty-two tokens"  # 61 bytes
+ROOMY = SamplingParams(choices=["short", LONG_LABEL], score_choices=True, max_tokens=8)
+
+
+def test_a_label_longer_than_the_room_in_a_slot_goes_alone_and_batching_goes_on(caplog) -> None:
+    # one token per byte: a 230-token prompt + 8 reply tokens fits n_ctx_seq = 256, but the
+    # prompt + the 62-token (spaced) label does not; the label's tokens count in what the item
+    # needs from its slot, so it goes alone instead of overflowing the slot
+    assert len(" " + LONG_LABEL) == 62  # its spaced form
+    caplog.set_level("WARNING", logger="llamabatch")
+    long_prompts = [f"Ticket {i}: " + "x" * 211 + "Category:" for i in range(3)]
+    assert {len(p) for p in long_prompts} == {230}
+    prompts = [long_prompts[0], "short one", long_prompts[1], "short two", long_prompts[2]]
+    sampling = [ROOMY if p in long_prompts else SamplingParams(max_tokens=8) for p in prompts]
+    fake = FakeBackend()
+    gen = BatchGenerator(backend=fake, slots=4, n_ctx_seq=256)
+    out = gen.complete_many(prompts, sampling)
+    assert fake.violations == []
+    assert gen.stats.batch_failures == 0 and gen.stats.batching_enabled
+    for p, c in zip(prompts, out):
+        if p in long_prompts:
+            check(c, expected_logprobs(fake, p, ["short", LONG_LABEL]))
+            assert c.path == "alone"
+        else:
+            assert c.token_ids == fake.expected(p, 8).token_ids
+            assert c.path == "batch"
+    key = "n_prompt_tokens + label tokens > n_ctx_seq"
+    assert gen.stats.alone_reasons == {key: 3}
+    (warning,) = [r.getMessage() for r in caplog.records if key in r.getMessage()]
+    assert "n_ctx_seq=256" in warning
+
+
+def test_a_label_that_fits_the_slot_is_still_batched() -> None:
+    fake = FakeBackend()
+    gen = BatchGenerator(backend=fake, slots=2, n_ctx_seq=256)
+    prompts = [f"Ticket {i}: " + "x" * 150 + "Category:" for i in range(2)]  # 150 + 62 < 256
+    out = gen.complete_many(prompts, ROOMY)
+    for p, c in zip(prompts, out):
+        check(c, expected_logprobs(fake, p, ["short", LONG_LABEL]))
+        assert c.path == "batch"
+    assert gen.stats.alone_reasons == {}
+
+
+def test_a_label_longer_than_the_model_context_is_the_items_error_naming_both() -> None:
+    fake = FakeBackend(n_ctx=280)
+    gen = BatchGenerator(backend=fake, slots=2, n_ctx_seq=256)
+    prompts = ["Ticket: " + "x" * 213 + "Category:", "Ticket: short. Category:"]
+    out = gen.complete_many(prompts, ROOMY)
+    err = out[0].error
+    assert err is not None
+    assert repr(" " + LONG_LABEL) in err and "n_ctx=280" in err
+    assert "230" in err  # the prompt's tokens
+    check(out[1], expected_logprobs(fake, prompts[1], ["short", LONG_LABEL]))
+    assert fake.violations == []

@@ -141,6 +141,15 @@ def test_per_item_sampling_and_max_tokens_reach_each_sequence():
     assert sorted(started.values(), key=repr) == sorted(sampling, key=repr)
 
 
+@pytest.mark.parametrize("n_prompts", [2, 4])
+def test_a_sampling_list_that_does_not_match_unsized_prompts_is_refused(n_prompts):
+    sampling = [SamplingParams(max_tokens=1)] * 3
+    with BatchGenerator(backend=FakeBackend(REPLY), slots=2) as gen:
+        with pytest.raises(ValueError, match="sampling has 3 SamplingParams"):
+            gen.complete_many(iter(prompts(n_prompts)), sampling=sampling)
+        assert len(gen.complete_many(iter(prompts(3)), sampling=sampling)) == 3
+
+
 def test_a_page_is_yielded_while_later_items_are_still_running():
     fake = FakeBackend({(1,): [], (2,): [], (3,): [5] * 20, (4,): []})
     with BatchGenerator(backend=fake, slots=2, max_tokens=30) as gen:

@@ -123,3 +123,29 @@ def test_n_replies_are_reproducible_differ_vote_and_prefill_once(llm) -> None:
         assert all(s.text in v.votes for s in v.samples)
     assert [s.token_ids for s in results[0].samples] == [s.token_ids for s in results[1].samples]
     assert len({s.token_ids for s in results[0].samples}) > 1
+
+
+def test_a_label_longer_than_the_room_in_a_slot_costs_no_batch_failure(llm) -> None:
+    """A 246-token prompt + 8 reply tokens fit n_ctx_seq=256, the prompt + a 14-token
+    label do not: the scored item goes alone, the other items stay batched, and no
+    decode fails for want of a KV cache slot."""
+    body = "The printer on the third floor jams whenever someone sends a long report. "
+    long_prompt = "Ticket 11: " + body * 17 + "Category:"
+    labels = ["hardware", "hardware fault in the shared office printer, twice a day, every day"]
+    prompts = ["apple, apple, apple, apple,", long_prompt, "pear, pear, pear, pear,"]
+    labelled = SamplingParams(choices=labels, score_choices=True, max_tokens=8)
+    free = SamplingParams(temperature=0.0, max_tokens=8)
+    sampling = [labelled if p == long_prompt else free for p in prompts]
+    with BatchGenerator(llm, slots=4, n_ctx_seq=256) as gen:
+        out = gen.complete_many(prompts, sampling)
+        stats = gen.stats
+    assert stats.batch_failures == 0, stats.last_batch_failure
+    assert stats.batching_enabled
+    assert stats.alone_reasons == {"n_prompt_tokens + label tokens > n_ctx_seq": 1}
+    for p, c in zip(prompts, out):
+        assert c.error is None, c.error
+        if p == long_prompt:
+            assert c.path == "alone"  # scored there as the test above checks
+            assert list(c.choice_probs) == labels and c.text == "hardware"
+        else:
+            assert c.path == "batch"

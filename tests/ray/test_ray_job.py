@@ -32,6 +32,19 @@ def _read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+def _local_and_ray(src: Path, flags: list[str], ray_address, model_path, capsys) -> dict:
+    """Run ``complete`` on ``src`` locally and on Ray with ``flags``: the two outputs."""
+    outs = {}
+    for where in ("local", "ray"):
+        outs[where] = src.with_name(f"{where}.jsonl")
+        ray = ["--ray", ray_address] if where == "ray" else []
+        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
+        code = main([*argv, *FAST, *flags, *ray])
+        err = capsys.readouterr().err
+        assert code == 0 and "Traceback" not in err, (where, err)
+    return outs
+
+
 def test_24_items_give_the_local_jobs_greedy_replies_in_the_same_order(
     ray_address, model_path, tmp_path, capsys
 ):
@@ -64,13 +77,8 @@ def test_a_lines_constraint_replaces_the_flags_on_ray_as_locally(
         {"id": "chat", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
     ]
     src = _write(tmp_path / "in.jsonl", lines)
-    outs = {}
-    for where in ("local", "ray"):
-        outs[where] = tmp_path / f"{where}.jsonl"
-        ray = ["--ray", ray_address] if where == "ray" else []
-        argv = ["complete", str(src), "-o", str(outs[where]), "--model", str(model_path)]
-        argv += [*FAST, "--choices", "bug,billing", "--skip-bad", "--quiet", *ray]
-        assert main(argv) == 0, capsys.readouterr().err
+    flags = ["--choices", "bug,billing", "--skip-bad", "--quiet"]
+    outs = _local_and_ray(src, flags, ray_address, model_path, capsys)
     for where, out in outs.items():
         r = {rec["id"]: rec for rec in _read(out)}
         assert [rec["id"] for rec in _read(out)] == ["labels", "number", "free", 4, "chat"]
@@ -114,3 +122,25 @@ def test_resume_after_a_sigkill_of_the_driver_writes_every_item_once_in_order(
     assert again.returncode == 0, again.stderr
     ids = [r["id"] for r in _read(out)]
     assert ids == [line["id"] for line in lines]  # every item once, in input order
+
+
+def test_openai_output_of_n_replies_on_ray_has_every_choice_and_its_usage(
+    ray_address, model_path, tmp_path, capsys
+):
+    lines = [
+        {"id": "many", "prompt": "apple, apple, apple, apple,", "n": 3, "choices": ["x", "y"]},
+        {"id": "free", "prompt": "The sky is", "n": 2},
+        {"id": "one", "prompt": "pear, pear, pear, pear,"},
+    ]
+    src = _write(tmp_path / "in.jsonl", lines)
+    outs = _local_and_ray(src, ["--output-format", "openai"], ray_address, model_path, capsys)
+    for where, out in outs.items():
+        bodies = {r["custom_id"]: r["response"]["body"] for r in _read(out)}
+        for line in lines:
+            body = bodies[line["id"]]
+            n = line.get("n", 1)
+            assert [c["index"] for c in body["choices"]] == list(range(n)), (where, body)
+            assert all(c["finish_reason"] in ("stop", "length") for c in body["choices"])
+            assert body["usage"]["completion_tokens"] >= n, (where, body)  # >= 1 token each
+        assert sum(bodies["many"]["votes"].values()) == 3, (where, bodies["many"])
+        assert {c["text"] for c in bodies["many"]["choices"]} <= {"x", "y"}

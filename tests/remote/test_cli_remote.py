@@ -147,5 +147,47 @@ def test_a_bad_concurrency_is_named(tmp_path, capsys):
             str(tmp_path / "out.jsonl"),
         ]
     )
-    assert code == 2 and "concurrency=0 is out of range" in capsys.readouterr().err
+    assert code == 2 and "--concurrency 0 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()
+
+
+@pytest.mark.real_model
+def test_score_choices_acts_only_on_lines_with_choices_and_a_cut_off_choice_is_an_error(
+    two_servers, tmp_path, capsys
+):
+    ids = _items(tmp_path / "items.jsonl", 3)
+    out = tmp_path / "out.jsonl"
+    common = ["complete", "--model", str(tmp_path / NO_MODEL), *_server_args(two_servers)]
+    code = main([*common, str(tmp_path / "items.jsonl"), "-o", str(out), *OPTIONS])
+    assert code == 0, capsys.readouterr().err
+    plain = _records(out)
+    code = main(
+        [*common, str(tmp_path / "items.jsonl"), "-o", str(out), *OPTIONS, "--overwrite"]
+        + ["--score-choices"]
+    )
+    assert code == 0, capsys.readouterr().err
+    records = _records(out)
+    assert [r["id"] for r in records] == ids and all(r["error"] is None for r in records)
+    assert [r["text"] for r in records] == [r["text"] for r in plain]  # greedy: the same
+    labels = ["refund request for a double charge", "feature request for dark mode"]
+    line = {"id": "cut", "prompt": "Ticket: I was charged twice. Category:", "choices": labels}
+    (tmp_path / "cut.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    code = main([*common, str(tmp_path / "cut.jsonl"), "-o", str(out), "--overwrite", *OPTIONS])
+    assert code == 0, capsys.readouterr().err
+    (rec,) = _records(out)
+    assert rec["finish_reason"] == "error" and rec["text"] == ""
+    assert "before it was one of the choices" in rec["error"] and "raise max_tokens" in rec["error"]
+
+
+def test_a_server_url_where_nothing_listens_fails_in_seconds_naming_it(tmp_path):
+    from llamabatch.testing.servers import free_port
+
+    _items(tmp_path / "items.jsonl", 2)
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "llamabatch", "complete", str(tmp_path / "items.jsonl")]
+    argv += ["--server", url, "-o", str(tmp_path / "out.jsonl"), "--quiet"]
+    # the 120 s give-up is for servers that stop answering; this one was never there
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 1, done.stderr
+    assert "could be connected to in 10 s" in done.stderr and url in done.stderr
+    assert "check the URLs" in done.stderr and "Traceback" not in done.stderr

@@ -38,6 +38,7 @@ from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check
 from ..common import UsageError
 from . import openai
 from .fields import LINE_FIELDS, sampling_fields
+from .resume import line_digest
 
 #: The path that stands for standard input.
 STDIN = Path("-")
@@ -59,6 +60,8 @@ class PromptItem:
         url: the OpenAI endpoint it was asked of (``/v1/chat/completions``,
             ``/v1/completions``), or ``None`` for a plain line.
         is_text: it is a line of a text file (the command may wrap it in a template).
+        digest: the digest of its input line (:func:`~.resume.line_digest`; not
+            compared: it is made from the other fields and the line's text).
     """
 
     id: str | int
@@ -68,6 +71,7 @@ class PromptItem:
     fields: Mapping[str, Any] = field(default_factory=dict)
     url: str | None = None
     is_text: bool = False
+    digest: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +84,14 @@ class BadLine:
             readable ``custom_id`` (a non-empty string).
         line: 1-based line number in the input file.
         error: what is wrong, starting with ``line N:``.
+        digest: the digest of its input line (:func:`~.resume.line_digest`; not
+            compared: it is made from the other fields and the line's text).
     """
 
     id: str | int
     line: int
     error: str
+    digest: str = field(default="", compare=False)
 
 
 Entry = PromptItem | BadLine
@@ -209,6 +216,11 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
     return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
+def _digested(entry: Entry, text: str) -> Entry:
+    """``entry`` with the digest of its input line (its id and ``text``)."""
+    return dataclasses.replace(entry, digest=line_digest(entry.id, text))
+
+
 def _entry(
     path: Path,
     number: int,
@@ -290,7 +302,8 @@ def read_prompts(
         fmt = "jsonl" if is_jsonl else "text"
     unknown: dict[str, int] = {}
     entries = [
-        _entry(p, number, text, error, fmt, skip_bad, unknown) for number, text, error in lines
+        _digested(_entry(p, number, text, error, fmt, skip_bad, unknown), text or error or "")
+        for number, text, error in lines
     ]
     _check_unique(p, entries)
     if warn is not None:
@@ -365,7 +378,7 @@ def apply_chat_template(
                         "(--skip-bad writes an error line in its place and "
                         "goes on)"
                     ) from None
-                entry = BadLine(id=entry.id, line=entry.line, error=f"line {entry.line}: {exc}")
+                entry = BadLine(entry.id, entry.line, f"line {entry.line}: {exc}", entry.digest)
         result.append(entry)
     return result
 

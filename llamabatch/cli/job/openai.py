@@ -132,7 +132,7 @@ def response_record(
                 for j, r in enumerate(replies)
             ],
         }
-    n_tokens = sum(len(r.token_ids) for r in replies)
+    n_tokens = completion.completion_tokens
     body["usage"] = {
         "prompt_tokens": completion.n_prompt_tokens,
         "completion_tokens": n_tokens,

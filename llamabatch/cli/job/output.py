@@ -61,14 +61,19 @@ class Output:
         where: its name for messages (the path, or ``"standard output"``).
         is_file: True for a file given with ``-o`` (a job on it can be resumed).
         done: :func:`~llamabatch.cli.job.resume.id_key` of the ids already in it (``--resume``).
+        ids: the same, in the file's order.
         n_existing: whole lines already in it (``--resume``).
+        path: the file when it is a regular file (its input's fingerprint is kept beside
+            it: :mod:`.resume`), else ``None``.
     """
 
     stream: IO[str]
     where: str
     is_file: bool
     done: frozenset[str] = frozenset()
+    ids: tuple[str, ...] = ()
     n_existing: int = 0
+    path: Path | None = None
     _fsync: bool = False
 
     def write(self, records: Iterable[dict[str, Any]]) -> None:
@@ -140,7 +145,7 @@ def _prepare(
 ) -> Output:
     info = os.fstat(f.fileno())
     is_regular = stat.S_ISREG(info.st_mode)
-    out = Output(f, str(path), is_file=True, _fsync=is_regular)
+    out = Output(f, str(path), is_file=True, path=path if is_regular else None, _fsync=is_regular)
     if not is_regular or info.st_size == 0:
         return out
     if overwrite:
@@ -165,5 +170,5 @@ def _prepare(
             "newline, left by a job that was killed while writing); that item will be "
             "done again"
         )
-    out.done, out.n_existing = scan.done, scan.n_lines
+    out.done, out.ids, out.n_existing = scan.done, scan.ids, scan.n_lines
     return out

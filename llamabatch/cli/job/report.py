@@ -19,7 +19,7 @@ class JobTally:
         bad: bad input lines written as errors (``--skip-bad``).
         completed: items that went through the model.
         alone: of those, items completed one at a time.
-        tokens_in, tokens_out: prompt and generated tokens.
+        tokens_in, tokens_out: prompt and generated tokens (of every reply with ``n``).
     """
 
     items: int = 0
@@ -36,7 +36,7 @@ class JobTally:
         self.errors += completion.finish_reason == "error"
         self.alone += completion.path == "alone"
         self.tokens_in += completion.n_prompt_tokens
-        self.tokens_out += completion.n_tokens
+        self.tokens_out += completion.completion_tokens
 
     def add_bad(self) -> None:
         self.items += 1

@@ -1,4 +1,5 @@
-"""Resuming a job: which ids an existing output file already holds, and its cut-off end.
+"""Resuming a job: which ids an existing output file already holds, its cut-off end, and
+the fingerprint of the input it was written from.
 
 ``llamabatch complete`` writes one JSON object per line and flushes and fsyncs after each
 group, so a job killed at any moment (SIGKILL, a crash, a power cut) leaves whole lines,
@@ -8,15 +9,30 @@ to which the caller truncates the file before appending.
 
 Ids are compared as JSON values, by :func:`id_key`: the integer ``7`` and the string
 ``"7"`` are different ids.
+
+**The fingerprint.** A job on an output file ``OUT`` keeps ``OUT.fingerprint`` beside it
+(:func:`fingerprint_path`): per input id, the line it was on and a digest of that line
+(:func:`line_digest`: its id and text). ``--resume`` then refuses an input whose line
+of an id already in ``OUT`` changed since (:func:`check_resume`, naming the first such
+line), as it refuses an ``OUT`` that holds ids the input does not have (written from
+another input) unless told to keep them. An output without a fingerprint (written by
+an older llamabatch) is resumed with a warning that it cannot be checked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
-from ..errors import OutputCorrupt
+from ..errors import OutputCorrupt, UsageError
+
+#: Appended to the output's name: the file of its input's fingerprint.
+FINGERPRINT_SUFFIX = ".fingerprint"
 
 
 def id_key(value: object) -> str:
@@ -30,6 +46,7 @@ class OutputScan:
 
     Attributes:
         done: :func:`id_key` of the id of every whole line.
+        ids: the same, in the file's order.
         n_lines: whole (newline-terminated) non-blank lines.
         good_size: bytes up to the end of the last whole line.
         cut_bytes: bytes after it: a line cut off part-way (0 when the file ends with a
@@ -40,6 +57,7 @@ class OutputScan:
     n_lines: int
     good_size: int
     cut_bytes: int
+    ids: tuple[str, ...] = ()
 
     @property
     def is_cut(self) -> bool:
@@ -59,7 +77,7 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
             line number): the file was not written by ``llamabatch complete`` or was
             edited, so it is left alone.
     """
-    done: set[str] = set()
+    ids: list[str] = []
     n_lines = good_size = cut_bytes = 0
     for number, raw in enumerate(f, start=1):
         if not raw.endswith(b"\n"):
@@ -81,6 +99,111 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
                 'not a JSON object with an "id"; cannot resume from it'
             )
         # an OpenAI batch response line: the item is its custom_id (its id is the line's)
-        done.add(id_key(obj["custom_id"] if "custom_id" in obj else obj["id"]))
+        ids.append(id_key(obj["custom_id"] if "custom_id" in obj else obj["id"]))
         n_lines += 1
-    return OutputScan(frozenset(done), n_lines, good_size, cut_bytes)
+    return OutputScan(frozenset(ids), n_lines, good_size, cut_bytes, tuple(ids))
+
+
+# -- the input's fingerprint ---------------------------------------------------------------
+class InputLine(Protocol):
+    """An input entry as the fingerprint reads it (``PromptItem``, ``BadLine``)."""
+
+    @property
+    def id(self) -> str | int: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def digest(self) -> str: ...
+
+
+def line_digest(item_id: object, text: str) -> str:
+    """The digest of one input line: SHA-256 of its id (:func:`id_key`) and its text,
+    the first 16 hex digits."""
+    data = f"{id_key(item_id)}\n{text}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def fingerprint_path(out: Path) -> Path:
+    """Where the fingerprint of the input of output ``out`` is kept: ``OUT.fingerprint``."""
+    return out.with_name(out.name + FINGERPRINT_SUFFIX)
+
+
+def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
+    """The fingerprint kept for ``out``: id key -> (input line, digest), or ``None``."""
+    try:
+        doc = json.loads(fingerprint_path(out).read_text(encoding="utf-8"))
+        return {str(k): (int(v[0]), str(v[1])) for k, v in doc["lines"].items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def write_fingerprint(
+    out: Path, prompts: Path, entries: Iterable[InputLine], kept: Mapping[str, Any] | None = None
+) -> None:
+    """Keep the fingerprint of ``entries`` (and the ``kept`` ones of other inputs' ids)
+    beside ``out``, written whole (a temporary file renamed).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    lines = dict(kept or {})
+    lines.update({id_key(e.id): (e.line, e.digest) for e in entries})
+    path = fingerprint_path(out)
+    tmp = path.with_name(path.name + ".tmp")
+    doc = {"input": str(prompts), "lines": lines}
+    tmp.write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def check_resume(
+    out: Path,
+    scan_ids: tuple[str, ...],
+    prompts: Path,
+    entries: Sequence[InputLine],
+    *,
+    keep_other_ids: bool = False,
+    warn: Callable[[str], None] = lambda message: None,
+) -> dict[str, tuple[int, str]]:
+    """Check that an output holding ``scan_ids`` (:attr:`OutputScan.ids`) may be
+    resumed with the input ``entries`` read from ``prompts``.
+
+    Returns:
+        the fingerprint entries of the ids in the output that the input does not have
+        (kept with ``keep_other_ids``), for :func:`write_fingerprint`.
+
+    Raises:
+        UsageError: the output holds ids the input does not have (unless
+            ``keep_other_ids``); or a line of an id already in the output changed since
+            it was written (the first such line is named).
+    """
+    known = {id_key(e.id) for e in entries}
+    other = [k for k in scan_ids if k not in known]
+    if other and not keep_other_ids:
+        raise UsageError(
+            f"{out} holds {len(set(other))} ids that are not in {prompts} (the first: "
+            f"{other[0]}): it was written from another input. Resume it with the input "
+            "it was written from, give --overwrite to start over, or --keep-other-ids to "
+            "keep those lines and append this input's items after them"
+        )
+    fingerprint = read_fingerprint(out)
+    if fingerprint is None:
+        if scan_ids:
+            warn(
+                f"{out} has no fingerprint of its input ({fingerprint_path(out).name}, "
+                f"written from this version on): cannot check that {prompts} did not "
+                "change since"
+            )
+        return {}
+    done = set(scan_ids)
+    for e in entries:
+        key = id_key(e.id)
+        was = fingerprint.get(key)
+        if key in done and was is not None and was[1] != e.digest:
+            moved = f", then line {was[0]}" if was[0] != e.line else ""
+            raise UsageError(
+                f"{prompts}:{e.line}: line {e.line} (id {key}{moved}) changed since "
+                f"{out} was written, which holds its reply to the line as it was: put "
+                f"the line back, remove id {key} from {out} to do it again, or give "
+                "--overwrite to start over"
+            )
+    return {k: v for k, v in fingerprint.items() if k in done and k not in known}

@@ -159,6 +159,7 @@ class LabelRequest(Request):
     samples = False
     precise = True
     returns = True
+    too_long = ("n_prompt_tokens + label tokens > n_ctx_seq", "shorten the labels")
 
     def __init__(self, base: Request, conts: list[Continuation], min_run: int) -> None:
         if not conts:
@@ -181,8 +182,17 @@ class LabelRequest(Request):
 
     # -- the engine's hooks ---------------------------------------------------------------
     def need(self) -> int:
-        """The prompt and ``max_tokens``, or its longest path when that is longer."""
-        return max(super().need(), max(len(p) for p in self._paths) - 1)
+        """The prompt tokens its longest label keeps, and that label's tokens."""
+        return max(len(p) for p in self._paths)
+
+    def too_long_for(self, n_ctx: int) -> str:
+        c = max(self.conts, key=lambda c: c.n_keep + len(c.tokens))
+        return (
+            f"cannot score the labels: label {c.written!r} is {len(c.tokens)} tokens after "
+            f"{c.n_keep} prompt tokens, {c.n_keep + len(c.tokens)} in all; the model context "
+            f"holds n_ctx={n_ctx}: shorten the label or the prompt, or load the model with a "
+            "larger n_ctx"
+        )
 
     def goal(self) -> Sequence[int]:
         return self._goal
