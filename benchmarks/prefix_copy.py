@@ -22,9 +22,9 @@ import sys
 import time
 
 from llamabatch import SamplingParams
-from llamabatch.bench.workloads import system_prompt_s
 from llamabatch.engine.backend import Span
 from llamabatch.llamacpp.backend import LlamaBackend
+from llamabatch.measure.workloads import system_prompt_s
 
 GREEDY = SamplingParams(temperature=0.0)
 

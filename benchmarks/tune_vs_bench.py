@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     from llamabatch.cli.job.items import read_items
     from llamabatch.cli.llm import loaded_llama, model_path
     from llamabatch.errors import LlamaBatchError
-    from llamabatch.tuning.rounds import items_per_round
+    from llamabatch.measure.rounds import items_per_round
 
     t_start = time.perf_counter()
     threads = args.threads if args.threads is not None else cpu_count()

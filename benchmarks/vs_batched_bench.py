@@ -2,7 +2,7 @@
 """Our raw bench side by side with llama.cpp's own ``llama-batched-bench``.
 
 Runs llama.cpp's C++ ``llama-batched-bench`` and llamabatch's raw bench
-(:func:`llamabatch.bench.raw.run_raw` through ``LlamaBackend``: ``BatchContext`` +
+(:func:`llamabatch.measure.raw.run_raw` through ``LlamaBackend``: ``BatchContext`` +
 ``LlamaBatch`` + ``SeqSampler``) on the same model, threads, flash-attention setting and
 sizes, alternately: each round measures every B with the C tool and ours back to back
 (C first in odd rounds, ours first in even ones), so drift of a shared machine hits both
@@ -51,8 +51,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llamabatch.bench.raw import ctx_per_seq, run_raw
 from llamabatch.bench.report import parse_raw_table
+from llamabatch.measure.raw import ctx_per_seq, run_raw
 
 BIN_NAME = "llama-batched-bench"
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.bench.workloads import WORKLOADS, Workload
+from llamabatch.measure.workloads import WORKLOADS, Workload
 
 DEFAULT_SERVER = Path.home() / ".cache/llamabatch/build-0.3.36/bin/llama-server"
 PATHS = ("one", "batch", "server")

@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    from llamabatch.bench.raw import ctx_per_seq
-    from llamabatch.bench.workloads import WORKLOADS
     from llamabatch.cli.bench import BenchParams, bench, llama_setup
+    from llamabatch.measure.raw import ctx_per_seq
+    from llamabatch.measure.workloads import WORKLOADS
     from llamabatch.model import load_llama
 
     names = [w for w in args.workloads.split(",") if w]

@@ -40,13 +40,13 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "rounds": [{"t_pp": float, "t_tg": float}]      # every measurement
         }]
       } | null,
-      "workload": {                       # see llamabatch.bench.workload
+      "workload": {                       # see llamabatch.measure.workload
         "name": str,                      # S, U, L, tagging, or "prompts" (a file)
         "items": int, "rounds": int, "max_tokens": int,
         "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
                                           # (a file: --n-ctx-seq)
         "prompt_tokens": [int],           # per item (of the first round)
-        "prompts": {                      # the file's workload (llamabatch.bench.file_workload)
+        "prompts": {                      # the file's workload (llamabatch.measure.file_workload)
           "file": str, "n_prompts": int, "items_seed": int, "items_per_round": int,
           "item_ids": [[str | int]],      # per round its items' ids, disjoint rounds
           "warmup_id": str | int | null   # the untimed item (null: a built-in prompt)
@@ -74,7 +74,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .raw import RAW_COLUMNS, RawRow
+from ..measure.raw import RAW_COLUMNS, RawRow
 
 SCHEMA = "llamabatch.bench/1"
 

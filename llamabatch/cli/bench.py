@@ -38,11 +38,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from ..bench.file_workload import FileItems, LlamaLoop, file_json, run_file_workload
 from ..bench.host import collect_header
-from ..bench.raw import ctx_per_seq, run_raw
 from ..bench.report import document, format_header, format_raw_table
-from ..bench.workload import (
+from ..engine.backend import Backend
+from ..generator import BatchGenerator
+from ..measure.file_workload import FileItems, LlamaLoop, file_json, run_file_workload
+from ..measure.raw import ctx_per_seq, run_raw
+from ..measure.rounds import items_per_round
+from ..measure.workload import (
     OneAtATime,
     WorkloadRow,
     format_workload_table,
@@ -50,11 +53,8 @@ from ..bench.workload import (
     tagging_prompts,
     workload_json,
 )
-from ..bench.workloads import WORKLOADS
-from ..engine.backend import Backend
-from ..generator import BatchGenerator
+from ..measure.workloads import WORKLOADS
 from ..params import BatchConfig, SamplingParams
-from ..tuning.rounds import items_per_round
 from . import options
 from .common import EXIT_OK, UsageError, guarded
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
@@ -174,7 +174,7 @@ class BenchSetup:
             (``Llama.create_completion``); the reply tokens. ``None``:
             ``BatchGenerator(slots=1)``.
         file_loop: ``file_loop(max_tokens)``: the baseline of a file's items, each with
-            its own sampling (:class:`~llamabatch.bench.file_workload.LlamaLoop`).
+            its own sampling (:class:`~llamabatch.measure.file_workload.LlamaLoop`).
             ``None``: ``BatchGenerator(slots=1)``.
     """
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..tuning.rounds import items_per_round
+from ..measure.rounds import items_per_round
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
 from .common import EXIT_OK, ArgumentParser, UsageError, guarded

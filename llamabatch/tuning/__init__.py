@@ -10,12 +10,12 @@ replies and labels), ``summary`` (per setting over the rounds, and the floor), `
 (the PNG, needs matplotlib: ``pip install 'llamabatch[plot]'``).
 """
 
-from .agreement import Agreement
-from .records import RoundRecord, RunRecord, TuneReply
+from ..measure.agreement import Agreement
+from ..measure.records import RoundRecord, RunRecord, TuneReply
+from ..measure.summary import Floor, SettingReport, floor_of, summarize
 from .report import TuneReport
 from .rule import Recommendation, recommend
 from .run import tune
-from .summary import Floor, SettingReport, floor_of, summarize
 
 __all__ = [
     "Agreement",

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .records import RoundRecord
+from ..measure.records import RoundRecord
+from ..measure.summary import Floor, SettingReport
 from .rule import Recommendation
-from .summary import Floor, SettingReport
 
 #: ``"schema"`` of the JSON document.
 SCHEMA = "llamabatch.tune/1"

@@ -9,19 +9,19 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from ..bench.workload import warmup_prompt
 from ..completion import Completion
 from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
+from ..measure.agreement import compile_label_regex, label_of, label_rule
+from ..measure.baseline import OneAtATime, check_one_reply, is_chat, llama_one_at_a_time
+from ..measure.records import BASELINE, FLOOR, RoundRecord, RunRecord, TuneReply, setting_name
+from ..measure.rounds import items_per_round, sample_rounds, setting_order
+from ..measure.summary import floor_of, summarize
+from ..measure.workload import warmup_prompt
 from ..params import BatchConfig, SamplingParams
-from .agreement import compile_label_regex, label_of, label_rule
-from .baseline import OneAtATime, check_one_reply, is_chat, llama_one_at_a_time
-from .records import BASELINE, FLOOR, RoundRecord, RunRecord, TuneReply, setting_name
 from .report import TuneReport
-from .rounds import items_per_round, sample_rounds, setting_order
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
-from .summary import floor_of, summarize
 
 Clock = Callable[[], float]
 #: ``progress(n)``: ``n`` more items completed (timed passes only).

@@ -15,9 +15,11 @@ import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.bench.host import collect_header, quantization
-from llamabatch.bench.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
-from llamabatch.bench.workload import (
+from llamabatch.cli.bench import BenchParams, BenchSetup, bench
+from llamabatch.cli.main import main
+from llamabatch.measure.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
+from llamabatch.measure.workload import (
     SYSTEM,
     format_workload_table,
     ratios,
@@ -26,8 +28,6 @@ from llamabatch.bench.workload import (
     warmup_prompt,
     workload_json,
 )
-from llamabatch.cli.bench import BenchParams, BenchSetup, bench
-from llamabatch.cli.main import main
 from llamabatch.testing import DecodeCall, FakeBackend, StartSeqCall
 
 SLOTS = (1, 2, 4, 8)

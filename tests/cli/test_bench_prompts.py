@@ -16,9 +16,9 @@ import pytest
 from cli_util import MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
 
 from llamabatch import BatchGenerator, SamplingParams, tune
-from llamabatch.bench.file_workload import FileItems
 from llamabatch.bench.host import collect_header
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
+from llamabatch.measure.file_workload import FileItems
 from llamabatch.testing import FakeBackend, StartSeqCall
 
 

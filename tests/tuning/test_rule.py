@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tune_helpers import rounds, run, settings_and_floor, simple
 
+from llamabatch.measure.records import BASELINE, setting_name
 from llamabatch.tuning import recommend, summarize
-from llamabatch.tuning.records import BASELINE, setting_name
 
 BASE = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from llamabatch import SamplingParams, tune
+from llamabatch.measure.agreement import label_of
 from llamabatch.testing import FakeBackend
-from llamabatch.tuning.agreement import label_of
 
 PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(20)]
 LABELS = ("billing", "bug", "account")

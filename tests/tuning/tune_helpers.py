@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from llamabatch.measure.records import BASELINE, FLOOR, setting_name
 from llamabatch.tuning import RoundRecord, RunRecord, TuneReply, floor_of, summarize
-from llamabatch.tuning.records import BASELINE, FLOOR, setting_name
 
 
 def run(

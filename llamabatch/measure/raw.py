@@ -4,7 +4,7 @@ Pure functions over a :class:`~llamabatch.engine.backend.Backend`, so they run o
 :class:`llamabatch.testing.FakeBackend` in tests and on
 :class:`llamabatch.llamacpp.backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
 ``SeqSampler``) for real. The tagging workload (one at a time against batches, through
-``BatchGenerator``) is in :mod:`llamabatch.bench.workload`; ``llamabatch bench``
+``BatchGenerator``) is in :mod:`llamabatch.measure.workload`; ``llamabatch bench``
 (:mod:`llamabatch.cli.bench`) prints both; the JSON document and the
 tables are :mod:`llamabatch.bench.report`'s, the host and model facts
 :mod:`llamabatch.bench.host`'s.

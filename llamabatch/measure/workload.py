@@ -12,7 +12,7 @@ means batching saves time).
 The generators are made by a caller-supplied factory (a real ``Llama`` or a fake
 backend), created once, warmed up with one short untimed group, and reused by every
 round. A round's items may also carry their own sampling (:class:`WorkItems`: the items
-of a user's file, :mod:`llamabatch.bench.file_workload`).
+of a user's file, :mod:`llamabatch.measure.file_workload`).
 """
 
 from __future__ import annotations

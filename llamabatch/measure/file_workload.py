@@ -5,12 +5,12 @@ The items (:class:`FileItems`) are read as ``llamabatch complete`` and ``llamaba
 tune`` read them (``llamabatch.cli.job.items``), each with its own sampling (the base
 with the line's fields; items without a seed get seed 0, as in tune). Each round takes
 ``items`` fresh ones, disjoint from every other round's, sampled as tune samples them
-(:func:`llamabatch.tuning.rounds.sample_rounds`: the same seed draws the same rounds);
+(:func:`llamabatch.measure.rounds.sample_rounds`: the same seed draws the same rounds);
 too few prompts for disjoint rounds is a ``ValueError`` that says what would fit, as in
 tune, never a round that repeats items. One item in no round warms every path up
-(:func:`~llamabatch.bench.workload.warmup_prompt` when every item is in a round).
+(:func:`~llamabatch.measure.workload.warmup_prompt` when every item is in a round).
 
-The timing is the bench's own (:func:`~llamabatch.bench.workload.run_workload`: every
+The timing is the bench's own (:func:`~llamabatch.measure.workload.run_workload`: every
 round one at a time, then each B, in that order). One at a time is :class:`LlamaLoop`:
 a loop over ``Llama.create_completion`` (``create_chat_completion`` for a chat) with
 each item's sampling, reply cap and constraint (``choices`` / ``json_schema`` /
@@ -29,9 +29,9 @@ from typing import Any
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
 from ..params import SamplingParams
-from ..tuning.baseline import check_one_reply, completion_kwargs, is_chat
-from ..tuning.rounds import items_per_round, sample_rounds
 from ..tuning.run import DEFAULT_SEED
+from .baseline import check_one_reply, completion_kwargs, is_chat
+from .rounds import items_per_round, sample_rounds
 from .workload import (
     Clock,
     LoopResult,
@@ -102,7 +102,7 @@ class LlamaLoop:
     cache, as a tagger's loop does.
 
     Called with a sequence of :class:`AloneItem`, it returns a
-    :class:`~llamabatch.bench.workload.LoopResult`: reply tokens, and the items that
+    :class:`~llamabatch.measure.workload.LoopResult`: reply tokens, and the items that
     raised (a ``ValueError``, ``RuntimeError`` or ``LlamaBatchError``: a prompt longer
     than the context, a bad grammar), which end with their error while the loop goes on.
     """
@@ -154,10 +154,10 @@ class FileRun:
 
     Attributes:
         rows: one at a time first, then one row per B > 1 (see
-            :func:`~llamabatch.bench.workload.run_workload`).
+            :func:`~llamabatch.measure.workload.run_workload`).
         rounds: per round, the indices (into the items) of its items, in file order.
         warmup: index of the warm-up item, ``None`` when every item is in a round (the
-            warm-up is then :func:`~llamabatch.bench.workload.warmup_prompt`).
+            warm-up is then :func:`~llamabatch.measure.workload.warmup_prompt`).
     """
 
     rows: list[WorkloadRow]

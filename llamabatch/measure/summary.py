@@ -7,9 +7,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..bench.workload import ratios
 from .agreement import Agreement, agreement
 from .records import BASELINE, FLOOR, RoundRecord, RunRecord, setting_name
+from .workload import ratios
 
 MIB = 2**20
 

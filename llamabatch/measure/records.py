@@ -31,7 +31,7 @@ class TuneReply:
         n_tokens: reply tokens.
         path: ``"create_completion"`` / ``"create_chat_completion"`` for the baseline,
             ``"batch"`` / ``"alone"`` for the slot engine (see ``Completion.path``).
-        label: the reply's label (see :mod:`llamabatch.tuning.agreement`), ``None`` if none.
+        label: the reply's label (see :mod:`llamabatch.measure.agreement`), ``None`` if none.
     """
 
     id: str | int
@@ -48,7 +48,7 @@ class TuneReply:
         return self.error is None
 
     def compared(self) -> tuple[str | None, Any]:
-        """``(text, label)`` for :func:`~llamabatch.tuning.agreement.agreement`; text
+        """``(text, label)`` for :func:`~llamabatch.measure.agreement.agreement`; text
         ``None`` for a failed item."""
         return (self.text if self.ok else None, self.label)
 
