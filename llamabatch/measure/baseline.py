@@ -23,12 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import LlamaBatchError
 from ..params import SamplingParams
-from .records import TuneReply
-
-#: ``one_at_a_time(prompt, sampling)``: one item completed without llamabatch; its reply
-#: (``id`` and ``label`` are filled in by the caller).
-OneAtATime = Callable[[object, SamplingParams], TuneReply]
+from .records import Replies, Reply, WorkItem
+from .rounds import Progress
 
 
 def is_chat(prompt: object) -> bool:
@@ -114,37 +112,75 @@ def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -
     return kwargs
 
 
-def llama_one_at_a_time(llm: Any, max_tokens: int) -> OneAtATime:
-    """The :data:`OneAtATime` of a loaded ``llama_cpp.Llama``. An item that raises gets
-    its error as its reply (``finish_reason "error"``); Ctrl-C is not caught."""
-    from llama_cpp.llama_grammar import LlamaGrammar
+class OneAtATime:
+    """Items completed one after the other, ``one(item)`` each, as a path of
+    :func:`~llamabatch.measure.rounds.run_rounds` (its result: the ``Replies``)."""
 
-    from ..llamacpp.constraints import grammar_of
-    from ..locks import llm_lock
+    def __init__(self, one: Callable[[WorkItem], Reply]) -> None:
+        self.one = one
 
-    grammars: dict[str, Any] = {}
+    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> Replies:
+        replies = []
+        for item in items:
+            replies.append(self.one(item))
+            progress(1)
+        return Replies(tuple(replies), items_alone=len(replies))
 
-    def one(prompt: object, sampling: SamplingParams) -> TuneReply:
-        chat = is_chat(prompt)
+    def close(self) -> None:
+        """Nothing to put back here (see :class:`LlamaLoop`)."""
+
+
+class LlamaLoop(OneAtATime):
+    """The ``Llama`` one at a time: one ``create_completion`` (``create_chat_completion``
+    for a chat) per :class:`~llamabatch.measure.records.WorkItem`, with its sampling,
+    reply cap (its ``max_tokens``, else ``max_tokens``) and constraint (each grammar
+    compiled once).
+
+    An item that raises (``ValueError``, ``RuntimeError``, ``LlamaBatchError``: a prompt
+    longer than the context, a bad grammar) gets its error as its reply; the loop goes on.
+    The ``Llama``'s settings and cache are saved first and put back by :meth:`close`.
+    """
+
+    def __init__(self, llm: Any, max_tokens: int) -> None:
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        from ..llamacpp.llm_state import LlamaGuard
+        from ..locks import llm_lock
+
+        super().__init__(self._complete)
+        self._llm, self._max_tokens = llm, max_tokens
+        self._lock = llm_lock(llm)
+        self._compile = LlamaGrammar.from_string
+        self._grammars: dict[str, Any] = {}
+        self._guard = LlamaGuard(llm)
+
+    def _grammar(self, sampling: SamplingParams) -> Any:
+        from ..llamacpp.constraints import grammar_of
+
+        text = grammar_of(sampling)
+        if text is not None and text not in self._grammars:
+            self._grammars[text] = self._compile(text, verbose=False)
+        return None if text is None else self._grammars[text]
+
+    def _complete(self, item: WorkItem) -> Reply:
+        chat = is_chat(item.alone)
         path = "create_chat_completion" if chat else "create_completion"
         try:
-            text = grammar_of(sampling)
-            grammar = None
-            if text is not None:
-                if text not in grammars:
-                    grammars[text] = LlamaGrammar.from_string(text, verbose=False)
-                grammar = grammars[text]
-            kwargs = completion_kwargs(sampling, max_tokens, grammar)
-            with llm_lock(llm):
+            kwargs = completion_kwargs(
+                item.sampling, self._max_tokens, self._grammar(item.sampling)
+            )
+            with self._lock:
                 if chat:
-                    out = llm.create_chat_completion(messages=prompt, **kwargs)
-                    reply = out["choices"][0]["message"].get("content") or ""
+                    out = self._llm.create_chat_completion(messages=item.alone, **kwargs)
+                    text = out["choices"][0]["message"].get("content") or ""
                 else:
-                    out = llm.create_completion(prompt, **kwargs)
-                    reply = out["choices"][0]["text"]
-        except Exception as exc:  # one item's failure never ends the run
-            return TuneReply(0, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
+                    out = self._llm.create_completion(item.alone, **kwargs)
+                    text = out["choices"][0]["text"]
+        except (ValueError, RuntimeError, LlamaBatchError) as exc:
+            return Reply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
         finish = out["choices"][0].get("finish_reason") or "stop"
-        return TuneReply(0, reply, finish, None, int(out["usage"]["completion_tokens"]), path)
+        return Reply(item.id, text, finish, None, int(out["usage"]["completion_tokens"]), path)
 
-    return one
+    def close(self) -> None:
+        """Put the ``Llama``'s settings and cache back as they were."""
+        self._guard.restore()

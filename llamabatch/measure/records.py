@@ -1,37 +1,94 @@
-"""What a tune run records: every reply of every run of every round (plain data).
-
-Names of the settings: ``"one_at_a_time"`` (the baseline), ``"floor"`` (a second
-one-at-a-time run with another seed, only when sampling is random) and ``"slots=K"``
-for the slot engine with K slots.
-"""
+"""What the item paths take and give back (plain data): a :class:`WorkItem` as each path
+takes it, a file's items (:class:`FileItems`), and a pass's :class:`Replies`."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-BASELINE = "one_at_a_time"
-FLOOR = "floor"
+from ..params import SamplingParams
 
-
-def setting_name(slots: int) -> str:
-    """``"slots=K"``, the name of the engine's setting with K slots."""
-    return f"slots={slots}"
+#: Seed of items whose sampling sets none: every path must draw alike.
+DEFAULT_SEED = 0
 
 
 @dataclass(frozen=True, slots=True)
-class TuneReply:
-    """One reply of one run.
+class WorkItem:
+    """One item as each path takes it.
 
     Attributes:
-        id: the item's id (its input id, else its 0-based index in the prompts).
+        id: the item's id (its input id, else its index).
+        alone: what ``Llama`` gets: a prompt (string or token ids) or a chat (a list of
+            ``{"role", "content"}`` messages).
+        engine: what the engine gets: a prompt string or token ids.
+        sampling: its sampling, reply cap and constraint.
+    """
+
+    id: str | int
+    alone: object
+    engine: object
+    sampling: SamplingParams
+
+
+def seeded(items: Sequence[WorkItem], offset: int = 0) -> list[WorkItem]:
+    """``items`` with seed ``(seed or DEFAULT_SEED) + offset`` (mod 2**32): every path,
+    and every setting, draws alike; ``offset`` 1 gives the floor's second draw."""
+    out = []
+    for it in items:
+        seed = DEFAULT_SEED if it.sampling.seed is None else it.sampling.seed
+        sampling = dataclasses.replace(it.sampling, seed=(seed + offset) % 2**32)
+        out.append(dataclasses.replace(it, sampling=sampling))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FileItems:
+    """The items of a prompts file, as each path takes them; every list has one entry
+    per item, in file order (``alone``, ``engine``: as in :class:`WorkItem`).
+
+    Raises:
+        ValueError: lists of different lengths, or no items.
+    """
+
+    path: str
+    ids: Sequence[str | int]
+    alone: Sequence[object]
+    engine: Sequence[object]
+    samplings: Sequence[SamplingParams]
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        if not n:
+            raise ValueError(f"{self.path} holds no prompts: the workload needs at least one")
+        for name in ("alone", "engine", "samplings"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n} ids")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def work_items(self) -> list[WorkItem]:
+        return [
+            WorkItem(i, a, e, s)
+            for i, a, e, s in zip(self.ids, self.alone, self.engine, self.samplings)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One item's reply in one pass.
+
+    Attributes:
+        id: the item's id.
         text: the reply text (``""`` for a failed item).
         finish_reason: ``"stop"``, ``"length"`` or ``"error"``.
         error: what went wrong, for a failed item; else ``None``.
         n_tokens: reply tokens.
-        path: ``"create_completion"`` / ``"create_chat_completion"`` for the baseline,
-            ``"batch"`` / ``"alone"`` for the slot engine (see ``Completion.path``).
-        label: the reply's label (see :mod:`llamabatch.measure.agreement`), ``None`` if none.
+        path: ``"create_completion"`` / ``"create_chat_completion"`` one at a time,
+            ``"batch"`` / ``"alone"`` in the slot engine (see ``Completion.path``).
+        label: the reply's label (:mod:`llamabatch.measure.agreement`), ``None`` if none.
     """
 
     id: str | int
@@ -44,62 +101,23 @@ class TuneReply:
 
     @property
     def ok(self) -> bool:
-        """True unless the item failed."""
         return self.error is None
 
     def compared(self) -> tuple[str | None, Any]:
-        """``(text, label)`` for :func:`~llamabatch.measure.agreement.agreement`; text
-        ``None`` for a failed item."""
+        """``(text, label)``, text ``None`` for a failed item (it agrees with nothing)."""
         return (self.text if self.ok else None, self.label)
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One setting's pass over one round's items.
+class Replies:
+    """What an item path returns for a pass: one reply per item, in item order.
 
     Attributes:
-        setting: its name (see the module doc).
-        slots: 1 for the baseline and the floor, else the engine's slots.
-        seconds: wall seconds of the whole pass (``None`` if it failed as a whole).
-        replies: one per item, in the round's item order (empty if it failed).
-        error: why the whole pass failed (e.g. the generator could not be made).
-        items_batched, items_alone: of the engine's replies, how many went each way.
-        batch_disabled_reason: the generator's ``stats.batch_disabled_reason`` after the pass.
+        items_batched, items_alone: how the items were completed (one at a time: alone).
+        batch_disabled_reason: the generator's ``stats.batch_disabled_reason`` after it.
     """
 
-    setting: str
-    slots: int
-    seconds: float | None
-    replies: tuple[TuneReply, ...]
-    error: str | None = None
+    replies: tuple[Reply, ...]
     items_batched: int = 0
     items_alone: int = 0
     batch_disabled_reason: str | None = None
-
-    @property
-    def s_per_item(self) -> float | None:
-        """``seconds / len(replies)``; ``None`` for a failed pass."""
-        if self.seconds is None or not self.replies:
-            return None
-        return self.seconds / len(self.replies)
-
-
-@dataclass(frozen=True, slots=True)
-class RoundRecord:
-    """One round: its items and every run over them, in the order they ran.
-
-    Attributes:
-        index: 0-based.
-        item_ids: ids of the round's items (disjoint from every other round's).
-        order: the settings' names in the order they ran.
-        runs: one :class:`RunRecord` per setting, in ``order``.
-    """
-
-    index: int
-    item_ids: tuple[str | int, ...]
-    order: tuple[str, ...]
-    runs: tuple[RunRecord, ...]
-
-    def run(self, setting: str) -> RunRecord | None:
-        """The run of ``setting`` in this round, or ``None``."""
-        return next((r for r in self.runs if r.setting == setting), None)

@@ -18,7 +18,7 @@ from cli_util import MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
 from llamabatch import BatchGenerator, SamplingParams, tune
 from llamabatch.bench.host import collect_header
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
-from llamabatch.measure.file_workload import FileItems
+from llamabatch.measure.records import FileItems
 from llamabatch.testing import FakeBackend, StartSeqCall
 
 
@@ -243,11 +243,68 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
         sampling=samplings,
         backend=lambda b: FakeBackend(),
     )
-    assert [list(r.item_ids) for r in report.rounds] == rounds
+    assert [r["item_ids"] for r in report.to_json()["rounds"]] == rounds
     # every item, on both paths (B=1 here is BatchGenerator(slots=1)), had its constraint
     starts = [c for fake in backends for c in fake.calls(StartSeqCall)]
     assert starts and all(c.sampling.choices == LABELS for c in starts)
     assert "workload prompts (items.jsonl): 3 items per round of 10" in out.getvalue()
+
+
+def clock_of(seconds, first=(), last=()):
+    """A clock reading ``first``, then (start, end) pairs ``seconds`` apart, then ``last``."""
+    values, t = list(first), 0.0
+    for d in seconds:
+        values += [t, t + d]
+        t += d
+    it = iter(values + list(last))
+    return lambda: next(it)
+
+
+def test_bench_and_tune_give_the_same_figures_for_the_same_passes(tmp_path):
+    """One runner: the same file, seed and rounds give both commands the same passes in
+    the same order, so the same pass times give the same per-setting figures."""
+    samplings = [SamplingParams(temperature=0.0)] * len(PROMPTS)
+    ids = [f"t{k:02d}" for k in range(len(PROMPTS))]
+    items = FileItems("items.jsonl", ids, PROMPTS, PROMPTS, samplings)
+    seconds = [3.0, 2.0, 1.5, 1.0, 1.75, 2.5, 4.0, 1.25, 2.0]  # 3 rounds x 3 settings
+    params = BenchParams(
+        slots=(1, 2, 4),
+        parts=("workload",),
+        workload="prompts",
+        prompts="items.jsonl",
+        items=3,
+        workload_rounds=3,
+        seed=2,
+    )
+    doc = bench(
+        fake_setup(tmp_path, []),
+        params,
+        out=io.StringIO(),
+        quiet=True,
+        items=items,
+        clock=clock_of(seconds),
+    )
+    report = tune(
+        None,
+        PROMPTS,
+        slots=(2, 4),
+        rounds=3,
+        items=3,
+        items_seed=2,
+        ids=ids,
+        sampling=samplings,
+        backend=lambda b: FakeBackend(),
+        clock=clock_of(seconds, first=[0.0], last=[99.0]),  # tune also times the whole run
+    )
+    bench_rows = {r["b"]: r for r in doc["workload"]["rows"]}
+    for s in (report.baseline, *report.settings):
+        row = bench_rows[s.slots]
+        assert row["per_item_s"] == pytest.approx(list(s.s_per_item))
+        assert row["ratio"] == pytest.approx(list(s.ratio))
+    assert bench_rows[4]["ratio"] != bench_rows[2]["ratio"]  # the clock told them apart
+    assert [r["item_ids"] for r in report.to_json()["rounds"]] == (
+        doc["workload"]["prompts"]["item_ids"]
+    )
 
 
 def test_only_the_workload_shows_its_context_in_the_header(tmp_path):

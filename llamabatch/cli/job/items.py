@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...measure.baseline import check_one_reply
-from ...measure.file_workload import FileItems
+from ...measure.records import FileItems
 from ...params import SamplingParams
 from ..common import UsageError
 from .fields import with_fields
@@ -58,7 +58,7 @@ class ReadItems:
         return [e for e in entries if isinstance(e, PromptItem)]
 
     def file_items(self, llm: Any) -> FileItems:
-        """The items as each path takes them (:class:`~llamabatch.measure.file_workload.FileItems`):
+        """The items as each path takes them (:class:`~llamabatch.measure.records.FileItems`):
         ``Llama`` a prompt or the chat's messages, the engine the prompt or the chat's
         token ids made as llama-cpp-python's chat handlers make them.
 
