@@ -29,6 +29,7 @@ With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -444,14 +445,9 @@ def _slots(text: str) -> tuple[int, ...]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand to the ``llamabatch`` parser."""
     d = BenchParams()
-    p = subparsers.add_parser(
-        "bench",
-        help="measure tokens/s per slot count and a tagging workload",
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-        prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = options.subcommand(
+        subparsers, PROG, "measure tokens/s per slot count and a tagging workload", __doc__
     )
-    options.add(p, "--model")
     p.add_argument(
         "--slots",
         type=_slots,
@@ -598,45 +594,33 @@ def _run(args: argparse.Namespace) -> int:
     _check_prompts_options(args)
     read = None
     items = 8 if args.items is None else args.items
-    temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
-    n_ctx_seq = _BATCH_DEFAULTS.n_ctx_seq if args.n_ctx_seq is None else args.n_ctx_seq
     try:
         options.check_threads(args.threads)
         if args.prompts is not None:
-            base = SamplingParams(temperature=temperature)
+            t = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
             read = read_items(
                 args.prompts,
                 args.format or "auto",
-                base,
+                SamplingParams(temperature=t),
                 system=args.system,
                 template=args.template,
                 raw=args.raw,
                 warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
                 command="bench",
             )
-            items = items_per_round(
-                len(read.items),
-                args.workload_rounds,
-                args.items,
-                names=("--workload-rounds", "--items"),
-                source=str(args.prompts),
-            )
-        params = BenchParams(
-            slots=args.slots,
-            prompt_tokens=args.prompt_tokens,
-            gen_tokens=args.gen_tokens,
-            rounds=args.rounds,
+            items = options.per_round(len(read.items), args, "--workload-rounds")
+        fixed: dict[str, Any] = dict(
             items=items,
-            workload_rounds=args.workload_rounds,
-            max_tokens=args.max_tokens,
-            n_batch=args.n_batch,
-            seed=args.seed,
             parts=PARTS if args.only is None else (args.only,),
             workload=PROMPTS_WORKLOAD if read is not None else (args.workload or "S"),
             prompts=None if args.prompts is None else str(args.prompts),
-            temperature=temperature,
-            n_ctx_seq=n_ctx_seq,
         )
+        given = {  # the options named as the fields, where given
+            f.name: v
+            for f in dataclasses.fields(BenchParams)
+            if f.name not in fixed and (v := getattr(args, f.name, None)) is not None
+        }
+        params = BenchParams(**given, **fixed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json is not None and args.json.parent and not args.json.parent.is_dir():

@@ -54,14 +54,12 @@ _LOG_TAIL = 6
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand to the ``llamabatch`` parser."""
-    p = subparsers.add_parser(
-        "doctor",
-        help="check that llama-cpp-python, llama.cpp and the model work on this machine",
-        description=__doc__.split("\n\n", 1)[1],
-        prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = options.subcommand(
+        subparsers,
+        PROG,
+        "check that llama-cpp-python, llama.cpp and the model work on this machine",
+        __doc__,
     )
-    options.add(p, "--model")
     p.add_argument(
         "--slots",
         type=int,

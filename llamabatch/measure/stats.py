@@ -17,6 +17,11 @@ def s_per_item(p: Pass) -> float | None:
     return p.s_per_item
 
 
+def seconds(p: Pass) -> float | None:
+    """Wall seconds of a whole pass."""
+    return p.seconds
+
+
 @dataclass(frozen=True, slots=True)
 class Spread:
     """Per-round values, and their median, min and max."""

@@ -72,6 +72,13 @@ def _user(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def tagged(tag: str, n: int) -> list[str]:
+    """``n`` short chat prompts that share nothing with another tag's past the chat header
+    (the tag and the item's number come first), for paths that must not reuse each
+    other's cached prompts."""
+    return [_user(f"[{tag}-{k}] One line on: {_SUBJECTS[k % len(_SUBJECTS)]}.") for k in range(n)]
+
+
 def warmup_prompt() -> str:
     """A short prompt for the untimed warm-up."""
     return chatml(SYSTEM, "Ticket #1: Printer offline.")
