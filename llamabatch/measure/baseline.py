@@ -1,21 +1,13 @@
-"""One at a time, the tagger's loop without llamabatch: ``Llama.create_completion`` for
-a prompt (a string or token ids), ``Llama.create_chat_completion`` for a chat (a list of
-messages), one call per item, with the item's own sampling.
+"""One at a time, the tagger's loop without llamabatch: one ``Llama.create_completion``
+(``create_chat_completion`` for a chat) per item, with the item's own sampling under
+llama-cpp-python's names, its constraint as the GBNF the engine uses
+(:func:`llamabatch.llamacpp.constraints.grammar_of`). The ``Llama`` keeps the previous
+prompt's KV cache, so a prefix shared with the previous item is not prefilled again.
 
-The keyword arguments are llama-cpp-python's (0.3.x) names for the fields of
-:class:`~llamabatch.SamplingParams`; a constraint (``grammar``, ``json_schema``,
-``choices``) becomes the same GBNF grammar the engine uses
-(:func:`llamabatch.llamacpp.constraints.grammar_of`), given as a ``LlamaGrammar``.
-``Llama`` keeps the previous prompt's KV cache, so a prefix shared with the previous
-item is not prefilled again, as in a real tagger's loop.
-
-One call gives one generated reply, so an item that asks for more than that (``n`` > 1,
-``score_choices`` with ``choices``, ``logprobs``) has no one-at-a-time counterpart:
-:func:`check_one_reply` refuses it up front (``tune``, ``bench --prompts``) rather than
-time the engine's several replies or label scores against one reply. ``logprobs`` is
-refused, not passed on: llama-cpp-python 0.3.x's ``create_completion(logprobs=...)``
-raises ``ValueError`` unless the ``Llama`` was made with ``logits_all=True``, which
-the caller's ``Llama`` usually is not (and which slows every decode).
+One call gives one generated reply: an item asking for more (``n`` > 1, ``score_choices``
+with ``choices``, ``logprobs``, which ``create_completion`` gives only with
+``logits_all=True``) has no one-at-a-time counterpart and is refused up front
+(:func:`check_one_reply`).
 """
 
 from __future__ import annotations

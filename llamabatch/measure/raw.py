@@ -1,19 +1,14 @@
 """Raw tokens/s per slot count, in llama-batched-bench's columns (``llamabatch bench``'s
-first table), on any backend: :class:`llamabatch.testing.FakeBackend` in tests,
-``LlamaBackend`` for real.
+first table), on any backend (``FakeBackend`` in tests, ``LlamaBackend`` for real).
 
-Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
-through the slot engine itself (:class:`~llamabatch.engine.scheduler.Scheduler`, the code path
-of ``BatchGenerator``; there is no second decode loop): one batch context of
-``max(slots)`` sequences; for each B, every cache is emptied and B prompts of PP random
-tokens are given to the engine, which lays them into decodes of at most ``n_batch``
-tokens; T_PP ends with the decode that ends the last prompt; then the engine decodes
-until each sequence fed back TG sampled tokens (greedy, EOG ignored: the engine sees a
-backend without EOG ids), timed as T_TG. When B*PP > n_batch, sequences whose prompt
-ended early already decode inside T_PP (continuous batching), as they would in real
-use. Unlike ``llama-batched-bench`` (which only decodes) each step also samples one
-token per sequence with its own sampler chain. Each B is measured ``rounds`` times
-(rounds outermost, so drift is spread over every B) and the median times are reported.
+:func:`run_raw` does what llama.cpp's ``llama-batched-bench`` does, through the slot
+engine itself (the code path of ``BatchGenerator``): one batch context of ``max(slots)``
+sequences; for each B, every cache emptied, B prompts of PP random tokens laid into
+decodes of at most ``n_batch`` tokens (T_PP ends with the decode that ends the last
+prompt; a sequence whose prompt ended early already decodes inside it, as in real use),
+then decodes until each sequence fed back TG greedy tokens (T_TG; EOG ignored). Unlike
+``llama-batched-bench`` each step also samples, one sampler chain per sequence. Each B is
+measured once per round, the B values in alternating order; medians are reported.
 """
 
 from __future__ import annotations
