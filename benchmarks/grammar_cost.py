@@ -28,6 +28,7 @@ from llamabatch.llamacpp.context import BatchContext
 from llamabatch.llamacpp.sampler import SeqSampler
 from llamabatch.measure.rounds import order, run_rounds
 from llamabatch.measure.stats import per_round
+from llamabatch.measure.workloads import SUBJECTS
 from llamabatch.model import default_model_path, load_llama
 from llamabatch.params import SamplingParams
 
@@ -39,16 +40,6 @@ SCHEMA = {
     },
     "required": ["label", "summary"],
 }
-TICKETS = [
-    "I was charged twice this month.",
-    "The app crashes when I open settings.",
-    "Please add a dark mode.",
-    "I cannot log in to my account.",
-    "The invoice shows the wrong address.",
-    "Export to CSV fails with an error.",
-    "Can you support two-factor login?",
-    "My password reset mail never arrives.",
-]
 
 
 def prompt(text: str, k: int) -> str:
@@ -98,7 +89,7 @@ def main() -> None:
 
     def texts(r: int, mode: str) -> list[str]:
         k = order(modes, r).index(mode)
-        return [prompt(TICKETS[(r * 4 + i + k) % len(TICKETS)], r * 10 + k) for i in range(4)]
+        return [prompt(SUBJECTS[(r * 4 + i + k) % len(SUBJECTS)], r * 10 + k) for i in range(4)]
 
     with BatchContext(llm, slots=4, n_ctx_seq=512) as ctx, LlamaBatch(512, 4) as batch:
         paths = {

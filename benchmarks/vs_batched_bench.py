@@ -54,7 +54,7 @@ from typing import Any
 
 from llamabatch.bench.report import parse_raw_table
 from llamabatch.cli.options import script_parser
-from llamabatch.measure.raw import ctx_per_seq, run_raw
+from llamabatch.measure.raw import RAW_COLUMNS, ctx_per_seq, run_raw
 from llamabatch.measure.rounds import Pass, order, run_rounds
 
 BIN_NAME = "llama-batched-bench"
@@ -281,15 +281,8 @@ def speeds(row: dict[str, float]) -> tuple[float, float]:
 
 
 def as_table_row(row) -> dict[str, float]:
-    return {
-        "B": row.b,
-        "PP": row.pp,
-        "TG": row.tg,
-        "T_PP s": row.t_pp,
-        "S_PP t/s": row.s_pp,
-        "T_TG s": row.t_tg,
-        "S_TG t/s": row.s_tg,
-    }
+    """Our row keyed as a parsed row of the C tool's table (``parse_raw_table``)."""
+    return dict(zip(RAW_COLUMNS, row.values()))
 
 
 def summarize(pairs: list[tuple[dict, dict]]) -> dict[str, Any]:

@@ -26,7 +26,8 @@ SYSTEM = "You are a helpful assistant that labels customer support tickets."
 #: The request after each ticket: a short reply that ends by itself, as a tagger's label.
 REQUEST = "Summarize this support ticket in one short sentence."
 
-_SUBJECTS = [
+#: Subjects of support tickets.
+SUBJECTS = [
     "Cannot log in after the password reset",
     "Invoice shows the wrong VAT number",
     "App crashes when I open the camera",
@@ -76,7 +77,7 @@ def tagged(tag: str, n: int) -> list[str]:
     """``n`` short chat prompts that share nothing with another tag's past the chat header
     (the tag and the item's number come first), for paths that must not reuse each
     other's cached prompts."""
-    return [_user(f"[{tag}-{k}] One line on: {_SUBJECTS[k % len(_SUBJECTS)]}.") for k in range(n)]
+    return [_user(f"[{tag}-{k}] One line on: {SUBJECTS[k % len(SUBJECTS)]}.") for k in range(n)]
 
 
 def warmup_prompt() -> str:
@@ -134,7 +135,7 @@ def system_prompt_s(tokenize: Tokenize, target: int = 390) -> str:
 def _ticket(rng: random.Random, tokenize: Tokenize, target: int, wrap: Callable[[str], str]) -> str:
     """A ticket (a subject, then sentences of the pool, each once before any repeats)
     grown until ``wrap(ticket)`` has ``target`` tokens."""
-    ticket = f"Ticket #{rng.randrange(10**6):06d}: {rng.choice(_SUBJECTS)}."
+    ticket = f"Ticket #{rng.randrange(10**6):06d}: {rng.choice(SUBJECTS)}."
     pool: list[str] = []
     while len(tokenize(wrap(ticket))) < target:
         if not pool:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.bench.host import collect_header, quantization
@@ -228,23 +229,13 @@ def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
     assert doc["params"]["slots"] == list(SLOTS)
 
 
-def scripted_clock(durations):
-    """A clock whose successive (start, end) pairs are ``durations`` apart."""
-    t, values = 0.0, []
-    for d in durations:
-        values += [t, t + d]
-        t += d + 1.0
-    it = iter(values)
-    return lambda: next(it)
-
-
 def test_workload_table_lists_alone_then_each_b_with_each_rounds_ratio(tmp_path):
     params = BenchParams(
         slots=(1, 2), parts=("workload",), workload="U", items=2, workload_rounds=2, max_tokens=4
     )
     out = io.StringIO()
     # round 1: alone 4 s, B=2 2 s; round 2 (the order reversed): B=2 3 s, alone 4 s
-    clock = scripted_clock([4, 2, 3, 4])
+    clock = scripted([4, 2, 3, 4])
     doc = bench(fake_setup(tmp_path, 4), params, out=out, err=out, quiet=True, clock=clock)
     lines = [line for line in out.getvalue().splitlines() if line.startswith("|")]
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["alone", "2"]

@@ -5,6 +5,7 @@ caller's own loop as the baseline, the warm-up. Timings are never asserted."""
 from __future__ import annotations
 
 import pytest
+from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.measure.baseline import OneAtATime
@@ -14,16 +15,6 @@ from llamabatch.measure.summary import summarize
 from llamabatch.testing import FakeBackend
 
 GREEDY = SamplingParams(temperature=0.0)
-
-
-def scripted_clock(durations):
-    """A clock whose successive (start, end) pairs are ``durations`` apart."""
-    t, values = 0.0, []
-    for d in durations:
-        values += [t, t + d]
-        t += d + 1.0
-    it = iter(values)
-    return lambda: next(it)
 
 
 def fake_generator(b: int) -> BatchGenerator:
@@ -45,7 +36,7 @@ def test_ratios_come_from_each_rounds_times():
     items = work(f"item {i}" for i in range(4))
     # round 1 (forward): alone 8 s, B=2 6 s, B=4 4 s; round 2 (backward): B=4 5 s,
     # B=2 9 s, alone 10 s
-    clock = scripted_clock([8, 6, 4, 5, 9, 10])
+    clock = scripted([8, 6, 4, 5, 9, 10])
     done = compare(lambda r: items, 2, (2, 4), fake_generator, warmup=items[0], clock=clock)
     assert [r.order for r in done.rounds] == [
         ("one_at_a_time", "slots=2", "slots=4"),
@@ -73,7 +64,7 @@ def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
 
     items = work("abcd")
     warm = WorkItem("w", "warm", "warm", GREEDY)
-    clock = scripted_clock([8, 4, 2, 8])  # round 1: alone 8 s, B=2 4 s; round 2
+    clock = scripted([8, 4, 2, 8])  # round 1: alone 8 s, B=2 4 s; round 2
     done = compare(
         lambda r: items, 2, (2,), fake_generator, warmup=warm, alone=OneAtATime(one), clock=clock
     )
