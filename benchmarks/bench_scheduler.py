@@ -26,6 +26,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.measure.rounds import run_rounds
+from llamabatch.measure.stats import Spread, per_round
 from llamabatch.testing import EOG_ID, FakeBackend
 
 TARGET_US = 20.0
@@ -116,18 +118,23 @@ def run_once(backend, slots: int, prompts: list, max_tokens: int) -> tuple[float
 
 
 def measure(slots: int, items: int, reply_len: int, prompt_len: int, repeat: int) -> Row:
-    """Best of ``repeat`` runs, and best of ``repeat`` replays of the fake's share."""
+    """Best of ``repeat`` runs, and best of ``repeat`` replays of the fake's share (the
+    two alternating in rounds: :func:`llamabatch.measure.rounds.run_rounds`)."""
     prompts = make_prompts(items, prompt_len)
     max_tokens = reply_len + 5
-    total = float("inf")
-    for _ in range(repeat):
-        fake = make_fake(reply_len)
-        elapsed, out = run_once(fake, slots, prompts, max_tokens)
-        total = min(total, elapsed)
-    assert all(c.n_tokens == reply_len and c.finish_reason == "stop" for c in out)
     recorder = Recorder(make_fake(reply_len))
     run_once(recorder, slots, prompts, max_tokens)
-    fake_s = min(replay(recorder.calls, reply_len) for _ in range(repeat))
+
+    def engine(its, tick):
+        fake = make_fake(reply_len)
+        return (*run_once(fake, slots, its, max_tokens), fake)
+
+    paths = {"engine": engine, "fake": lambda its, tick: replay(recorder.calls, reply_len)}
+    done = run_rounds(paths, lambda r, name: prompts, repeat)
+    total = Spread.of(per_round(done, "engine", lambda p: p.result[0])).min
+    fake_s = Spread.of(per_round(done, "fake", lambda p: p.result)).min
+    _, out, fake = done[-1].get("engine").result
+    assert all(c.n_tokens == reply_len and c.finish_reason == "stop" for c in out)
     steps = sum(c.n_tokens + (c.finish_reason == "stop") for c in out)
     sched = max(total - fake_s, 0.0)
     return Row(

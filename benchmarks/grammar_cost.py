@@ -2,7 +2,8 @@
 
 Each round prefills 4 fresh prompts (ticket texts + a round number) in one
 ``llama_decode``, then times ``--steps`` decode steps of the 4 sequences (decode +
-sampling of all four), in each of three modes, in a rotating order:
+sampling of all four), in each of three modes, in an order that alternates from round to
+round (the rounds of :func:`llamabatch.measure.rounds.run_rounds`):
 
 - ``none``: the plain greedy chain (penalties → greedy);
 - ``lazy``: the JSON-schema grammar checked on the picked token only (llamabatch's
@@ -15,14 +16,20 @@ Run: ``python benchmarks/grammar_cost.py [--model GGUF] [--rounds 6] [--steps 24
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
+from collections.abc import Sequence
+from functools import partial
 
+from llamabatch.cli.options import script_parser
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
 from llamabatch.llamacpp.sampler import SeqSampler
+from llamabatch.measure.rounds import order, run_rounds
+from llamabatch.measure.stats import per_round
+from llamabatch.measure.workloads import SUBJECTS
+from llamabatch.model import default_model_path, load_llama
 from llamabatch.params import SamplingParams
 
 SCHEMA = {
@@ -33,16 +40,6 @@ SCHEMA = {
     },
     "required": ["label", "summary"],
 }
-TICKETS = [
-    "I was charged twice this month.",
-    "The app crashes when I open settings.",
-    "Please add a dark mode.",
-    "I cannot log in to my account.",
-    "The invoice shows the wrong address.",
-    "Export to CSV fails with an error.",
-    "Can you support two-factor login?",
-    "My password reset mail never arrives.",
-]
 
 
 def prompt(text: str, k: int) -> str:
@@ -52,7 +49,7 @@ def prompt(text: str, k: int) -> str:
     )
 
 
-def run_mode(llm, ctx, batch, mode: str, prompts: list[str], steps: int) -> float:
+def run_mode(llm, ctx, batch, mode: str, prompts: Sequence[str], steps: int) -> float:
     """Median seconds per step of 4 sequences in ``mode``."""
     params = SamplingParams(temperature=0.0, json_schema=None if mode == "none" else SCHEMA)
     samplers = [SeqSampler(llm, params, lazy_grammar=(mode != "full")) for _ in prompts]
@@ -84,29 +81,23 @@ def run_mode(llm, ctx, batch, mode: str, prompts: list[str], steps: int) -> floa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--threads", type=int, default=2)
+    ap = script_parser(__doc__, model=None, rounds=6, threads=2)
+    ap.add_argument("--steps", type=int, default=24, help="decode steps per mode and round")
     args = ap.parse_args()
-    import llama_cpp
-
-    from llamabatch.model import default_model_path
-
-    llm = llama_cpp.Llama(
-        args.model or str(default_model_path()), n_ctx=512, n_threads=args.threads, verbose=False
-    )
+    llm = load_llama(args.model or default_model_path(), n_ctx=512, n_threads=args.threads)
     modes = ["none", "lazy", "full"]
-    per_mode: dict[str, list[float]] = {m: [] for m in modes}
+
+    def texts(r: int, mode: str) -> list[str]:
+        k = order(modes, r).index(mode)
+        return [prompt(SUBJECTS[(r * 4 + i + k) % len(SUBJECTS)], r * 10 + k) for i in range(4)]
+
     with BatchContext(llm, slots=4, n_ctx_seq=512) as ctx, LlamaBatch(512, 4) as batch:
-        for r in range(args.rounds):
-            order = modes[r % 3 :] + modes[: r % 3]
-            for k, mode in enumerate(order):
-                texts = [
-                    prompt(TICKETS[(r * 4 + i + k) % len(TICKETS)], r * 10 + k) for i in range(4)
-                ]
-                per_mode[mode].append(run_mode(llm, ctx, batch, mode, texts, args.steps))
+        paths = {
+            m: partial(lambda items, tick, m: run_mode(llm, ctx, batch, m, items, args.steps), m=m)
+            for m in modes
+        }
+        done = run_rounds(paths, texts, args.rounds)
+    per_mode = {m: per_round(done, m, lambda p: p.result) for m in modes}
     med = {m: statistics.median(v) * 1000 for m, v in per_mode.items()}
     print(
         json.dumps(

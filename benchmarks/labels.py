@@ -42,12 +42,19 @@ methods ran minutes apart at most).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
-import time
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
+
+from llamabatch import SamplingParams
+from llamabatch.cli.options import script_parser
+from llamabatch.measure.records import WorkItem
+from llamabatch.measure.rounds import Pass, order, run_rounds
+from llamabatch.measure.stats import paired, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "tag_prompts.jsonl"
@@ -63,6 +70,17 @@ METHODS = (
     "longest label",
 )
 #: (numerator, denominator) of each ratio printed.
+#: Each method's sampling (its seed set per round: n=5's draws differ from round to round).
+SAMPLINGS = {
+    "scored": SamplingParams(choices=LABELS, score_choices=True),
+    "greedy": SamplingParams(temperature=0.0, choices=LABELS),
+    "llama-cpp-python": SamplingParams(),  # not used: its own way
+    "n=5 shared": SamplingParams(n=5, temperature=0.8),
+    "n=5 separate": SamplingParams(temperature=0.8),
+    "floor": SamplingParams(temperature=0.0, max_tokens=1),
+    "floor + label": SamplingParams(temperature=0.0, max_tokens=1),
+    "longest label": SamplingParams(choices=[" " + max(LABELS, key=len)], score_choices=True),
+}
 RATIOS = (
     ("scored", "greedy"),
     ("llama-cpp-python", "scored"),
@@ -144,11 +162,8 @@ def llama_cpp_python_way(ref, prompt: str) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--items", type=int, default=16)
-    ap.add_argument("--slots", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
+    ap = script_parser(__doc__, rounds=6, items=16, threads=2, model=None, json=None)
+    ap.add_argument("--slots", type=int, default=4, metavar="N", help="slots (default: 4)")
     ap.add_argument(
         "--fresh-at",
         choices=("item", "front"),
@@ -156,77 +171,71 @@ def main(argv: list[str] | None = None) -> int:
         help="where the job tag and item number go: before the ticket (after the shared "
         "instruction) or before the user's message (default: item)",
     )
-    ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    import llama_cpp
+    from llamabatch import BatchGenerator
+    from llamabatch.model import default_model_path, load_llama
 
-    from llamabatch import BatchGenerator, SamplingParams
-    from llamabatch.model import default_model_path
-
-    model = str(args.model or default_model_path())
-    kw = {"n_ctx": 2048, "n_threads": args.threads, "n_threads_batch": args.threads}
-    llm = llama_cpp.Llama(model_path=model, verbose=False, **kw)
-    ref = llama_cpp.Llama(model_path=model, verbose=False, logits_all=True, **kw)
+    model = args.model or default_model_path()
+    llm = load_llama(model, n_ctx=2048, n_threads=args.threads)
+    ref = load_llama(model, n_ctx=2048, n_threads=args.threads, logits_all=True)
     gen = BatchGenerator(llm, slots=args.slots, n_ctx_seq=512, max_tokens=16)
-    scored = SamplingParams(choices=LABELS, score_choices=True)
-    greedy = SamplingParams(temperature=0.0, choices=LABELS)
-    longest = SamplingParams(choices=[" " + max(LABELS, key=len)], score_choices=True)
+    longest = " " + max(LABELS, key=len)
 
-    def run(method: str, prompts: list[str], round_no: int) -> None:
-        seed = 1000 * round_no
-        if method == "scored":
-            gen.complete_many(prompts, scored)
-        elif method == "greedy":
-            gen.complete_many(prompts, greedy)
-        elif method == "llama-cpp-python":
+    def run(method: str, items: Sequence[WorkItem]) -> None:
+        prompts = [it.engine for it in items]
+        if method == "llama-cpp-python":
             for p in prompts:
-                llama_cpp_python_way(ref, p)
-        elif method == "floor":
-            gen.complete_many(prompts, SamplingParams(temperature=0.0, max_tokens=1))
+                llama_cpp_python_way(ref, str(p))
         elif method == "floor + label":
-            ids = [with_label_tokens(llm, p, " " + max(LABELS, key=len)) for p in prompts]
-            gen.complete_many(ids, SamplingParams(temperature=0.0, max_tokens=1))
-        elif method == "longest label":
-            gen.complete_many(prompts, longest)
-        elif method == "n=5 shared":
-            gen.complete_many(prompts, SamplingParams(n=5, temperature=0.8, seed=seed))
-        else:
+            ids = [with_label_tokens(llm, str(p), longest) for p in prompts]
+            gen.complete_many(ids, items[0].sampling)
+        elif method == "n=5 separate":  # the same five draws as n=5 shared, as items
             many = [p for p in prompts for _ in range(5)]
-            sampling = [
-                SamplingParams(temperature=0.8, seed=seed + j) for _ in prompts for j in range(5)
+            seeds = [
+                replace(it.sampling, seed=it.sampling.seed + j) for it in items for j in range(5)
             ]
-            gen.complete_many(many, sampling)
+            gen.complete_many(many, seeds)
+        else:
+            gen.complete_many(prompts, [it.sampling for it in items])
 
-    times: dict[str, list[float]] = {m: [] for m in METHODS}
-    for r in range(args.rounds):
-        order = METHODS if r % 2 == 0 else tuple(reversed(METHODS))
-        for k, method in enumerate(order):
-            prompts = fresh_prompts(job_tag(r, k), args.items, args.fresh_at)
-            t0 = time.perf_counter()
-            run(method, prompts, r)
-            times[method].append((time.perf_counter() - t0) / args.items)
-        print(
-            f"round {r + 1}: " + ", ".join(f"{m} {times[m][-1] * 1000:.1f} ms" for m in METHODS),
-            flush=True,
-        )
+    def items(r: int, method: str) -> list[WorkItem]:
+        tag = job_tag(r, order(METHODS, r).index(method))
+        sampling = replace(SAMPLINGS[method], seed=1000 * r)
+        return [
+            WorkItem(i, p, p, sampling)
+            for i, p in enumerate(fresh_prompts(tag, args.items, args.fresh_at))
+        ]
+
+    def report(r: int, p: Pass) -> None:
+        heard[p.path] = p.s_per_item
+        if len(heard) == len(METHODS):
+            print(
+                f"round {r + 1}: "
+                + ", ".join(f"{m} {heard.pop(m) * 1000:.1f} ms" for m in METHODS),
+                flush=True,
+            )
+
+    heard: dict[str, float] = {}
+    paths = {m: partial(lambda its, tick, m: run(m, its), m=m) for m in METHODS}
+    done = run_rounds(paths, items, args.rounds, on_pass=report)
+    times = {m: per_round(done, m) for m in METHODS}
     med = {m: statistics.median(v) for m, v in times.items()}
     ratios = {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS}
-    per_round = {f"{a} / {b}": [x / y for x, y in zip(times[a], times[b])] for a, b in RATIOS}
+    per_ratio = {f"{a} / {b}": paired(done, a, b) for a, b in RATIOS}
     print("median ms per item: " + ", ".join(f"{m} {med[m] * 1000:.1f}" for m in METHODS))
     print(
         "ratios: "
         + ", ".join(
-            f"{k} {v:.2f} (rounds {min(per_round[k]):.2f}-{max(per_round[k]):.2f})"
+            f"{k} {v:.2f} (rounds {min(per_ratio[k]):.2f}-{max(per_ratio[k]):.2f})"
             for k, v in ratios.items()
         )
     )
     print(f"stats: {gen.stats}")
     if args.json is not None:
-        report = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds_per_item": times}
-        report |= {"median": med, "ratios": ratios, "ratios_per_round": per_round}
-        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        doc = {"args": {k: str(v) for k, v in vars(args).items()}, "seconds_per_item": times}
+        doc |= {"median": med, "ratios": ratios, "ratios_per_round": per_ratio}
+        args.json.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     gen.close()
     ref.close()
     llm.close()

@@ -1,9 +1,9 @@
 """Ray Data against the local engine on one machine: items/s and the overhead per item
 of ``llamabatch complete --ray`` (not CI).
 
-Paths, each given the same number of fresh items per job (every prompt differs from its
-second token on, so no path reuses another's prompt cache), in an order that rotates
-from round to round:
+Paths, each given the same number of fresh items per job (every job's prompts differ from
+the others' past the chat header, so no path reuses another's prompt cache), in an order
+that alternates from round to round (:func:`llamabatch.measure.rounds.run_rounds`):
 
 - ``local``: what ``llamabatch complete`` does without ``--ray``: load a ``Llama``, open
   a ``BatchGenerator`` (``--slots``, ``--threads``), complete the items page by page.
@@ -12,7 +12,8 @@ from round to round:
   round): a dataset of blocks of ``--page-size`` items, one model per actor loaded at
   the start of each job, output blocks read back in input order.
 
-Each path runs a job of ``--items`` items and one of twice as many in every round. A
+Each path runs a job of ``--items`` items and one of twice as many in every round (two
+paths of the runner: ``local x1`` and ``local x2``, ...). A
 job's wall time counts everything a user waits for (model loads, actor starts); the
 *marginal* seconds per item, ``(wall(2N) - wall(N)) / N``, leave the fixed costs out, and
 the overhead per item of a Ray path is its marginal time minus ``local``'s.
@@ -30,33 +31,20 @@ import argparse
 import json
 import os
 import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 # the local cluster on 127.0.0.1 only (see tests/conftest.py); read when ray is imported
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.cli.options import script_parser
+from llamabatch.measure.rounds import run_rounds
+from llamabatch.measure.stats import per_round, seconds
+from llamabatch.measure.workloads import tagged
 from llamabatch.model import default_model_path, load_llama
 
 GREEDY = SamplingParams(temperature=0)
-TOPICS = [
-    "a refund for a double charge",
-    "the app crashing on start",
-    "a dark mode",
-    "a login loop",
-    "an invoice in the wrong currency",
-    "export to CSV",
-]
-
-
-def prompts(tag: str, n: int) -> list[str]:
-    """``n`` chat prompts, fresh for ``tag`` (its text comes right after the start)."""
-    return [
-        f"<|im_start|>user\n[{tag}-{k}] Write one sentence about {TOPICS[k % len(TOPICS)]}."
-        "<|im_end|>\n<|im_start|>assistant\n"
-        for k in range(n)
-    ]
 
 
 def run_local(args: argparse.Namespace, items: list[str]) -> list[str]:
@@ -97,17 +85,25 @@ def run_ray(args: argparse.Namespace, items: list[str], actors: int) -> list[str
     return [c.text for c in done]
 
 
+def whole(job):
+    """``job`` as a path of ``run_rounds`` that refuses to lose an item."""
+
+    def path(items, progress):
+        out = job(list(items))
+        if len(out) != len(items):
+            raise RuntimeError(f"{len(out)} replies to {len(items)} items")
+        return out
+
+    return path
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--items", type=int, default=32, help="N: items of the smaller job")
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads per model")
-    ap.add_argument("--slots", type=int, default=4)
+    ap = script_parser(
+        __doc__, rounds=3, items=32, max_tokens=16, threads=1, n_ctx_seq=512, model=None
+    )
+    ap.add_argument("--slots", type=int, default=4, help="slots of each engine (default: 4)")
     ap.add_argument("--page-size", type=int, default=16, help="items per Ray block")
-    ap.add_argument("--n-ctx-seq", type=int, default=512)
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 2], help="Ray paths")
-    ap.add_argument("--model", type=Path, default=None, help="GGUF (default: SmolLM2)")
     args = ap.parse_args()
     args.model = args.model or Path(os.environ.get("LLAMABATCH_TEST_GGUF") or default_model_path())
 
@@ -119,23 +115,20 @@ def main() -> None:
         log_to_driver=False,
         _node_ip_address="127.0.0.1",
     )
-    paths = {"local": lambda items: run_local(args, items)}
+    jobs = {"local": lambda items: run_local(args, items)}
     for n in args.actors:
-        paths[f"ray{n}"] = lambda items, n=n: run_ray(args, items, n)
-    walls: dict[str, dict[int, list[float]]] = {p: {1: [], 2: []} for p in paths}
-    names = list(paths)
+        jobs[f"ray{n}"] = partial(lambda items, n: run_ray(args, items, n), n=n)
+    paths = {f"{name} x{t}": whole(job) for name, job in jobs.items() for t in (1, 2)}
     try:
-        for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                for times in (1, 2):
-                    items = prompts(f"{r}-{name}-{times}", times * args.items)
-                    t0 = time.perf_counter()
-                    out = paths[name](items)
-                    walls[name][times].append(time.perf_counter() - t0)
-                    assert len(out) == len(items)
+        done = run_rounds(
+            paths,
+            lambda r, path: tagged(f"{r}-{path}", int(path[-1]) * args.items),
+            args.rounds,
+        )
     finally:
         ray.shutdown()
+    names = list(jobs)
+    walls = {n: {t: per_round(done, f"{n} x{t}", seconds) for t in (1, 2)} for n in names}
     report: dict[str, object] = {"args": {k: str(v) for k, v in vars(args).items()}}
     marginal: dict[str, float] = {}
     for name in names:

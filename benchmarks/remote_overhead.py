@@ -1,8 +1,8 @@
 """The pool of servers on one machine: items/s and the per-item overhead (not CI).
 
-Paths, each given the same number of fresh items per round (every prompt differs from its
-second token on, so no path reuses another's prompt cache), in an order that rotates
-from round to round:
+Paths, each given the same number of fresh items per round (every path's prompts differ
+from the others' past the chat header, so no path reuses another's prompt cache), in an
+order that alternates from round to round (:func:`llamabatch.measure.rounds.run_rounds`):
 
 - ``local``: the in-process engine, ``BatchGenerator`` on a ``Llama`` (``--threads``,
   ``--slots``).
@@ -29,41 +29,60 @@ the paired overheads in ms per item.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
-import llama_cpp
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.model import default_model_path
+from llamabatch.cli.options import script_parser
+from llamabatch.measure.rounds import run_rounds
+from llamabatch.measure.stats import per_round, seconds
+from llamabatch.measure.workloads import tagged
+from llamabatch.model import default_model_path, load_llama
 from llamabatch.remote import RemoteGenerator, build_request
 from llamabatch.remote.client import parse_reply
 from llamabatch.testing.servers import LocalServer, free_port
 
 GREEDY = SamplingParams(temperature=0)
-TOPICS = [
-    "a refund for a double charge",
-    "the app crashing on start",
-    "a dark mode",
-    "a login loop",
-    "an invoice in the wrong currency",
-    "export to CSV",
-]
 
 
 def prompts(round_: int, path: str, n: int) -> list[str]:
-    """Fresh prompts: the item's own number comes right after the first word."""
-    return [
-        f"Ticket {path}-{round_}-{i}: the customer writes about {TOPICS[i % len(TOPICS)]}. "
-        f"One-word label:"
-        for i in range(n)
-    ]
+    """Fresh prompts of ``path`` in round ``round_``."""
+    return tagged(f"{path}-{round_}", n)
+
+
+def checked(run: Callable[[list[str]], list[str]]) -> Callable[..., list[str]]:
+    """``run`` as a path of ``run_rounds`` that refuses an empty reply."""
+
+    def path(items: Sequence[str], progress: object) -> list[str]:
+        texts = run(list(items))
+        if any(not t for t in texts):
+            raise RuntimeError(f"an empty reply to {items[0]!r}")
+        return texts
+
+    return path
+
+
+def direct_path(client: httpx.Client, url: str, model_id: str | None, max_tokens: int):
+    """The requests ``RemoteGenerator`` sends (bodies made by the same code), one after
+    the other with a bare ``httpx.Client``; the reply texts."""
+
+    def direct(items: list[str]) -> list[str]:
+        texts = []
+        for item in items:
+            req = build_request(item, GREEDY, max_tokens)
+            body = dict(req.body, model=model_id) if model_id else req.body
+            reply = client.post(url + req.endpoint, json=body).raise_for_status().json()
+            texts.append(parse_reply(reply).text)
+        return texts
+
+    return direct
 
 
 def _stub_server(port: int) -> None:
@@ -107,36 +126,21 @@ def paired_overhead_ms(url: str, pairs: int, max_tokens: int) -> tuple[list[floa
     """(remote - direct, direct) in ms for ``pairs`` single items, order alternating."""
     short = RemoteGenerator([url], max_tokens=max_tokens, sampling=GREEDY)
     short.complete_many(prompts(-1, "probe", 1))  # probes the server: its model id
-    model_id = short.servers[0].model
     client = httpx.Client(timeout=600)
-
-    def direct(items: list[str]) -> list[str]:
-        texts = []
-        for item in items:
-            req = build_request(item, GREEDY, max_tokens)
-            body = dict(req.body, model=model_id) if model_id else req.body
-            texts.append(
-                parse_reply(
-                    client.post(url + req.endpoint, json=body).raise_for_status().json()
-                ).text
-            )
-        return texts
-
-    runs = {"remote": lambda items: [c.text for c in short.complete_many(items)], "direct": direct}
-    for name in runs:  # warm-up: connections, threads
-        runs[name](prompts(-1, "warm-" + name, 2))
-    diffs, directs = [], []
-    for k in range(pairs):
-        took = {}
-        for name in ("remote", "direct") if k % 2 else ("direct", "remote"):
-            took[name], texts = timed(runs[name], prompts(k, "pair-" + name, 1))
-            if not texts[0]:
-                raise RuntimeError(f"{name}: an empty reply")
-        diffs.append(1000 * (took["remote"] - took["direct"]))
-        directs.append(1000 * took["direct"])
+    runs = {
+        "direct": checked(direct_path(client, url, short.servers[0].model, max_tokens)),
+        "remote": checked(lambda items: [c.text for c in short.complete_many(items)]),
+    }
+    done = run_rounds(
+        runs,
+        lambda k, name: prompts(k, "pair-" + name, 1),
+        pairs,
+        warmup=lambda name: prompts(-1, "warm-" + name, 2),  # connections, threads
+    )
     short.close()
     client.close()
-    return diffs, directs
+    remote, direct = (per_round(done, name, seconds) for name in ("remote", "direct"))
+    return [1000 * (r - d) for r, d in zip(remote, direct)], [1000 * d for d in direct]
 
 
 def _summary(diffs: list[float], directs: list[float]) -> dict[str, object]:
@@ -148,18 +152,8 @@ def _summary(diffs: list[float], directs: list[float]) -> dict[str, object]:
     }
 
 
-def timed(run, items: list[str]) -> tuple[float, list[str]]:
-    t0 = time.perf_counter()
-    texts = run(items)
-    return time.perf_counter() - t0, texts
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--items", type=int, default=16, help="items per path per round")
-    ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1, help="CPU threads of each process")
+    ap = script_parser(__doc__, rounds=5, items=16, max_tokens=16, threads=1)
     ap.add_argument("--pairs", type=int, default=40, help="pairs on the real server")
     ap.add_argument("--stub-pairs", type=int, default=400, help="pairs on the stub server")
     ap.add_argument("--slots", type=int, default=4, help="slots of the local engine")
@@ -171,13 +165,7 @@ def main() -> None:
         for k in range(2)
     ]
     one = pair[0]
-    llm = llama_cpp.Llama(
-        model_path=str(model),
-        n_ctx=512,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        verbose=False,
-    )
+    llm = load_llama(model, n_ctx=512, n_threads=args.threads)
     try:
         for server in pair:
             server.start()
@@ -188,39 +176,20 @@ def main() -> None:
         pool2 = RemoteGenerator([s.url for s in pair], max_tokens=args.max_tokens, sampling=GREEDY)
         client = httpx.Client(timeout=600)
         pool1.complete_many(prompts(-1, "probe", 1))  # probes the server: its model id
-        model_id = pool1.servers[0].model
-
-        def direct(items: list[str]) -> list[str]:
-            texts = []
-            for item in items:
-                req = build_request(item, GREEDY, args.max_tokens)
-                body = dict(req.body, model=model_id) if model_id else req.body
-                texts.append(
-                    parse_reply(
-                        client.post(one.url + req.endpoint, json=body).raise_for_status().json()
-                    ).text
-                )
-            return texts
-
         paths = {
             "local": lambda items: [c.text for c in local.complete_many(items)],
             "pool1": lambda items: [c.text for c in pool1.complete_many(items)],
-            "direct": direct,
+            "direct": direct_path(client, one.url, pool1.servers[0].model, args.max_tokens),
             "pool2": lambda items: [c.text for c in pool2.complete_many(items)],
         }
-        for name, run in paths.items():  # warm-up (and the servers' first prompt)
-            run(prompts(-1, name, 2))
-        seconds = {name: [] for name in paths}
-        overhead_ms = []
-        names = list(paths)
-        for r in range(args.rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                s, texts = timed(paths[name], prompts(r, name, args.items))
-                if any(not t for t in texts):
-                    raise RuntimeError(f"{name}: an empty reply in round {r}")
-                seconds[name].append(s)
-            overhead_ms.append(1000 * (seconds["pool1"][-1] - seconds["direct"][-1]) / args.items)
+        done = run_rounds(  # the warm-up: the servers' first prompt too
+            {name: checked(run) for name, run in paths.items()},
+            lambda r, name: prompts(r, name, args.items),
+            args.rounds,
+            warmup=lambda name: prompts(-1, name, 2),
+        )
+        took = {name: per_round(done, name, seconds) for name in paths}
+        overhead_ms = [1000 * (p - d) / args.items for p, d in zip(took["pool1"], took["direct"])]
         diffs, directs = paired_overhead_ms(one.url, args.pairs, 1)
         stub_port = free_port()
         stub = multiprocessing.Process(target=_stub_server, args=(stub_port,), daemon=True)
@@ -239,7 +208,7 @@ def main() -> None:
         finally:
             stub.terminate()
             stub.join(10)
-        rate = {n: statistics.median(args.items / s for s in v) for n, v in seconds.items()}
+        rate = {n: statistics.median(args.items / s for s in v) for n, v in took.items()}
         report = {
             "rounds": args.rounds,
             "items_per_round": args.items,

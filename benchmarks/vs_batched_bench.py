@@ -2,12 +2,13 @@
 """Our raw bench side by side with llama.cpp's own ``llama-batched-bench``.
 
 Runs llama.cpp's C++ ``llama-batched-bench`` and llamabatch's raw bench
-(:func:`llamabatch.bench.raw.run_raw` through ``LlamaBackend``: ``BatchContext`` +
+(:func:`llamabatch.measure.raw.run_raw` through ``LlamaBackend``: ``BatchContext`` +
 ``LlamaBatch`` + ``SeqSampler``) on the same model, threads, flash-attention setting and
-sizes, alternately: each round measures every B with the C tool and ours back to back
-(C first in odd rounds, ours first in even ones), so drift of a shared machine hits both
-alike. It prints our S_PP and S_TG as a ratio of its, per B: of the medians over rounds,
-of the best runs (the least disturbed ones), and per round. Target: >= 0.97 at every B.
+sizes, alternately (the rounds of :func:`llamabatch.measure.rounds.run_rounds`): each
+round measures every B with the C tool and ours back to back (C first in odd rounds, ours
+first in even ones), so drift of a shared machine hits both alike. It prints our S_PP
+and S_TG as a ratio of its, per B: of the medians over rounds, of the best runs (the
+least disturbed ones), and per round. Target: >= 0.97 at every B.
 
 The C tool comes from ``$LLAMA_BATCHED_BENCH`` (a prebuilt binary), or is built from the
 llama.cpp sources that the installed llama-cpp-python was built from (``--llama-cpp-src``
@@ -51,8 +52,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llamabatch.bench.raw import ctx_per_seq, run_raw
 from llamabatch.bench.report import parse_raw_table
+from llamabatch.cli.options import script_parser
+from llamabatch.measure.raw import RAW_COLUMNS, ctx_per_seq, run_raw
+from llamabatch.measure.rounds import Pass, order, run_rounds
 
 BIN_NAME = "llama-batched-bench"
 
@@ -155,16 +158,14 @@ def run_c(binary: Path, args: argparse.Namespace) -> tuple[list[dict[str, float]
 
 # -- ours ----------------------------------------------------------------------------------
 def load_llm(args: argparse.Namespace) -> Any:
-    import llama_cpp
+    from llamabatch.model import load_llama
 
-    return llama_cpp.Llama(
-        model_path=str(args.model),
+    return load_llama(
+        args.model,
         n_ctx=512,
         n_threads=args.threads,
-        n_threads_batch=args.threads,
         n_gpu_layers=args.n_gpu_layers,
         flash_attn=args.flash_attn == "on",
-        verbose=False,
     )
 
 
@@ -280,15 +281,8 @@ def speeds(row: dict[str, float]) -> tuple[float, float]:
 
 
 def as_table_row(row) -> dict[str, float]:
-    return {
-        "B": row.b,
-        "PP": row.pp,
-        "TG": row.tg,
-        "T_PP s": row.t_pp,
-        "S_PP t/s": row.s_pp,
-        "T_TG s": row.t_tg,
-        "S_TG t/s": row.s_tg,
-    }
+    """Our row keyed as a parsed row of the C tool's table (``parse_raw_table``)."""
+    return dict(zip(RAW_COLUMNS, row.values()))
 
 
 def summarize(pairs: list[tuple[dict, dict]]) -> dict[str, Any]:
@@ -338,10 +332,7 @@ def report(args, results: dict[int, dict], parts: dict[int, dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--model", type=Path, default=None, help="GGUF (default: llamabatch's default model)"
-    )
+    ap = script_parser(__doc__, model=None, n_batch=512, threads=2, seed=0, json=None)
     ap.add_argument(
         "--llama-cpp-src",
         default=None,
@@ -349,26 +340,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--build-dir", default=None, help="cmake build directory (default: SRC/build)")
     ap.add_argument("--jobs", type=int, default=2, help="build jobs (default: 2)")
-    ap.add_argument(
-        "--libs",
-        choices=("wheel", "build"),
-        default="wheel",
-        help="shared libraries the C tool runs on (default: the wheel's)",
-    )
+    for flag, choices, text in (
+        (
+            "--libs",
+            ("wheel", "build"),
+            "shared libraries the C tool runs on (default: the wheel's)",
+        ),
+        ("--flash-attn", ("off", "on"), "both sides (default: off, as llama-cpp-python's Llama)"),
+    ):
+        ap.add_argument(flag, choices=choices, default=choices[0], help=text)
     ap.add_argument(
         "--slots", type=lambda s: tuple(int(v) for v in s.split(",")), default=(1, 2, 4, 8)
     )
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--gen-tokens", type=int, default=64)
-    ap.add_argument("--n-batch", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
-    ap.add_argument(
-        "--flash-attn",
-        choices=("on", "off"),
-        default="off",
-        help="both sides (default: off, llama-cpp-python's Llama default)",
-    )
     ap.add_argument(
         "--rounds",
         type=int,
@@ -376,7 +362,6 @@ def main(argv: list[str] | None = None) -> int:
         help="C/ours pairs per B (default: 3); each round measures every B, "
         "C and ours back to back, C first in odd rounds, ours first in even",
     )
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--profile",
         nargs="?",
@@ -385,7 +370,6 @@ def main(argv: list[str] | None = None) -> int:
         metavar="OUT.prof",
         help="also cProfile one sweep of ours (and dump it to OUT.prof)",
     )
-    ap.add_argument("--json", type=Path, default=None, help="write the results here")
     args = ap.parse_args(argv)
     if args.model is None:
         from llamabatch.model import default_model_path
@@ -400,25 +384,37 @@ def main(argv: list[str] | None = None) -> int:
         "libraries",
         flush=True,
     )
-    pairs: dict[int, list[tuple[dict, dict]]] = {b: [] for b in args.slots}
     c_texts: list[str] = []
     t0 = time.perf_counter()
-    for r in range(args.rounds):
-        for b in args.slots:
-            one = argparse.Namespace(**{**vars(args), "slots": (b,)})
-            if r % 2 == 0:
-                (c_row,), text = run_c(binary, one)
-                (o_row,) = run_ours(llm, one)
-            else:
-                (o_row,) = run_ours(llm, one)
-                (c_row,), text = run_c(binary, one)
-            c_texts.append(text)
-            pairs[b].append((c_row, as_table_row(o_row)))
-        print(
-            f"round {r + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+
+    def c_side(items, tick) -> dict[str, float]:
+        (row,), text = run_c(binary, items[0])
+        c_texts.append(text)
+        return row
+
+    def ours(items, tick) -> dict[str, float]:
+        (row,) = run_ours(llm, items[0])
+        return as_table_row(row)
+
+    def heard(r: int, p: Pass) -> None:
+        if p.path == order(list(paths), r)[-1]:
+            print(
+                f"round {r + 1}/{args.rounds} done ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    # per B the C tool and ours back to back, C first in odd rounds, ours first in even
+    paths = {f"{side} {b}": fn for b in args.slots for side, fn in (("c", c_side), ("ours", ours))}
+    done = run_rounds(
+        paths,
+        lambda r, name: [argparse.Namespace(**{**vars(args), "slots": (int(name.split()[1]),)})],
+        args.rounds,
+        on_pass=heard,
+    )
+    pairs = {
+        b: [(r.get(f"c {b}").result, r.get(f"ours {b}").result) for r in done] for b in args.slots
+    }
     results = {b: summarize(pairs[b]) for b in args.slots}
     parts = {}
     for b in args.slots:

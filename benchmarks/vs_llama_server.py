@@ -8,10 +8,11 @@ threads, n_batch, slots and per-slot context as llamabatch::
     llama-server -m MODEL -np B --no-kv-unified -c B*N_CTX_SEQ -t T -b 512 -ub 512 -fa off
 
 and fed by B concurrent clients posting ``/completion`` with ``cache_prompt: true``.
-Each round makes FRESH prompts (a new seed; the S system prompt stays the same, as in a
-real backlog) so no path replays a cached prompt, and runs the three paths in an order
-that rotates from round to round. Greedy everywhere. Per (B, workload) it prints the
-median seconds per item of each path and the medians of the per-round ratios
+The rounds are llamabatch's own (:func:`llamabatch.measure.rounds.run_rounds`): each
+round makes FRESH prompts (a new seed; the S system prompt stays the same, as in a real
+backlog) so no path replays a cached prompt, and runs every workload's three paths, in an
+order that alternates from round to round. Greedy everywhere. Per (B, workload) it
+prints the median seconds per item of each path and the medians of the per-round ratios
 llamabatch / one-at-a-time and llamabatch / server, and writes everything to JSON.
 
 The server binary: ``$LLAMA_SERVER``, else ``~/.cache/llamabatch/build-0.3.36/bin/
@@ -33,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import queue
@@ -45,11 +47,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.bench.workloads import WORKLOADS, Workload
+from llamabatch.cli.options import script_parser
+from llamabatch.measure.baseline import LlamaLoop
+from llamabatch.measure.records import WorkItem
+from llamabatch.measure.rounds import Pass, run_rounds
+from llamabatch.measure.stats import paired, per_round
+from llamabatch.measure.workloads import WORKLOADS
+from llamabatch.model import default_model_path, load_llama
 
 DEFAULT_SERVER = Path.home() / ".cache/llamabatch/build-0.3.36/bin/llama-server"
 PATHS = ("one", "batch", "server")
@@ -194,34 +203,14 @@ class Server:
         return sum(tokens)
 
 
-def run_path(
-    path: str,
-    prompts: list[str],
-    w: Workload,
-    llm: Any,
-    gen: BatchGenerator,
-    server: Server,
-    b: int,
-) -> tuple[float, int]:
-    t0 = time.perf_counter()
-    if path == "one":
-        n = sum(
-            llm.create_completion(p, max_tokens=w.max_tokens, temperature=0.0)["usage"][
-                "completion_tokens"
-            ]
-            for p in prompts
-        )
-    elif path == "batch":
-        sampling = SamplingParams(temperature=0.0, max_tokens=w.max_tokens)
-        n = sum(c.n_tokens for c in gen.complete_many(prompts, sampling=sampling))
-    else:
-        n = server.complete_all(prompts, w.max_tokens, b)
-    return time.perf_counter() - t0, n
+def items_of(prompts: Sequence[str], max_tokens: int) -> list[WorkItem]:
+    greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    return [WorkItem(k, p, p, greedy) for k, p in enumerate(prompts)]
 
 
 def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
-    items = args.items
     log = Path(args.server_log or f"/tmp/llama-server-B{b}.log")
+    alone = LlamaLoop(llm, max_tokens=200)
     with (
         Server(
             args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch, log
@@ -234,41 +223,58 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
             sampling=SamplingParams(temperature=0.0),
         ) as gen,
     ):
-        warm = Workload("warm-up", 4, "")
+
+        def run(path: str, items: Sequence[WorkItem]) -> int:
+            """Complete ``items`` on ``path``; the reply tokens."""
+            if path == "one":
+                return sum(r.n_tokens for r in alone(items, lambda n: None).replies)
+            if path == "batch":
+                done = gen.complete_many([it.engine for it in items], [it.sampling for it in items])
+                return sum(c.n_tokens for c in done)
+            cap = items[0].sampling.max_tokens
+            return server.complete_all([str(it.engine) for it in items], cap, b)
+
+        warm = items_of(WORKLOADS["L"].prompts(2, tokenize, seed=999_999), 4)
         for path in PATHS:  # untimed warm-up of every path
-            run_path(
-                path, WORKLOADS["L"].prompts(2, tokenize, seed=999_999), warm, llm, gen, server, b
+            run(path, warm)
+
+        @functools.cache
+        def prompts(r: int, workload: str) -> list[WorkItem]:
+            w = WORKLOADS[workload]
+            return items_of(w.prompts(args.items, tokenize, args.seed + 1000 * b + r), w.max_tokens)
+
+        def report(r: int, p: Pass) -> None:
+            print(
+                f"B={b} round {r + 1} {p.path:9s} {p.s_per_item:.3f} s/item "
+                f"{p.result / len(p.items):.1f} tok/item",
+                file=sys.stderr,
+                flush=True,
             )
-        rows = {w: {p: [] for p in PATHS} for w in args.workloads}
-        tokens = {w: {p: [] for p in PATHS} for w in args.workloads}
-        for r in range(args.rounds):
-            order = PATHS[r % 3 :] + PATHS[: r % 3]
-            for name in args.workloads:
-                w = WORKLOADS[name]
-                prompts = w.prompts(items, tokenize, seed=args.seed + 1000 * b + r)
-                for path in order:
-                    secs, n = run_path(path, prompts, w, llm, gen, server, b)
-                    rows[name][path].append(secs / items)
-                    tokens[name][path].append(n / items)
-                    print(
-                        f"B={b} round {r + 1} {name} {path:6s} {secs / items:.3f} s/item "
-                        f"{n / items:.1f} tok/item",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        stats = gen.stats
-        for name in args.workloads:
-            per = rows[name]
-            vs_one = [a / o for a, o in zip(per["batch"], per["one"])]
-            vs_server = [a / s for a, s in zip(per["batch"], per["server"])]
+
+        paths = {
+            f"{w}/{p}": functools.partial(lambda items, tick, p: run(p, items), p=p)
+            for w in args.workloads
+            for p in PATHS
+        }
+        done = run_rounds(
+            paths, lambda r, name: prompts(r, name.split("/")[0]), args.rounds, on_pass=report
+        )
+        for w in args.workloads:
+            per = {p: per_round(done, f"{w}/{p}") for p in PATHS}
+            tokens = {
+                p: [x.result / len(x.items) for r in done if (x := r.get(f"{w}/{p}"))]
+                for p in PATHS
+            }
+            vs_one = paired(done, f"{w}/batch", f"{w}/one")
+            vs_server = paired(done, f"{w}/batch", f"{w}/server")
             out.setdefault("results", []).append(
                 {
                     "b": b,
-                    "workload": name,
-                    "items": items,
+                    "workload": w,
+                    "items": args.items,
                     "rounds": args.rounds,
                     "per_item_s": per,
-                    "tokens_per_item": tokens[name],
+                    "tokens_per_item": tokens,
                     "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
                     "ratio_batch_over_one": statistics.median(vs_one),
                     "ratio_batch_over_server": statistics.median(vs_server),
@@ -276,6 +282,7 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
                     "ratios_batch_over_server": vs_server,
                 }
             )
+        stats = gen.stats
         out.setdefault("engine_stats", {})[str(b)] = {
             "items_batched": stats.items_batched,
             "items_alone": stats.items_alone,
@@ -311,13 +318,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="GGUF (default: llamabatch's default model)")
+    ap = script_parser(
+        __doc__, model=None, rounds=3, threads=2, n_ctx_seq=1024, n_batch=512, seed=0, json=None
+    )
     ap.add_argument(
         "--server", type=Path, default=Path(os.environ.get("LLAMA_SERVER", DEFAULT_SERVER))
     )
     ap.add_argument("--slots", type=int, nargs="+", default=[4, 8])
-    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
         "--items",
         type=int,
@@ -327,12 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "in a backlog)",
     )
     ap.add_argument("--workloads", nargs="+", default=["S", "U", "L"], choices=WORKLOADS)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n-ctx-seq", type=int, default=1024)
-    ap.add_argument("--n-batch", type=int, default=512)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--server-log", default=None)
-    ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     # SIGTERM (e.g. `kill PID`) unwinds like Ctrl-C, so the server is stopped on the way
     signal.signal(signal.SIGTERM, _interrupt)
@@ -341,20 +343,13 @@ def main(argv: list[str] | None = None) -> int:
             f"no llama-server at {args.server}: set $LLAMA_SERVER or build it "
             "(see this script's docstring)"
         )
-    if args.model is None:
-        from llamabatch.model import default_model_path
-
-        args.model = str(default_model_path())
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        model_path=args.model,
+    args.model = str(args.model or default_model_path())
+    llm = load_llama(
+        args.model,
         n_ctx=args.n_ctx_seq,
-        n_batch=args.n_batch,
         n_threads=args.threads,
-        n_threads_batch=args.threads,
+        n_batch=args.n_batch,
         flash_attn=False,
-        verbose=False,
     )
 
     def tokenize(text: str) -> list[int]:

@@ -115,15 +115,22 @@ def instrumented_batched(
 def instrumented_alone(llm: Any, prompts: Sequence[str], cap: int) -> dict[str, Any]:
     import llama_cpp.llama_cpp as binding
 
+    from llamabatch import SamplingParams
+    from llamabatch.measure.baseline import LlamaLoop
+    from llamabatch.measure.records import WorkItem
+
+    greedy = SamplingParams(temperature=0.0)
+    items = [WorkItem(k, p, p, greedy) for k, p in enumerate(prompts)]
+    loop = LlamaLoop(llm, cap)  # bench's one at a time: Llama.create_completion per item
     spent: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)
-    with timed([(binding, "llama_decode", "llama_decode")], spent, calls):
-        t0 = time.perf_counter()
-        tokens = 0
-        for p in prompts:
-            out = llm.create_completion(p, max_tokens=cap, temperature=0.0)
-            tokens += out["usage"]["completion_tokens"]
-        wall = time.perf_counter() - t0
+    try:
+        with timed([(binding, "llama_decode", "llama_decode")], spent, calls):
+            t0 = time.perf_counter()
+            tokens = sum(r.n_tokens for r in loop(items, lambda n: None).replies)
+            wall = time.perf_counter() - t0
+    finally:
+        loop.close()
     # llama-cpp-python samples in Python/numpy: everything outside llama_decode
     spent["sample"] = 0.0
     return {"b": 1, "path": "Llama.create_completion", **per_step(wall, spent, calls, tokens)}
@@ -146,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    from llamabatch.bench.raw import ctx_per_seq
-    from llamabatch.bench.workloads import WORKLOADS
     from llamabatch.cli.bench import BenchParams, bench, llama_setup
+    from llamabatch.measure.raw import ctx_per_seq
+    from llamabatch.measure.workloads import WORKLOADS
     from llamabatch.model import load_llama
 
     names = [w for w in args.workloads.split(",") if w]

@@ -1,5 +1,5 @@
-"""The bench's report: the JSON document, the header lines and the raw table (formatted
-and parsed).
+"""The bench's report: the JSON document, the header lines, the raw table (formatted
+and parsed) and the workload table.
 
 JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
 
@@ -40,13 +40,13 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "rounds": [{"t_pp": float, "t_tg": float}]      # every measurement
         }]
       } | null,
-      "workload": {                       # see llamabatch.bench.workload
+      "workload": {                       # one at a time vs each B (llamabatch.measure.compare)
         "name": str,                      # S, U, L, tagging, or "prompts" (a file)
         "items": int, "rounds": int, "max_tokens": int,
         "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
                                           # (a file: --n-ctx-seq)
         "prompt_tokens": [int],           # per item (of the first round)
-        "prompts": {                      # the file's workload (llamabatch.bench.file_workload)
+        "prompts": {                      # the workload of a file (--prompts)
           "file": str, "n_prompts": int, "items_seed": int, "items_per_round": int,
           "item_ids": [[str | int]],      # per round its items' ids, disjoint rounds
           "warmup_id": str | int | null   # the untimed item (null: a built-in prompt)
@@ -74,7 +74,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .raw import RAW_COLUMNS, RawRow
+from ..measure.raw import RAW_COLUMNS, RawRow
+from ..measure.rounds import Round
+from ..measure.summary import SettingReport
 
 SCHEMA = "llamabatch.bench/1"
 
@@ -186,3 +188,56 @@ def parse_raw_table(text: str) -> list[dict[str, float]]:
         except ValueError:  # the |---|---| line
             continue
     return rows
+
+
+def workload_rows(settings: Sequence[SettingReport], rounds: Sequence[Round]) -> list[dict]:
+    """The workload's ``"rows"``: one at a time (``b`` 1) first, then each B."""
+    rows = []
+    for s in settings:
+        last = [p.result for r in rounds if (p := r.get(s.setting)) and p.result is not None]
+        rows.append(
+            {
+                "b": s.slots,
+                "per_item_s": list(s.s_per_item),
+                "median_per_item_s": s.s_per_item_median,
+                "ratio": list(s.ratio),
+                "ratio_median": s.ratio_median,
+                "ratio_min": min(s.ratio),
+                "ratio_max": max(s.ratio),
+                "items_per_hour": s.items_per_hour,
+                "tokens_per_item": s.tokens_per_item,
+                "items_batched": s.items_batched,
+                "items_alone": s.items_alone,
+                "items_failed": s.n_failed,
+                "first_error": s.first_error,
+                "batch_disabled_reason": None
+                if s.slots == 1 or not last
+                else last[-1].batch_disabled_reason,
+            }
+        )
+    return rows
+
+
+def format_workload_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The workload table: per B the median s/item, the ratio to alone, items/hour."""
+    head = ("B", "s/item", "ratio", "min", "max", "items/h", "tok/item", "batched")
+    lines = [
+        "|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
+        "|-------|----------|--------|--------|--------|----------|----------|---------|",
+    ]
+    for r in rows:
+        n = r["items_batched"] + r["items_alone"]
+        lines.append(
+            "|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |"
+            % (
+                "alone" if r["b"] == 1 else str(r["b"]),
+                r["median_per_item_s"],
+                r["ratio_median"],
+                r["ratio_min"],
+                r["ratio_max"],
+                r["items_per_hour"],
+                r["tokens_per_item"],
+                f"{r['items_batched']}/{n}" if r["b"] > 1 else "-",
+            )
+        )
+    return "\n".join(lines)

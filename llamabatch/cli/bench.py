@@ -29,6 +29,7 @@ With --json OUT, everything also goes to a JSON file (schema: ``llamabatch.bench
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -38,24 +39,25 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from ..bench.file_workload import FileItems, LlamaLoop, file_json, run_file_workload
 from ..bench.host import collect_header
-from ..bench.raw import ctx_per_seq, run_raw
-from ..bench.report import document, format_header, format_raw_table
-from ..bench.workload import (
-    OneAtATime,
-    WorkloadRow,
+from ..bench.report import (
+    document,
+    format_header,
+    format_raw_table,
     format_workload_table,
-    run_workload,
-    tagging_prompts,
-    workload_json,
+    workload_rows,
 )
-from ..bench.workloads import WORKLOADS
 from ..engine.backend import Backend
 from ..errors import ParameterError
 from ..generator import BatchGenerator
+from ..measure.baseline import LlamaLoop, check_one_reply
+from ..measure.compare import BASELINE, compare, setting_name, slots_of, warmup_item
+from ..measure.raw import ctx_per_seq, run_raw
+from ..measure.records import FileItems, WorkItem, seeded
+from ..measure.rounds import items_per_round, sample_rounds
+from ..measure.summary import summarize
+from ..measure.workloads import WORKLOADS, Workload, tagging, warmup_prompt
 from ..params import BatchConfig, SamplingParams
-from ..tuning.rounds import items_per_round
 from . import options
 from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
@@ -167,26 +169,21 @@ class BenchSetup:
 
     Attributes:
         make_backend: a fresh backend (its batch context not open) for the raw bench.
-        make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a greedy
+        make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a
             ``BatchGenerator`` with ``slots=B``.
         tokenize: token ids of a prompt, as the generators will count them.
         header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
-        one_at_a_time: ``one_at_a_time(prompts, max_tokens)``: the workload's baseline,
-            the prompts completed greedily one after the other without llamabatch
-            (``Llama.create_completion``); the reply tokens. ``None``:
+        alone: ``alone(max_tokens)``: the workload's one at a time, the ``Llama`` in a
+            loop (:class:`~llamabatch.measure.baseline.LlamaLoop`); ``None``:
             ``BatchGenerator(slots=1)``.
-        file_loop: ``file_loop(max_tokens)``: the baseline of a file's items, each with
-            its own sampling (:class:`~llamabatch.bench.file_workload.LlamaLoop`).
-            ``None``: ``BatchGenerator(slots=1)``.
     """
 
     make_backend: Callable[[], Backend]
     make_generator: Callable[[int, int, int], BatchGenerator]
     tokenize: Callable[[str], Sequence[int]]
     header: dict[str, Any]
-    one_at_a_time: Callable[[Sequence[str], int], int] | None = None
-    file_loop: Callable[[int], OneAtATime] | None = None
+    alone: Callable[[int], LlamaLoop] | None = None
 
 
 # -- output --------------------------------------------------------------------------------
@@ -204,6 +201,7 @@ def bench(
     json_path: Path | None = None,
     quiet: bool = False,
     items: FileItems | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """Run the raw bench and the workload, print the header and tables on ``out``.
 
@@ -215,6 +213,7 @@ def bench(
         json_path: also write the JSON document there.
         quiet: no progress bars.
         items: the items of ``params.prompts`` (needed exactly when it is set).
+        clock: the workload's clock (seconds, monotonic).
 
     Returns:
         the JSON document (also written to ``json_path`` when given).
@@ -249,12 +248,11 @@ def bench(
             bar.close()
             backend.close()
         header["n_ctx_seq"] = limits.n_ctx_seq
-    synthetic = None
-    if "workload" in params.parts and items is None:
-        synthetic = _synthetic_rounds(setup, params)
-    if rows is None and "workload" in params.parts:  # the header's context: the workload's
-        header["n_ctx_seq"] = synthetic[2] if synthetic is not None else params.n_ctx_seq
-        header["n_ctx_seq_of"] = "workload"
+    workload = None
+    if "workload" in params.parts:
+        work = _synthetic(setup, params) if items is None else _file_rounds(setup, params, items)
+        if rows is None:  # the header's context: the workload's
+            header["n_ctx_seq"], header["n_ctx_seq_of"] = work.n_ctx_seq, "workload"
     print(format_header(header), file=out)
     if rows is not None:
         print(
@@ -263,11 +261,8 @@ def bench(
             file=out,
         )
         print(format_raw_table(rows), file=out, flush=True)
-    workload = None
-    if "workload" in params.parts and items is not None:
-        workload = _file_workload(setup, params, items, out, err, quiet)
-    elif synthetic is not None:
-        workload = _workload(setup, params, synthetic, out, err, quiet)
+    if "workload" in params.parts:
+        workload = _workload(setup, params, work, out, err, quiet, clock)
     doc = document(header, params.to_json(), rows, workload, time.perf_counter() - t0)
     if json_path is not None:
         with open(json_path, "w", encoding="utf-8") as f:
@@ -276,87 +271,77 @@ def bench(
     return doc
 
 
-def _synthetic_rounds(setup: BenchSetup, params: BenchParams) -> tuple[list[list[str]], str, int]:
-    """A synthetic workload's prompts per round, its description, and its context per
-    sequence (longest prompt + reply cap, padded)."""
-    name = params.workload
-    if name in WORKLOADS:
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """A workload's rounds of items, how to say what they are, and its context."""
 
-        def prompts(r: int) -> list[str]:
-            return WORKLOADS[name].prompts(params.items, setup.tokenize, params.seed + r)
-
-        what = WORKLOADS[name].description.split(", replies")[0]
-    else:
-
-        def prompts(r: int) -> list[str]:
-            return tagging_prompts(
-                params.items,
-                params.prompt_tokens,
-                setup.tokenize,
-                seed=params.seed + r,
-                spread=SPREAD,
-            )
-
-        what = "ChatML tagging prompts"
-    rounds = [prompts(r) for r in range(params.workload_rounds)]
-    longest = max(len(setup.tokenize(p)) for items in rounds for p in items)
-    return rounds, what, ctx_per_seq(longest + params.reply_cap)
+    rounds: list[list[WorkItem]]
+    warmup: WorkItem
+    n_ctx_seq: int
+    lengths: list[int]  # prompt tokens of the first round's items
+    what: str
+    json: dict[str, Any] | None = None  # the file's "prompts" part
 
 
-def _workload(
-    setup: BenchSetup,
-    params: BenchParams,
-    synthetic: tuple[list[list[str]], str, int],
-    out: IO[str],
-    err: IO[str],
-    quiet: bool,
-) -> dict[str, Any]:
-    name, cap = params.workload, params.reply_cap
-    rounds, what, n_ctx_seq = synthetic
-    lengths = [len(setup.tokenize(p)) for p in rounds[0]]
-    n_runs = 1 + len({b for b in params.slots if b > 1})
-    bar = _bar(params.items * params.workload_rounds * n_runs, "workload", "item", quiet, err)
-    try:
-        one = setup.one_at_a_time
-        rows = run_workload(
-            lambda b: setup.make_generator(b, n_ctx_seq, cap),
-            lambda r: rounds[r],
-            params.slots,
-            rounds=params.workload_rounds,
-            progress=bar.update,
-            one_at_a_time=None if one is None else lambda ps: one(ps, cap),
-        )
-    finally:
-        bar.close()
-    print(
-        f"\nworkload {name}: {params.items} items per round ({what}; first round "
-        f"{min(lengths)}-{max(lengths)} tokens), replies up to {cap} tokens (natural "
-        f"stops, greedy), {params.workload_rounds} rounds of fresh prompts; ratio = "
-        "s/item over s/item alone (Llama.create_completion one at a time, or "
-        "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching "
-        "saves time)",
-        file=out,
+def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
+    """A synthetic workload's fresh prompts per round (greedy); its context per sequence
+    is the longest prompt + the reply cap, padded."""
+    w: Workload = WORKLOADS.get(params.workload) or tagging(params.prompt_tokens, SPREAD)
+    greedy = SamplingParams(temperature=0.0)
+    rounds = [
+        [
+            WorkItem(k, p, p, greedy)
+            for k, p in enumerate(w.prompts(params.items, setup.tokenize, params.seed + r))
+        ]
+        for r in range(params.workload_rounds)
+    ]
+    lengths = [[_prompt_length(setup, it.engine) for it in items] for items in rounds]
+    n_ctx_seq = ctx_per_seq(max(map(max, lengths)) + params.reply_cap)
+    warm = warmup_prompt()
+    what = (
+        f"workload {params.workload}: {params.items} items per round "
+        f"({w.description.split(', replies')[0]}; first round "
+        f"{min(lengths[0])}-{max(lengths[0])} tokens), replies up to {params.reply_cap} "
+        f"tokens (natural stops, greedy), {params.workload_rounds} rounds of fresh prompts; "
+        "ratio = s/item over s/item alone (Llama.create_completion one at a time, or "
+        "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching saves "
+        "time)"
     )
-    _print_rows(rows, params.workload_rounds, out)
-    doc = workload_json(rows, lengths, params.workload_rounds, cap)
-    doc["n_ctx_seq"] = n_ctx_seq
-    doc["name"] = name
-    doc["prompts"] = None
-    return doc
+    return _Work(rounds, WorkItem("warmup", warm, warm, greedy), n_ctx_seq, lengths[0], what)
 
 
-def _print_rows(rows: Sequence[WorkloadRow], rounds: int, out: IO[str]) -> None:
-    print(format_workload_table(rows), file=out, flush=True)
-    for r in rows:
-        label = "alone" if r.b == 1 else f"B={r.b}"
-        if r.batch_disabled_reason:
-            print(f"note: {label}: batching was off: {r.batch_disabled_reason}", file=out)
-        if r.items_failed:
-            print(
-                f"note: {label}: {r.items_failed} of {r.n_items * rounds} items failed "
-                f"(first: {r.first_error})",
-                file=out,
-            )
+def _file_rounds(setup: BenchSetup, params: BenchParams, items: FileItems) -> _Work:
+    """Disjoint rounds of a file's items, drawn as tune draws them; one item in no round
+    warms up (a built-in prompt when every item is in a round)."""
+    rounds = params.workload_rounds
+    per_round = items_per_round(
+        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
+    )
+    check_one_reply(items.samplings, lambda i: f"{items.path} item {items.ids[i]!r}", "bench")
+    work = seeded(items.work_items())
+    chosen = sample_rounds(len(items), rounds, per_round, params.seed)
+    warm, spare = warmup_item(work, chosen)
+    lengths = [_prompt_length(setup, items.engine[i]) for i in chosen[0]]
+    what = (
+        f"workload prompts ({items.path}): {per_round} items per round of "
+        f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
+        f"(sampled with seed {params.seed}; first round {min(lengths)}-{max(lengths)} "
+        f"prompt tokens), each with its own sampling and constraint (temperature "
+        f"{params.temperature:g} and replies up to {params.reply_cap} tokens unless its "
+        "line sets them, seed 0 unless it sets one); ratio = s/item over s/item one at a "
+        "time (Llama.create_completion, or create_chat_completion for a chat, per item) in "
+        "the same round (< 1: batching saves time)"
+    )
+    prompts = {
+        "file": items.path,
+        "n_prompts": len(items),
+        "items_seed": params.seed,
+        "items_per_round": per_round,
+        "item_ids": [[items.ids[i] for i in r] for r in chosen],
+        "warmup_id": None if spare is None else items.ids[spare],
+    }
+    rounds_items = [[work[i] for i in r] for r in chosen]
+    return _Work(rounds_items, warm, params.n_ctx_seq, lengths, what, prompts)
 
 
 def _prompt_length(setup: BenchSetup, prompt: object) -> int:
@@ -365,53 +350,58 @@ def _prompt_length(setup: BenchSetup, prompt: object) -> int:
     return len(cast("Sequence[int]", prompt))  # a chat's token ids
 
 
-def _file_workload(
+def _workload(
     setup: BenchSetup,
     params: BenchParams,
-    items: FileItems,
+    work: _Work,
     out: IO[str],
     err: IO[str],
     quiet: bool,
+    clock: Callable[[], float],
 ) -> dict[str, Any]:
     cap, rounds = params.reply_cap, params.workload_rounds
-    per_round = items_per_round(
-        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
-    )
-    n_runs = 1 + len({b for b in params.slots if b > 1})
-    bar = _bar(per_round * rounds * n_runs, "workload", "item", quiet, err)
+    engine = list(dict.fromkeys(b for b in params.slots if b > 1))
+    n_items = len(work.rounds[0])
+    bar = _bar(n_items * rounds * (1 + len(engine)), "workload", "item", quiet, err)
     try:
-        loop = setup.file_loop
-        run = run_file_workload(
-            lambda b: setup.make_generator(b, params.n_ctx_seq, cap),
-            items,
-            params.slots,
-            rounds=rounds,
-            per_round=per_round,
-            items_seed=params.seed,
-            one_at_a_time=None if loop is None else loop(cap),
+        done = compare(
+            lambda r: work.rounds[r],
+            rounds,
+            engine,
+            lambda b: setup.make_generator(b, work.n_ctx_seq, cap),
+            warmup=work.warmup,
+            alone=None if setup.alone is None else setup.alone(cap),
             progress=bar.update,
+            clock=clock,
         )
     finally:
         bar.close()
-    lengths = [_prompt_length(setup, items.engine[i]) for i in run.rounds[0]]
-    print(
-        f"\nworkload prompts ({items.path}): {per_round} items per round of "
-        f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
-        f"(sampled with seed "
-        f"{params.seed}; first round {min(lengths)}-{max(lengths)} prompt tokens), each "
-        f"with its own sampling and constraint (temperature {params.temperature:g} and "
-        f"replies up to {cap} tokens unless its line sets them, seed 0 unless it sets "
-        "one); ratio = s/item over s/item one at a time (Llama.create_completion, or "
-        "create_chat_completion for a chat, per item) in the same round (< 1: batching "
-        "saves time)",
-        file=out,
-    )
-    _print_rows(run.rows, rounds, out)
-    doc = workload_json(run.rows, lengths, rounds, cap)
-    doc["n_ctx_seq"] = params.n_ctx_seq
-    doc["name"] = PROMPTS_WORKLOAD
-    doc["prompts"] = file_json(run, items, params.seed)
-    return doc
+    names = [BASELINE, *map(setting_name, engine)]
+    settings = [
+        summarize(n, slots_of(n), done.rounds, n_prompts=n_items, has_labels=False) for n in names
+    ]
+    rows = workload_rows(settings, done.rounds)
+    print(f"\n{work.what}", file=out)
+    print(format_workload_table(rows), file=out, flush=True)
+    for r, s in zip(rows, settings):
+        label = "alone" if r["b"] == 1 else f"B={r['b']}"
+        if r["batch_disabled_reason"]:
+            print(f"note: {label}: batching was off: {r['batch_disabled_reason']}", file=out)
+        if s.n_failed:
+            print(
+                f"note: {label}: {s.n_failed} of {s.n_items} items failed (first: {s.first_error})",
+                file=out,
+            )
+    return {
+        "name": params.workload,
+        "items": n_items,
+        "rounds": rounds,
+        "max_tokens": cap,
+        "n_ctx_seq": work.n_ctx_seq,
+        "prompt_tokens": work.lengths,
+        "prompts": work.json,
+        "rows": rows,
+    }
 
 
 # -- the real setup ------------------------------------------------------------------------
@@ -442,22 +432,11 @@ def llama_setup(
         n_batch=params.n_batch,
     )
 
-    def one_at_a_time(prompts: Sequence[str], max_tokens: int) -> int:
-        # what a tagger without llamabatch runs: its Llama keeps the previous prompt's
-        # KV cache, so a shared system prompt is prefilled once
-        return sum(
-            llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)["usage"][
-                "completion_tokens"
-            ]
-            for p in prompts
-        )
-
     return BenchSetup(
         lambda: LlamaBackend(llm),
         make_generator,
         tokenizer.vocab.tokenize,
         header,
-        one_at_a_time,
         lambda max_tokens: LlamaLoop(llm, max_tokens),
     )
 
@@ -469,14 +448,7 @@ def _slots(text: str) -> tuple[int, ...]:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand to the ``llamabatch`` parser."""
     d = BenchParams()
-    p = subparsers.add_parser(
-        "bench",
-        help=SUMMARIES["bench"],
-        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-        prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    options.add(p, "--model")
+    p = options.subcommand(subparsers, PROG, SUMMARIES["bench"], __doc__)
     p.add_argument(
         "--slots",
         type=_slots,
@@ -623,45 +595,33 @@ def _run(args: argparse.Namespace) -> int:
     _check_prompts_options(args)
     read = None
     items = 8 if args.items is None else args.items
-    temperature = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
-    n_ctx_seq = _BATCH_DEFAULTS.n_ctx_seq if args.n_ctx_seq is None else args.n_ctx_seq
     try:
         options.check_threads(args.threads)
         if args.prompts is not None:
-            base = SamplingParams(temperature=temperature)
+            t = DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
             read = read_items(
                 args.prompts,
                 args.format or "auto",
-                base,
+                SamplingParams(temperature=t),
                 system=args.system,
                 template=args.template,
                 raw=args.raw,
                 warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
                 command="bench",
             )
-            items = items_per_round(
-                len(read.items),
-                args.workload_rounds,
-                args.items,
-                names=("--workload-rounds", "--items"),
-                source=str(args.prompts),
-            )
-        params = BenchParams(
-            slots=args.slots,
-            prompt_tokens=args.prompt_tokens,
-            gen_tokens=args.gen_tokens,
-            rounds=args.rounds,
+            items = options.per_round(len(read.items), args, "--workload-rounds")
+        fixed: dict[str, Any] = dict(
             items=items,
-            workload_rounds=args.workload_rounds,
-            max_tokens=args.max_tokens,
-            n_batch=args.n_batch,
-            seed=args.seed,
             parts=PARTS if args.only is None else (args.only,),
             workload=PROMPTS_WORKLOAD if read is not None else (args.workload or "S"),
             prompts=None if args.prompts is None else str(args.prompts),
-            temperature=temperature,
-            n_ctx_seq=n_ctx_seq,
         )
+        given = {  # the options named as the fields, where given
+            f.name: v
+            for f in dataclasses.fields(BenchParams)
+            if f.name not in fixed and (v := getattr(args, f.name, None)) is not None
+        }
+        params = BenchParams(**given, **fixed)
         options.check_output_file("--json", args.json)
     except ValueError as exc:
         raise usage_error(exc, args) from None

@@ -54,14 +54,12 @@ _LOG_TAIL = 6
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand to the ``llamabatch`` parser."""
-    p = subparsers.add_parser(
-        "doctor",
-        help=SUMMARIES["doctor"],
-        description=__doc__.split("\n\n", 1)[1],
-        prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = options.subcommand(
+        subparsers,
+        PROG,
+        SUMMARIES["doctor"],
+        __doc__,
     )
-    options.add(p, "--model")
     p.add_argument(
         "--slots",
         type=int,

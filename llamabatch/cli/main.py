@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from .._ffi.version import check_version
 from ..errors import LibraryError
 from . import doctor
 from .common import (
@@ -28,12 +29,13 @@ from .common import (
 #: The subcommands that need llama-cpp-python (their modules import the real backend).
 NEEDS_LLAMA_CPP = ("complete", "bench", "tune")
 
-#: Why ``complete``, ``bench`` and ``tune`` cannot run: their modules import the real
-#: backend, which refuses a missing or unsupported llama-cpp-python (``None`` when they
-#: loaded). ``--help`` still lists them, saying why and how to install it; ``doctor`` and
-#: ``--version`` still work, to say what is installed.
+#: Why ``complete``, ``bench`` and ``tune`` cannot run: llama-cpp-python is missing or
+#: outside the supported range (``None`` when it is fine). ``--help`` still lists them,
+#: saying why and how to install it; ``doctor`` and ``--version`` still work, to say what
+#: is installed.
 UNAVAILABLE: str | None = None
 try:
+    check_version()
     from . import bench, complete, tune
 except LibraryError as exc:
     UNAVAILABLE = str(exc)

@@ -1,10 +1,12 @@
 """Options the subcommands share, declared once: their names, defaults and help.
 
+:func:`subcommand` adds a subcommand's parser (its help and description, ``--model``);
 :func:`add` puts one of :data:`SHARED`'s options on a parser (a subcommand may give its
 own default or help where its meaning differs); :func:`add_fields` declares options that
 set the fields of a parameters dataclass (``--top-k`` sets ``top_k``, its default is the
-field's); :func:`check_threads` is the one check of ``--threads``, and
-:func:`check_output_file` of an output file (``--json``, ``--plot``).
+field's); :func:`check_threads` is the one check of ``--threads``,
+:func:`check_output_file` of an output file (``--json``, ``--plot``), :func:`per_round` of
+a measuring command's rounds and ``--items`` against its prompts file.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
+from .errors import UsageError
 
 #: The shared options: flag -> ``add_argument`` keywords.
 SHARED: dict[str, dict[str, Any]] = {
@@ -36,6 +39,69 @@ SHARED: dict[str, dict[str, Any]] = {
     ),
     "--quiet": dict(action="store_true"),
 }
+
+
+#: The options the measurement scripts of ``benchmarks/`` share (each gives its defaults).
+SCRIPT: dict[str, dict[str, Any]] = {
+    "--model": SHARED["--model"],
+    "--rounds": dict(type=int, metavar="N", help="rounds, each of fresh items"),
+    "--items": dict(type=int, metavar="N", help="items per path per round"),
+    "--threads": dict(type=int, metavar="N", help="CPU threads of each model"),
+    "--max-tokens": dict(type=int, metavar="N", help="most reply tokens per item"),
+    "--n-ctx-seq": dict(type=int, metavar="N", help="tokens of context per sequence"),
+    "--n-batch": dict(type=int, metavar="N", help="most tokens per llama_decode"),
+    "--seed": dict(type=int, metavar="N", help="seed of the fresh prompts"),
+    "--json": dict(type=Path, metavar="OUT", help="also write the results here (default: none)"),
+}
+
+
+def script_parser(doc: str, **defaults: Any) -> argparse.ArgumentParser:
+    """A measurement script's parser: the first paragraph of ``doc`` as its description,
+    one :data:`SCRIPT` option per keyword (``rounds=6``: ``--rounds``, default 6)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for name, default in defaults.items():
+        flag = "--" + name.replace("_", "-")
+        text = SCRIPT[flag]["help"]
+        if "(default:" not in text:
+            text += " (default: %(default)s)"
+        parser.add_argument(flag, **{**SCRIPT[flag], "default": default, "help": text})
+    return parser
+
+
+def subcommand(
+    subparsers: argparse._SubParsersAction, prog: str, summary: str, doc: str
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``prog`` (``"llamabatch NAME"``), with ``--model``: ``summary``
+    in ``llamabatch --help``, the module docstring ``doc`` past its first paragraph as the
+    description (reST double backquotes dropped)."""
+    p = subparsers.add_parser(
+        prog.split()[-1],
+        help=summary,
+        description=doc.split("\n\n", 1)[1].replace("``", ""),
+        prog=prog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add(p, "--model")
+    return p
+
+
+def per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int:
+    """Items per round of a measuring command (``--items``, else the default) for the
+    ``n_prompts`` of ``args.prompts``, checked before any model work.
+
+    Raises:
+        UsageError: the rounds (``rounds_flag``) and ``--items`` do not fit the file (the
+            message says what would).
+    """
+    from ..measure.rounds import items_per_round
+
+    rounds = getattr(args, rounds_flag[2:].replace("-", "_"))
+    try:
+        return items_per_round(
+            n_prompts, rounds, args.items, names=(rounds_flag, "--items"), source=str(args.prompts)
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:

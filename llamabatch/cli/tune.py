@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..tuning.rounds import items_per_round
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
 from .common import EXIT_OK, SUMMARIES, ArgumentParser, UsageError, guarded, usage_error
@@ -53,20 +52,13 @@ def slot_list(text: str) -> tuple[int, ...]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``tune`` subcommand to the ``llamabatch`` parser."""
-    p = subparsers.add_parser(
-        "tune",
-        help=SUMMARIES["tune"],
-        description=__doc__.split("\n\n", 1)[1],
-        prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = options.subcommand(subparsers, PROG, SUMMARIES["tune"], __doc__)
     p.add_argument(
         "prompts",
         metavar="PROMPTS",
         type=Path,
         help="input file, as for llamabatch complete (JSONL or text; - reads standard input)",
     )
-    options.add(p, "--model")
     p.add_argument(
         "--slots",
         type=slot_list,
@@ -226,16 +218,7 @@ def _run(args: argparse.Namespace) -> int:
         warn=_warn,
     )
     samplings = read.samplings
-    try:
-        per_round = items_per_round(
-            len(read.items),
-            args.rounds,
-            args.items,
-            names=("--rounds", "--items"),
-            source=str(args.prompts),
-        )
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    per_round = options.per_round(len(read.items), args, "--rounds")
     n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)
     path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
     with loaded_llama(

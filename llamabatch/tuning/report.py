@@ -7,9 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .records import RoundRecord
+from ..measure.compare import slots_of
+from ..measure.rounds import Round
+from ..measure.summary import Floor, SettingReport
 from .rule import Recommendation
-from .summary import Floor, SettingReport
 
 #: ``"schema"`` of the JSON document.
 SCHEMA = "llamabatch.tune/1"
@@ -58,20 +59,45 @@ class TuneReport:
     settings: tuple[SettingReport, ...]
     floor: Floor
     recommendation: Recommendation
-    rounds: tuple[RoundRecord, ...]
+    rounds: tuple[Round, ...]
     seconds: float
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (``"schema"`` first; infinities as ``None``)."""
-        return {"schema": SCHEMA, **_clean(dataclasses.asdict(self))}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["rounds"] = [_round_json(r) for r in self.rounds]
+        return {"schema": SCHEMA, **_clean(fields)}
 
     def format(self) -> str:
         """The report as text: a table per setting, the floor and the recommendation."""
         return format_report(self)
 
 
+def _round_json(r: Round) -> dict[str, Any]:
+    """A round: its items' ids, the order the settings ran in, and every run's replies."""
+    runs = []
+    for p in r.passes:
+        got = p.result
+        runs.append(
+            {
+                "setting": p.path,
+                "slots": slots_of(p.path),
+                "seconds": p.seconds,
+                "replies": [] if got is None else list(got.replies),
+                "error": p.error,
+                "items_batched": 0 if got is None else got.items_batched,
+                "items_alone": 0 if got is None else got.items_alone,
+                "batch_disabled_reason": None if got is None else got.batch_disabled_reason,
+            }
+        )
+    ids = [it.id for it in r.passes[0].items] if r.passes else []
+    return {"index": r.index, "item_ids": ids, "order": list(r.order), "runs": runs}
+
+
 def _clean(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _clean(dataclasses.asdict(value))
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

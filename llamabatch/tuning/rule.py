@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .summary import Floor, SettingReport
+from ..measure.summary import Floor, SettingReport
 
 #: Percent less time per item a setting must save to be recommended.
 DEFAULT_MIN_GAIN_PCT = 15.0

@@ -1,45 +1,26 @@
 """``tune``: one at a time against the slot engine at each slot count, on the caller's
-own items, in alternating rounds of fresh items; see :func:`tune`."""
+own items, in alternating rounds of fresh items (:func:`llamabatch.measure.compare.compare`);
+see :func:`tune`."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import Any
 
-from ..bench.workload import warmup_prompt
-from ..completion import Completion
 from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
+from ..measure.agreement import compile_label_regex, label_of, label_rule
+from ..measure.baseline import LlamaLoop, OneAtATime, check_one_reply, is_chat
+from ..measure.compare import BASELINE, compare, setting_name, warmup_item
+from ..measure.records import Reply, WorkItem, seeded
+from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
+from ..measure.summary import floor_of, summarize
 from ..params import BatchConfig, SamplingParams
-from .agreement import compile_label_regex, label_of, label_rule
-from .baseline import OneAtATime, check_one_reply, is_chat, llama_one_at_a_time
-from .records import BASELINE, FLOOR, RoundRecord, RunRecord, TuneReply, setting_name
 from .report import TuneReport
-from .rounds import items_per_round, sample_rounds, setting_order
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
-from .summary import floor_of, summarize
-
-Clock = Callable[[], float]
-#: ``progress(n)``: ``n`` more items completed (timed passes only).
-Progress = Callable[[int], None]
-
-#: Seed of items whose sampling sets none: every setting must draw alike.
-DEFAULT_SEED = 0
-
-
-def _reply(index_id: str | int, c: Completion) -> TuneReply:
-    return TuneReply(index_id, c.text, c.finish_reason, c.error, c.n_tokens, c.path)
-
-
-def _with_seeds(samplings: Sequence[SamplingParams], offset: int) -> list[SamplingParams]:
-    return [
-        dataclasses.replace(s, seed=((DEFAULT_SEED if s.seed is None else s.seed) + offset) % 2**32)
-        for s in samplings
-    ]
 
 
 def _per_item(
@@ -56,134 +37,6 @@ def _per_item(
             "SamplingParams, or one per prompt"
         )
     return samplings
-
-
-class _Paths:
-    """How each setting completes items: the baseline, and one generator per slot count
-    (made lazily, reused by every round, closed by :meth:`close`)."""
-
-    def __init__(
-        self,
-        llm: Any,
-        backend: Callable[[int], Backend] | None,
-        one_at_a_time: OneAtATime | None,
-        generator_kwargs: dict[str, Any],
-    ) -> None:
-        self.llm, self.backend, self.generator_kwargs = llm, backend, generator_kwargs
-        self.gens: dict[int, BatchGenerator] = {}
-        self.failed: dict[int, str] = {}
-        if one_at_a_time is None:
-            if llm is not None:
-                one_at_a_time = llama_one_at_a_time(llm, generator_kwargs["max_tokens"])
-            else:
-                one_at_a_time = self._alone_through_generator
-        self.one_at_a_time = one_at_a_time
-
-    def _alone_through_generator(self, prompt: object, sampling: SamplingParams) -> TuneReply:
-        gen = self.generator(1)
-        if gen is None:
-            raise LlamaBatchError(self.failed[1])
-        return _reply(0, gen.complete_many([prompt], [sampling])[0])
-
-    def generator(self, slots: int) -> BatchGenerator | None:
-        if slots in self.failed:
-            return None
-        if slots not in self.gens:
-            kwargs: dict[str, Any] = dict(slots=slots, **self.generator_kwargs)
-            try:
-                if self.backend is not None:
-                    gen = BatchGenerator(backend=self.backend(slots), **kwargs)
-                else:
-                    gen = BatchGenerator(self.llm, **kwargs)
-            except (ValueError, LlamaBatchError) as exc:
-                self.failed[slots] = f"{type(exc).__name__}: {exc}"
-                return None
-            self.gens[slots] = gen
-        return self.gens[slots]
-
-    def kv_bytes_per_slot(self, slots: int) -> int | None:
-        if slots == 1:
-            if self.llm is None:
-                return None
-            try:
-                from ..llamacpp.kv_size import estimate
-
-                n_ctx = int(self.llm.n_ctx())
-                return estimate(self.llm, slots=1, n_ctx_seq=n_ctx).bytes_per_slot
-            except (ValueError, LlamaBatchError, AttributeError):
-                return None
-        gen = self.gens.get(slots)
-        if gen is None or not gen.stats.kv_bytes:
-            return None
-        return gen.stats.kv_bytes // slots
-
-    def close(self) -> None:
-        for gen in self.gens.values():
-            gen.close()
-
-
-def _timed(
-    paths: _Paths,
-    setting: str,
-    slots: int,
-    prompts: Sequence[object],
-    samplings: Sequence[SamplingParams],
-    ids: Sequence[str | int],
-    labels: Callable[[TuneReply], TuneReply],
-    clock: Clock,
-    progress: Progress,
-) -> RunRecord:
-    """One setting's pass over one round's items."""
-    if slots == 1:
-        t0 = clock()
-        replies = []
-        for p, s, i in zip(prompts, samplings, ids):
-            replies.append(labels(dataclasses.replace(paths.one_at_a_time(p, s), id=i)))
-            progress(1)
-        return RunRecord(setting, 1, clock() - t0, tuple(replies), items_alone=len(replies))
-    gen = paths.generator(slots)
-    if gen is None:
-        progress(len(prompts))
-        return RunRecord(setting, slots, None, (), error=paths.failed[slots])
-    done: list[Completion] = []
-    try:
-        t0 = clock()
-        for group in gen.iter_groups(prompts, list(samplings)):
-            done.extend(group)
-            progress(len(group))
-        seconds = clock() - t0
-    except (ValueError, LlamaBatchError) as exc:
-        progress(len(prompts) - len(done))
-        return RunRecord(setting, slots, None, (), error=f"{type(exc).__name__}: {exc}")
-    return RunRecord(
-        setting,
-        slots,
-        seconds,
-        tuple(labels(_reply(ids[c.index], c)) for c in done),
-        items_batched=sum(c.path == "batch" for c in done),
-        items_alone=sum(c.path != "batch" for c in done),
-        batch_disabled_reason=gen.stats.batch_disabled_reason,
-    )
-
-
-def _warm_up(
-    paths: _Paths,
-    slot_counts: Sequence[int],
-    prompt: object,
-    engine_prompt: object,
-    sampling: SamplingParams,
-) -> None:
-    """One untimed item through every path (a loaded model's first calls are slow; the
-    generators open their batch context)."""
-    paths.one_at_a_time(prompt, sampling)
-    prompt = engine_prompt
-    for b in slot_counts:
-        gen = paths.generator(b)
-        if gen is not None:
-            try:
-                gen.complete_many([prompt] * min(b, 2), sampling)
-            except (ValueError, LlamaBatchError) as exc:
-                paths.failed[b] = f"{type(exc).__name__}: {exc}"
 
 
 def _engine_prompts(llm: Any, prompts: Sequence[object]) -> list[object]:
@@ -241,7 +94,7 @@ def tune(
     model: str | None = None,
     progress: Progress | None = None,
     backend: Callable[[int], Backend] | None = None,
-    one_at_a_time: OneAtATime | None = None,
+    one_at_a_time: Callable[[object, SamplingParams], Reply] | None = None,
     clock: Clock = time.perf_counter,
 ) -> TuneReport:
     """Measure which slot count pays on this machine, model and items.
@@ -281,7 +134,8 @@ def tune(
         progress: ``progress(n)`` after every ``n`` items timed (a progress bar).
         backend: ``backend(slots)`` gives a fresh backend (e.g. ``FakeBackend``) for the
             generator of each slot count (1 for the baseline) instead of ``llm``.
-        one_at_a_time: the baseline for one item (default: ``llm``'s
+        one_at_a_time: ``one_at_a_time(prompt, sampling)``: the baseline's reply to one
+            item (its ``id`` and ``label`` are filled in here; default: ``llm``'s
             ``create_completion``; with ``backend``, ``BatchGenerator(slots=1)``).
         clock: seconds, monotonic.
 
@@ -311,86 +165,60 @@ def tune(
     rule = label_rule(samplings, label_regex)
     # checked up front (n_ctx_seq None: the generator's default, a stand-in here)
     BatchConfig(slots=1, n_ctx_seq=n_ctx_seq or 1, n_batch=n_batch, max_tokens=max_tokens)
-    generator_kwargs: dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(
         n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=max_tokens, cache_ram_mib=cache_ram_mib
     )
-    engine_prompts = _engine_prompts(llm, prompts)
-    base = _with_seeds(samplings, 0)
-    random_sampling = any(not s.is_greedy for s in samplings)
-    floor_samplings = _with_seeds(samplings, 1) if random_sampling else None
+
+    def make_generator(k: int) -> BatchGenerator:
+        if backend is not None:
+            return BatchGenerator(backend=backend(k), slots=k, **kwargs)
+        return BatchGenerator(llm, slots=k, **kwargs)
+
+    work = seeded(
+        [
+            WorkItem(i, p, e, s)
+            for i, p, e, s in zip(ids, prompts, _engine_prompts(llm, prompts), samplings)
+        ]
+    )
     chosen = sample_rounds(n, rounds, per_round, items_seed)
-    used = {i for r in chosen for i in r}
-    spare = next((i for i in range(n) if i not in used), None)
+    warm, _ = warmup_item(work, chosen)
     notes = []
     if per_round < max(counts):
         notes.append(
             f"{per_round} items per round fill at most {per_round} of "
             f"{max(counts)} slots: give more prompts or --items"
         )
-
-    def labels(reply: TuneReply) -> TuneReply:
-        return dataclasses.replace(
-            reply, label=label_of(reply.text if reply.ok else None, rule, regex)
+    done = compare(
+        lambda r: [work[i] for i in chosen[r]],
+        rounds,
+        counts,
+        make_generator,
+        warmup=warm,
+        alone=_alone(llm, max_tokens, one_at_a_time),
+        floor=any(not s.is_greedy for s in samplings),
+        label=lambda text: label_of(text, rule, regex),
+        failures=(ValueError, LlamaBatchError),
+        progress=progress,
+        clock=clock,
+    )
+    has_labels = rule is not None
+    kv = {BASELINE: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
+    report_of = {
+        name: summarize(
+            name, b, done.rounds, n_prompts=n, has_labels=has_labels, kv_bytes_per_slot=kv[name]
         )
-
-    names = [BASELINE, *([FLOOR] if floor_samplings else []), *map(setting_name, counts)]
-    slots_of = {BASELINE: 1, FLOOR: 1, **{setting_name(b): b for b in counts}}
-    tick = progress or (lambda k: None)
-    records: list[RoundRecord] = []
-    with ExitStack() as stack:
-        if llm is not None:  # the baseline's seeds and cache: put back at the end
-            from ..llamacpp.llm_state import LlamaGuard
-
-            stack.callback(LlamaGuard(llm).restore)
-        paths = _Paths(llm, backend, one_at_a_time, generator_kwargs)
-        stack.callback(paths.close)
-        if spare is None:
-            _warm_up(paths, counts, warmup_prompt(), warmup_prompt(), base[0])
-        else:
-            _warm_up(paths, counts, prompts[spare], engine_prompts[spare], base[spare])
-        for r, indices in enumerate(chosen):
-            order = setting_order(names, r)
-            runs = []
-            for name in order:
-                ss = floor_samplings if name == FLOOR and floor_samplings else base
-                runs.append(
-                    _timed(
-                        paths,
-                        name,
-                        slots_of[name],
-                        [(engine_prompts if slots_of[name] > 1 else prompts)[i] for i in indices],
-                        [ss[i] for i in indices],
-                        [ids[i] for i in indices],
-                        labels,
-                        clock,
-                        tick,
-                    )
-                )
-            records.append(
-                RoundRecord(r, tuple(ids[i] for i in indices), tuple(order), tuple(runs))
-            )
-        has_labels = rule is not None
-        report_of = {
-            name: summarize(
-                name,
-                slots_of[name],
-                records,
-                n_prompts=n,
-                has_labels=has_labels,
-                kv_bytes_per_slot=paths.kv_bytes_per_slot(slots_of[name]),
-            )
-            for name in (BASELINE, *map(setting_name, counts))
-        }
+        for name, b in [(BASELINE, 1), *((setting_name(b), b) for b in counts)]
+    }
     settings = tuple(report_of[setting_name(b)] for b in counts)
-    seed = base[0].seed or 0
-    floor = floor_of(records, has_labels, (seed, (seed + 1) % 2**32))
+    seed = work[0].sampling.seed or 0
+    floor = floor_of(done.rounds, has_labels, (seed, (seed + 1) % 2**32))
     return TuneReport(
         model=model,
         n_prompts=n,
         items_per_round=per_round,
         n_rounds=rounds,
         slots=counts,
-        sampling=_sampling_dict(base[0] if base else SamplingParams()),
+        sampling=_sampling_dict(work[0].sampling if work else SamplingParams()),
         max_tokens=max_tokens,
         label_rule=rule,
         label_regex=label_regex,
@@ -407,10 +235,31 @@ def tune(
             max_agreement_drop=max_agreement_drop,
             complete_args=complete_args,
         ),
-        rounds=tuple(records),
+        rounds=done.rounds,
         seconds=clock() - t_start,
         notes=tuple(notes),
     )
+
+
+def _alone(
+    llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], Reply] | None
+) -> OneAtATime | None:
+    if one is not None:
+        return OneAtATime(lambda it: dataclasses.replace(one(it.alone, it.sampling), id=it.id))
+    return None if llm is None else LlamaLoop(llm, max_tokens)
+
+
+def _llama_kv_bytes(llm: Any) -> int | None:
+    """KV bytes of the ``Llama``'s own context (one at a time), estimated; ``None``
+    without a ``Llama`` or when it cannot be estimated."""
+    if llm is None:
+        return None
+    try:
+        from ..llamacpp.kv_size import estimate
+
+        return estimate(llm, slots=1, n_ctx_seq=int(llm.n_ctx())).bytes_per_slot
+    except (ValueError, LlamaBatchError, AttributeError):
+        return None
 
 
 def _sampling_dict(s: SamplingParams) -> dict[str, Any]:

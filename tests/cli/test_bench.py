@@ -6,29 +6,19 @@ Timings are never asserted: the clocks here are scripted.
 from __future__ import annotations
 
 import io
-import itertools
 import json
-import math
 from pathlib import Path
 
 import pytest
+from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.bench.host import collect_header, quantization
-from llamabatch.bench.raw import RAW_COLUMNS, ctx_per_seq, raw_row, run_raw
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
-from llamabatch.bench.workload import (
-    SYSTEM,
-    format_workload_table,
-    ratios,
-    run_workload,
-    tagging_prompts,
-    warmup_prompt,
-    workload_json,
-)
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.cli.main import main
-from llamabatch.testing import DecodeCall, FakeBackend, StartSeqCall
+from llamabatch.measure.raw import RAW_COLUMNS, raw_row
+from llamabatch.testing import FakeBackend
 
 SLOTS = (1, 2, 4, 8)
 
@@ -45,80 +35,9 @@ llama_perf_context_print:        load time =     123.45 ms
 """
 
 
-def step_clock(step: float = 1.0):
-    """A clock that advances by ``step`` on every call."""
-    counter = itertools.count()
-    return lambda: next(counter) * step
-
-
 def raw_fake() -> FakeBackend:
     # No EOG: the raw bench decodes a fixed number of tokens, whatever is sampled.
     return FakeBackend(eog_ids=(), n_vocab=300)
-
-
-# -- raw ---------------------------------------------------------------------------------
-def test_raw_rows_one_per_b_with_batched_bench_arithmetic():
-    fake = raw_fake()
-    rows, limits = run_raw(fake, SLOTS, 20, 5, rounds=3, n_batch=32, clock=step_clock())
-    assert [r.b for r in rows] == list(SLOTS)
-    assert limits.n_seq_max == max(SLOTS) and limits.n_ctx_seq >= 25
-    for r in rows:
-        assert (r.pp, r.tg) == (20, 5)
-        assert r.n_kv == r.b * (20 + 5)
-        assert len(r.rounds) == 3
-        assert math.isclose(r.s_pp, r.b * r.pp / r.t_pp)
-        assert math.isclose(r.s_tg, r.b * r.tg / r.t_tg)
-        assert math.isclose(r.t, r.t_pp + r.t_tg)
-        assert math.isclose(r.s, r.n_kv / r.t)
-        assert len(r.values()) == len(RAW_COLUMNS)
-    assert fake.violations == []
-
-
-def test_raw_drives_the_slot_engine_and_feeds_back_samples():
-    fake = raw_fake()
-    run_raw(fake, (3,), 40, 4, rounds=1, n_batch=32, clock=step_clock())
-    decodes = fake.calls(DecodeCall)
-    assert all(d.n_tokens <= 32 for d in decodes)
-    assert decodes[0].n_tokens == 16  # the warm-up: 16 tokens
-    timed = decodes[1:]
-    # 3 prompts of 40 tokens through 32-token decodes, prompts ending early decode in
-    # the same calls (decode tokens first), then each sequence fed back 4 samples
-    assert sum(d.n_tokens for d in timed) == 3 * (40 + 4)
-    positions = {s: [] for s in range(3)}
-    for d in timed:
-        for span in d.spans:
-            positions[span.seq_id] += range(span.pos, span.pos + len(span.tokens))
-    assert positions == {s: list(range(44)) for s in range(3)}
-    assert timed[2].spans[0] == (timed[2].spans[0].__class__(0, 40, (timed[1].sampled[0],), True))
-    assert fake.violations == []  # fed back what was sampled
-    assert all(c.sampling.is_greedy for c in fake.calls(StartSeqCall))
-
-
-def test_raw_row_is_the_median_of_rounds():
-    row = raw_row(256, 64, 4, [(1.0, 9.0), (3.0, 7.0), (2.0, 8.0)])
-    assert (row.t_pp, row.t_tg) == (2.0, 8.0)
-    assert row.n_kv == 4 * 320
-    assert row.to_json()["rounds"] == [
-        {"t_pp": 1.0, "t_tg": 9.0},
-        {"t_pp": 3.0, "t_tg": 7.0},
-        {"t_pp": 2.0, "t_tg": 8.0},
-    ]
-    with pytest.raises(ValueError):
-        raw_row(1, 1, 1, [])
-
-
-def test_raw_asks_for_whole_multiples_of_llama_cpp_padding():
-    assert [ctx_per_seq(n) for n in (1, 256, 257, 320)] == [256, 256, 512, 512]
-    fake = raw_fake()
-    run_raw(fake, (2,), 20, 5, rounds=1)
-    assert fake.limits.n_ctx_seq == 256
-
-
-def test_raw_refuses_sizes_that_do_not_fit():
-    with pytest.raises(ValueError, match="n_batch"):
-        run_raw(raw_fake(), (8,), 4, 4, n_batch=4)
-    with pytest.raises(ValueError, match="slots"):
-        run_raw(raw_fake(), (0, 2), 4, 4)
 
 
 def test_raw_table_has_batched_bench_columns_and_parses_back():
@@ -264,101 +183,6 @@ def test_header_without_library(tmp_path):
     assert h["gpu_offload"] is False and h["devices"] == []
 
 
-# -- workload ----------------------------------------------------------------------------
-def test_tagging_prompts_are_chatml_deterministic_and_near_the_target():
-    tok = lambda s: list(s.encode())  # noqa: E731
-    a = tagging_prompts(6, 400, tok, seed=3)
-    assert a == tagging_prompts(6, 400, tok, seed=3)
-    assert a != tagging_prompts(6, 400, tok, seed=4)
-    for p in a:
-        assert p.startswith("<|im_start|>system\n" + SYSTEM)
-        assert p.endswith("<|im_end|>\n<|im_start|>assistant\n")
-        assert 0.6 * 400 <= len(tok(p)) <= 1.4 * 400 + 100
-    assert len({len(tok(p)) for p in a}) > 1
-
-
-def test_ratios_per_round():
-    assert ratios([1.0, 3.0], [2.0, 4.0]) == [0.5, 0.75]
-    with pytest.raises(ValueError):
-        ratios([1.0], [1.0, 2.0])
-
-
-def scripted_clock(durations):
-    """A clock whose successive (start, end) pairs are ``durations`` apart."""
-    t, values = 0.0, []
-    for d in durations:
-        values += [t, t + d]
-        t += d + 1.0
-    it = iter(values)
-    return lambda: next(it)
-
-
-def fake_generator(max_tokens=16):
-    def make(b: int) -> BatchGenerator:
-        fake = FakeBackend(max_tokens=max_tokens)
-        return BatchGenerator(
-            backend=fake,
-            slots=b,
-            max_tokens=max_tokens,
-            n_ctx_seq=4096,
-            sampling=SamplingParams(temperature=0.0),
-        )
-
-    return make
-
-
-def test_workload_ratios_come_from_each_rounds_times():
-    prompts = [f"item {i}" for i in range(4)]
-    # round 1: alone 8 s, B=2 6 s, B=4 4 s; round 2: alone 10 s, B=2 9 s, B=4 5 s
-    clock = scripted_clock([8, 6, 4, 10, 9, 5])
-    rows = run_workload(fake_generator(), prompts, (1, 2, 4), rounds=2, clock=clock)
-    assert [r.b for r in rows] == [1, 2, 4]
-    alone, b2, b4 = rows
-    assert alone.per_item_s == [2.0, 2.5]
-    assert b2.per_item_s == [1.5, 2.25] and b2.ratio == [0.75, 0.9]
-    assert b4.ratio == [0.5, 0.5]
-    assert alone.ratio == [1.0, 1.0]
-    assert b2.median_per_item_s == pytest.approx(1.875)
-    assert b2.items_per_hour == pytest.approx(3600 / 1.875)
-    j = b2.to_json()
-    assert (j["ratio_min"], j["ratio_max"]) == (0.75, 0.9)
-    assert j["ratio_median"] == pytest.approx(0.825)
-    # every timed item of B > 1 went through the batch; alone ones through generate_alone
-    assert b2.items_batched == 8 and b2.items_alone == 0
-    assert alone.items_alone == 8
-    assert b2.tokens == alone.tokens  # same replies batched and alone
-
-
-def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
-    seen: list[list[str]] = []
-
-    def one_at_a_time(prompts):
-        seen.append(list(prompts))
-        return 5 * len(prompts)
-
-    prompts = ["a", "b", "c", "d"]
-    clock = scripted_clock([8, 4, 8, 2])  # round 1: alone 8 s, B=2 4 s; round 2
-    rows = run_workload(
-        fake_generator(), prompts, (2,), rounds=2, clock=clock, one_at_a_time=one_at_a_time
-    )
-    alone, b2 = rows
-    assert seen == [[warmup_prompt()], prompts, prompts]  # warm-up, then 2 rounds
-    assert alone.per_item_s == [2.0, 2.0] and alone.tokens == [20, 20]
-    assert alone.items_alone == 8 and alone.items_batched == 0
-    assert b2.ratio == [0.5, 0.25] and b2.items_batched == 8
-
-
-def test_workload_table_lists_alone_then_each_b():
-    clock = scripted_clock([4, 2, 4, 3])
-    rows = run_workload(fake_generator(), ["a", "b"], (2,), rounds=2, clock=clock)
-    lines = format_workload_table(rows).splitlines()
-    assert len(lines) == 2 + 2
-    assert lines[2].split("|")[1].strip() == "alone"
-    assert lines[3].split("|")[1].strip() == "2"
-    doc = workload_json(rows, [3, 4], 2, 16)
-    assert doc["prompt_tokens"] == [3, 4] and [r["b"] for r in doc["rows"]] == [1, 2]
-
-
 # -- the command -------------------------------------------------------------------------
 def fake_setup(tmp_path: Path, max_tokens: int) -> BenchSetup:
     model = tmp_path / "fake.Q4_1.gguf"
@@ -403,6 +227,23 @@ def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
     assert doc["header"]["n_ctx_seq"] >= 208
     assert doc["params"]["slots"] == list(SLOTS)
+
+
+def test_workload_table_lists_alone_then_each_b_with_each_rounds_ratio(tmp_path):
+    params = BenchParams(
+        slots=(1, 2), parts=("workload",), workload="U", items=2, workload_rounds=2, max_tokens=4
+    )
+    out = io.StringIO()
+    # round 1: alone 4 s, B=2 2 s; round 2 (the order reversed): B=2 3 s, alone 4 s
+    clock = scripted([4, 2, 3, 4])
+    doc = bench(fake_setup(tmp_path, 4), params, out=out, err=out, quiet=True, clock=clock)
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("|")]
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["alone", "2"]
+    alone, b2 = doc["workload"]["rows"]
+    assert alone["per_item_s"] == [2.0, 2.0] and alone["ratio"] == [1.0, 1.0]
+    assert b2["per_item_s"] == [1.0, 1.5] and b2["ratio"] == [0.5, 0.75]
+    assert (b2["ratio_min"], b2["ratio_max"], b2["items_batched"]) == (0.5, 0.75, 4)
+    assert len(doc["workload"]["prompt_tokens"]) == 2 and "workload U: 2 items" in out.getvalue()
 
 
 def test_bench_only_raw(tmp_path):

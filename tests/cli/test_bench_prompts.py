@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 from cli_util import MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
+from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams, tune
-from llamabatch.bench.file_workload import FileItems
 from llamabatch.bench.host import collect_header
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
+from llamabatch.measure.records import FileItems
 from llamabatch.testing import FakeBackend, StartSeqCall
 
 
@@ -31,6 +32,11 @@ def items_file(tmp_path: Path, n: int, **fields) -> Path:
         tmp_path / "items.jsonl",
         [{"id": f"i{k}", "prompt": chat(f"Label ticket {k}."), **fields} for k in range(n)],
     )
+
+
+def file_params(**fields) -> BenchParams:
+    """The bench's parameters for the workload of items.jsonl alone."""
+    return BenchParams(parts=("workload",), workload="prompts", prompts="items.jsonl", **fields)
 
 
 def error_after_prog(line: str) -> str:
@@ -164,9 +170,7 @@ def test_the_library_bench_refuses_an_item_asking_for_more_than_one_reply(tmp_pa
     samplings = [SamplingParams(temperature=0.0)] * 4
     samplings[1] = SamplingParams(temperature=0.0, n=2)
     items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
-    params = BenchParams(
-        slots=(1, 2), parts=("workload",), workload="prompts", prompts="items.jsonl", items=2
-    )
+    params = file_params(slots=(1, 2), items=2)
     backends: list[FakeBackend] = []
     with pytest.raises(ValueError, match="items.jsonl item 'b': n=2 asks for 2 replies"):
         bench(fake_setup(tmp_path, backends), params, quiet=True, items=items)
@@ -181,6 +185,8 @@ def test_help_names_prompts(capsys):
 
 
 # -- rounds, on the fake backend -----------------------------------------------------------
+
+
 def fake_setup(tmp_path: Path, backends: list[FakeBackend], reply: str = "bug") -> BenchSetup:
     """Generators on fakes that reply ``reply`` to every prompt (kept in ``backends``)."""
     model = tmp_path / "fake.Q4_1.gguf"
@@ -200,26 +206,21 @@ PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(10)]
 LABELS = ("billing", "bug")
 
 
-def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
+def test_rounds_are_disjoint_and_the_ones_tune_draws_with_the_same_figures(tmp_path):
+    """One runner: the same file, seed and rounds give bench and tune the same disjoint
+    rounds and the same passes in the same order, so the same pass times give the same
+    per-setting figures."""
     samplings = [SamplingParams(temperature=0.0, choices=LABELS)] * len(PROMPTS)
     ids = [f"t{k:02d}" for k in range(len(PROMPTS))]
     items = FileItems("items.jsonl", ids, PROMPTS, PROMPTS, samplings)
-    params = BenchParams(
-        slots=(1, 2),
-        parts=("workload",),
-        workload="prompts",
-        prompts="items.jsonl",
-        items=3,
-        workload_rounds=3,
-        max_tokens=6,
-        n_ctx_seq=256,
-        seed=5,
+    params = file_params(
+        slots=(1, 2, 4), items=3, workload_rounds=3, max_tokens=6, n_ctx_seq=256, seed=5
     )
+    seconds = [3.0, 2.0, 1.5, 1.0, 1.75, 2.5, 4.0, 1.25, 2.0]  # 3 rounds x 3 settings
     backends: list[FakeBackend] = []
     out = io.StringIO()
-    doc = bench(
-        fake_setup(tmp_path, backends), params, out=out, err=io.StringIO(), quiet=True, items=items
-    )
+    setup = fake_setup(tmp_path, backends)
+    doc = bench(setup, params, out=out, quiet=True, items=items, clock=scripted(seconds))
     doc = json.loads(json.dumps(doc))
     w = doc["workload"]
     assert w["name"] == "prompts" and doc["params"]["prompts"] == "items.jsonl"
@@ -228,22 +229,26 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
     flat = [i for r in rounds for i in r]
     assert len(set(flat)) == 9  # disjoint
     assert w["prompts"]["warmup_id"] not in flat  # the one item in no round warms up
-    assert [r["b"] for r in w["rows"]] == [1, 2]
-    for row in w["rows"]:
-        assert len(row["per_item_s"]) == len(row["ratio"]) == 3
-        assert row["items_failed"] == 0
+    assert [r["b"] for r in w["rows"]] == [1, 2, 4]
+    assert all(row["items_failed"] == 0 for row in w["rows"])
     report = tune(
         None,
         PROMPTS,
-        slots=(2,),
+        slots=(2, 4),
         rounds=3,
         items=3,
         items_seed=5,
         ids=ids,
         sampling=samplings,
         backend=lambda b: FakeBackend(),
+        clock=scripted(seconds, first=[0.0], last=[99.0]),  # tune also times the whole run
     )
-    assert [list(r.item_ids) for r in report.rounds] == rounds
+    assert [r["item_ids"] for r in report.to_json()["rounds"]] == rounds
+    rows = {r["b"]: r for r in w["rows"]}
+    for s in (report.baseline, *report.settings):
+        assert rows[s.slots]["per_item_s"] == pytest.approx(list(s.s_per_item))
+        assert rows[s.slots]["ratio"] == pytest.approx(list(s.ratio))
+    assert rows[4]["ratio"] != rows[2]["ratio"]  # the clock told the settings apart
     # every item, on both paths (B=1 here is BatchGenerator(slots=1)), had its constraint
     starts = [c for fake in backends for c in fake.calls(StartSeqCall)]
     assert starts and all(c.sampling.choices == LABELS for c in starts)
@@ -252,11 +257,8 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws(tmp_path):
 
 def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
     items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], [SamplingParams()] * 4)
-    params = BenchParams(
+    params = file_params(
         slots=(1, 2),
-        parts=("workload",),
-        workload="prompts",
-        prompts="items.jsonl",
         items=2,
         workload_rounds=1,
         max_tokens=2,
@@ -278,16 +280,9 @@ def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
 def test_failed_items_are_counted_and_named(tmp_path):
     samplings = [SamplingParams(temperature=0.0, choices=("billing", "account"))] * 4
     items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
-    params = BenchParams(
-        slots=(1, 2),
-        parts=("workload",),
-        workload="prompts",
-        prompts="items.jsonl",
-        items=2,
-        workload_rounds=2,
-        max_tokens=3,  # too few for either choice
-        n_ctx_seq=256,
-    )
+    params = file_params(
+        slots=(1, 2), items=2, workload_rounds=2, max_tokens=3, n_ctx_seq=256
+    )  # max_tokens: too few for either choice
     out = io.StringIO()
     setup = fake_setup(tmp_path, [], reply="billing")
     doc = bench(setup, params, out=out, err=io.StringIO(), quiet=True, items=items)

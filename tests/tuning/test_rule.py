@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tune_helpers import rounds, run, settings_and_floor, simple
 
+from llamabatch.measure.compare import BASELINE, setting_name
+from llamabatch.measure.records import Replies, Reply
 from llamabatch.tuning import recommend, summarize
-from llamabatch.tuning.records import BASELINE, setting_name
 
 BASE = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 
@@ -117,11 +120,12 @@ def test_a_setting_that_batched_nothing_or_failed_is_not_usable():
 
 def test_failed_items_count_as_disagreeing():
     records = simple({2: 5.0})
-    good = records[0].run(setting_name(2))
-    broken = good.replies[0].__class__(0, "", "error", "boom", 0, "batch", None)
-    runs = {r.setting: r for r in records[0].runs}
-    runs[setting_name(2)] = type(good)(
-        good.setting, 2, good.seconds, (broken, *good.replies[1:]), items_batched=10
+    good = records[0].get(setting_name(2))
+    replies = good.result.replies
+    broken = Reply(0, "", "error", "boom", 0, "batch", None)
+    runs = {p.path: p for p in records[0].passes}
+    runs[setting_name(2)] = dataclasses.replace(
+        good, result=Replies((broken, *replies[1:]), items_batched=10)
     )
     records = [rounds([runs])[0], records[1]]
     s = summarize(setting_name(2), 2, records, n_prompts=10, has_labels=True)

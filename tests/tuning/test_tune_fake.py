@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from llamabatch import SamplingParams, tune
+from llamabatch.measure.agreement import label_of
 from llamabatch.testing import FakeBackend
-from llamabatch.tuning.agreement import label_of
 
 PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(20)]
 LABELS = ("billing", "bug", "account")
@@ -117,8 +117,8 @@ def test_random_sampling_measures_the_floor_with_two_seeds():
     assert report.floor.measured and report.floor.seeds == (7, 8)
     assert report.rounds[0].order == ("one_at_a_time", "floor", "slots=2", "slots=4")
     assert sum(ticks) == 2 * 8 * 4
-    floor_run = report.rounds[0].run("floor")
-    assert floor_run is not None and len(floor_run.replies) == 8
+    floor_run = report.rounds[0].get("floor")
+    assert floor_run is not None and len(floor_run.result.replies) == 8
     assert report.floor.exact_share == 100.0  # the fake's replies ignore the seed
 
 
@@ -143,7 +143,7 @@ def test_a_generator_that_cannot_be_made_is_reported_not_raised():
     by = {s.setting: s for s in report.settings}
     assert not by["slots=600"].usable
     assert "it failed" in by["slots=600"].unusable_reason
-    assert all(r.run("slots=600").error for r in report.rounds)
+    assert all(r.get("slots=600").error for r in report.rounds)
 
 
 def test_choices_make_labels_and_the_report_is_json():

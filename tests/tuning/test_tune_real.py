@@ -40,8 +40,8 @@ def test_tune_leaves_the_llama_as_it_was(pair):
         n_ctx_seq=256,
     )
     assert report.floor.measured and report.floor.seeds == (3, 4)
-    base = report.rounds[0].run("one_at_a_time")
-    assert base is not None and {r.path for r in base.replies} == {"create_completion"}
-    assert all(r.label in ("bug", "billing") for r in base.replies)
+    base = report.rounds[0].get("one_at_a_time")
+    assert base is not None and {r.path for r in base.result.replies} == {"create_completion"}
+    assert all(r.label in ("bug", "billing") for r in base.result.replies)
     assert report.settings[0].kv_mib_total == pytest.approx(2 * report.settings[0].kv_mib_per_slot)
     assert caller_replies(used) == caller_replies(untouched)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llamabatch.tuning import RoundRecord, RunRecord, TuneReply, floor_of, summarize
-from llamabatch.tuning.records import BASELINE, FLOOR, setting_name
+from llamabatch.measure.compare import BASELINE, FLOOR, setting_name
+from llamabatch.measure.records import Replies, Reply
+from llamabatch.measure.rounds import Pass, Round
+from llamabatch.tuning import floor_of, summarize
 
 
 def run(
@@ -17,38 +19,37 @@ def run(
     batched: bool = True,
     disabled: str | None = None,
     error: str | None = None,
-) -> RunRecord:
-    """A run over ``len(texts)`` items whose labels are their texts."""
+) -> Pass:
+    """A pass over ``len(texts)`` items whose labels are their texts."""
+    items = tuple(range(len(texts)))
     if error is not None:
-        return RunRecord(setting, slots, None, (), error=error)
+        return Pass(setting, items, None, error=error)
     replies = tuple(
-        TuneReply(k, t, "stop", None, 1, "batch" if batched and slots > 1 else "alone", t)
+        Reply(k, t, "stop", None, 1, "batch" if batched and slots > 1 else "alone", t)
         for k, t in enumerate(texts)
     )
     n = len(texts)
-    return RunRecord(
+    return Pass(
         setting,
-        slots,
+        items,
         seconds,
-        replies,
-        items_batched=n if batched and slots > 1 else 0,
-        items_alone=0 if batched and slots > 1 else n,
-        batch_disabled_reason=disabled,
+        Replies(
+            replies,
+            items_batched=n if batched and slots > 1 else 0,
+            items_alone=0 if batched and slots > 1 else n,
+            batch_disabled_reason=disabled,
+        ),
     )
 
 
 def rounds(
-    per_round: Sequence[Mapping[str, RunRecord]],
-) -> list[RoundRecord]:
-    """Rounds holding the given runs (by setting name)."""
-    out = []
-    for r, runs in enumerate(per_round):
-        n = len(runs[BASELINE].replies)
-        out.append(RoundRecord(r, tuple(range(n)), tuple(runs), tuple(runs[k] for k in runs)))
-    return out
+    per_round: Sequence[Mapping[str, Pass]],
+) -> list[Round]:
+    """Rounds holding the given passes (by setting name)."""
+    return [Round(r, tuple(runs.values())) for r, runs in enumerate(per_round)]
 
 
-def settings_and_floor(records: Sequence[RoundRecord], slots: Sequence[int]):
+def settings_and_floor(records: Sequence[Round], slots: Sequence[int]):
     """The SettingReports of ``slots`` and the floor, labels on."""
     reports = [
         summarize(setting_name(b), b, records, n_prompts=100, has_labels=True) for b in slots
@@ -65,7 +66,7 @@ def simple(
     floor_labels: Sequence[str] | None = None,
     n_rounds: int = 2,
     **run_kwargs: Mapping[int, dict],
-) -> list[RoundRecord]:
+) -> list[Round]:
     """``n_rounds`` equal rounds: the baseline takes ``base_s`` s for its items, slot
     count K takes ``timings[K]`` s and replies ``labels[K]`` (default: the baseline's)."""
     labels = labels or {}

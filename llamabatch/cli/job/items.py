@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...bench.file_workload import FileItems
+from ...measure.baseline import check_one_reply
+from ...measure.records import FileItems
 from ...params import SamplingParams
-from ...tuning.baseline import check_one_reply
 from ..common import UsageError
 from .fields import with_fields
 from .input import (
@@ -58,7 +58,7 @@ class ReadItems:
         return [e for e in entries if isinstance(e, PromptItem)]
 
     def file_items(self, llm: Any) -> FileItems:
-        """The items as each path takes them (:class:`~llamabatch.bench.file_workload.FileItems`):
+        """The items as each path takes them (:class:`~llamabatch.measure.records.FileItems`):
         ``Llama`` a prompt or the chat's messages, the engine the prompt or the chat's
         token ids made as llama-cpp-python's chat handlers make them.
 

@@ -1,5 +1,6 @@
-"""Per setting, over the rounds: s/item, the paired ratio to one at a time, throughput,
-KV memory and agreement with one at a time (plain data, computed from the records)."""
+"""Per setting of a :func:`~llamabatch.measure.compare.compare` run, over its rounds:
+s/item, the paired ratio to one at a time, throughput, KV memory and agreement with one
+at a time (plain data, computed from the rounds' replies)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..bench.workload import ratios
 from .agreement import Agreement, agreement
-from .records import BASELINE, FLOOR, RoundRecord, RunRecord, setting_name
+from .compare import BASELINE, FLOOR
+from .records import Replies
+from .rounds import Pass, Round
+from .stats import paired, per_round
 
 MIB = 2**20
 
@@ -35,6 +38,8 @@ class SettingReport:
             one-at-a-time reply (label) of the same round; ``label_share`` ``None``
             without a label rule.
         n_items, n_failed: items over all rounds, and those that failed.
+        first_error: the first of their errors, ``None`` if none failed.
+        tokens_per_item: reply tokens per item, over the rounds that ran.
         items_batched, items_alone: how the engine completed them.
         usable: the setting ran in every round and really batched.
         unusable_reason: why not, when not usable.
@@ -57,6 +62,8 @@ class SettingReport:
     label_share: float | None
     n_items: int
     n_failed: int
+    first_error: str | None
+    tokens_per_item: float | None
     items_batched: int
     items_alone: int
     usable: bool
@@ -68,63 +75,65 @@ class SettingReport:
         return self.label_share if self.label_share is not None else self.exact_share
 
 
-def _unusable(slots: int, runs: Sequence[RunRecord | None]) -> str | None:
+def _replies(p: Pass | None) -> Replies | None:
+    return None if p is None or p.error is not None else p.result
+
+
+def _unusable(slots: int, passes: Sequence[Pass | None]) -> str | None:
     if slots == 1:
         return None
-    for run in runs:
-        if run is None or run.error is not None:
-            return f"it failed: {run.error if run is not None else 'it did not run'}"
-    ran = [r for r in runs if r is not None]
-    for run in ran:
-        if run.batch_disabled_reason:
-            return f"batching was turned off: {run.batch_disabled_reason}"
+    for p in passes:
+        if p is None or p.error is not None:
+            return f"it failed: {p.error if p is not None else 'it did not run'}"
+    ran = [r for p in passes if (r := _replies(p)) is not None]
+    for r in ran:
+        if r.batch_disabled_reason:
+            return f"batching was turned off: {r.batch_disabled_reason}"
     if sum(r.items_batched for r in ran) == 0:
         return "no item was batched (every item was completed alone)"
     return None
 
 
-def run_agreement(run: RunRecord | None, base: RunRecord | None, has_labels: bool) -> Agreement:
+def run_agreement(run: Pass | None, base: Pass | None, has_labels: bool) -> Agreement:
     """Agreement of ``run`` with ``base`` (both of one round); a failed run agrees on
     nothing (all its items count as disagreeing)."""
-    if base is None or not base.replies:
+    a, b = _replies(run), _replies(base)
+    if b is None or not b.replies:
         return Agreement(0, 0, 0 if has_labels else None)
-    if run is None or not run.replies:
-        return Agreement(len(base.replies), 0, 0 if has_labels else None)
+    if a is None or not a.replies:
+        return Agreement(len(b.replies), 0, 0 if has_labels else None)
     return agreement(
-        [r.compared() for r in run.replies], [r.compared() for r in base.replies], has_labels
+        [r.compared() for r in a.replies], [r.compared() for r in b.replies], has_labels
     )
 
 
 def summarize(
     setting: str,
     slots: int,
-    rounds: Sequence[RoundRecord],
+    rounds: Sequence[Round],
     *,
     n_prompts: int,
     has_labels: bool,
     kv_bytes_per_slot: int | None = None,
 ) -> SettingReport:
-    """The :class:`SettingReport` of ``setting`` from the rounds' records.
+    """The :class:`SettingReport` of ``setting`` from the rounds.
 
     ``kv_bytes_per_slot``: the KV bytes of one slot of its context (``None``: unknown).
     """
-    runs = [r.run(setting) for r in rounds]
-    bases = [r.run(BASELINE) for r in rounds]
-    per_item = tuple(None if r is None else r.s_per_item for r in runs)
+    passes = [r.get(setting) for r in rounds]
+    per_item = tuple(per_round(rounds, setting))
     timed = [s for s in per_item if s is not None]
-    paired = [
-        (s, b.s_per_item)
-        for s, b in zip(per_item, bases)
-        if s is not None and b is not None and b.s_per_item is not None
-    ]
-    ratio = tuple(ratios([s for s, _ in paired], [b for _, b in paired])) if paired else ()
+    ratio = tuple(paired(rounds, setting, BASELINE))
     median = statistics.median(timed) if timed else None
     ratio_median = statistics.median(ratio) if ratio else None
     total = Agreement(0, 0, 0 if has_labels else None)
-    for run, base in zip(runs, bases):
-        total = total + run_agreement(run, base, has_labels)
-    replies = [rep for r in runs if r is not None for rep in r.replies]
-    n_items = sum(len(b.replies) for b in bases if b is not None)
+    for r in rounds:
+        total = total + run_agreement(r.get(setting), r.get(BASELINE), has_labels)
+    ran = [x for p in passes if (x := _replies(p)) is not None]
+    replies = [rep for x in ran for rep in x.replies]
+    n_items = sum(len(b.items) for r in rounds if (b := r.get(BASELINE)) is not None)
+    errors = [rep.error for rep in replies if rep.error is not None]
+    unusable = _unusable(slots, passes)
     return SettingReport(
         setting=setting,
         slots=slots,
@@ -142,11 +151,13 @@ def summarize(
         exact_share=total.exact_share,
         label_share=total.label_share,
         n_items=n_items,
-        n_failed=sum(not rep.ok for rep in replies) + n_items - len(replies),
-        items_batched=sum(r.items_batched for r in runs if r is not None),
-        items_alone=sum(r.items_alone for r in runs if r is not None),
-        usable=_unusable(slots, runs) is None,
-        unusable_reason=_unusable(slots, runs),
+        n_failed=len(errors) + n_items - len(replies),
+        first_error=errors[0] if errors else None,
+        tokens_per_item=sum(rep.n_tokens for rep in replies) / len(replies) if replies else None,
+        items_batched=sum(x.items_batched for x in ran),
+        items_alone=sum(x.items_alone for x in ran),
+        usable=unusable is None,
+        unusable_reason=unusable,
     )
 
 
@@ -174,10 +185,10 @@ class Floor:
         return self.label_share if self.label_share is not None else self.exact_share
 
 
-def floor_of(rounds: Sequence[RoundRecord], has_labels: bool, seeds: tuple[int, int]) -> Floor:
+def floor_of(rounds: Sequence[Round], has_labels: bool, seeds: tuple[int, int]) -> Floor:
     """The floor from the rounds' ``"floor"`` runs, or 100 % by construction when the
     rounds have none (greedy sampling)."""
-    if not any(r.run(FLOOR) is not None for r in rounds):
+    if not any(r.get(FLOOR) is not None for r in rounds):
         return Floor(
             measured=False,
             exact_share=100.0,
@@ -188,7 +199,7 @@ def floor_of(rounds: Sequence[RoundRecord], has_labels: bool, seeds: tuple[int, 
         )
     total = Agreement(0, 0, 0 if has_labels else None)
     for r in rounds:
-        total = total + run_agreement(r.run(FLOOR), r.run(BASELINE), has_labels)
+        total = total + run_agreement(r.get(FLOOR), r.get(BASELINE), has_labels)
     return Floor(
         measured=True,
         exact_share=total.exact_share,
@@ -198,4 +209,4 @@ def floor_of(rounds: Sequence[RoundRecord], has_labels: bool, seeds: tuple[int, 
     )
 
 
-__all__ = ["Floor", "SettingReport", "floor_of", "run_agreement", "setting_name", "summarize"]
+__all__ = ["Floor", "SettingReport", "floor_of", "run_agreement", "summarize"]

@@ -1,26 +1,14 @@
-"""Benchmarks of a Backend: raw tokens/s per slot count, in llama-batched-bench's columns.
+"""Raw tokens/s per slot count, in llama-batched-bench's columns (``llamabatch bench``'s
+first table), on any backend (``FakeBackend`` in tests, ``LlamaBackend`` for real).
 
-Pure functions over a :class:`~llamabatch.engine.backend.Backend`, so they run on
-:class:`llamabatch.testing.FakeBackend` in tests and on
-:class:`llamabatch.llamacpp.backend.LlamaBackend` (``BatchContext`` / ``LlamaBatch`` /
-``SeqSampler``) for real. The tagging workload (one at a time against batches, through
-``BatchGenerator``) is in :mod:`llamabatch.bench.workload`; ``llamabatch bench``
-(:mod:`llamabatch.cli.bench`) prints both; the JSON document and the
-tables are :mod:`llamabatch.bench.report`'s, the host and model facts
-:mod:`llamabatch.bench.host`'s.
-
-Raw throughput (:func:`run_raw`) does what llama.cpp's ``llama-batched-bench`` does,
-through the slot engine itself (:class:`~llamabatch.engine.scheduler.Scheduler`, the code path
-of ``BatchGenerator``; there is no second decode loop): one batch context of
-``max(slots)`` sequences; for each B, every cache is emptied and B prompts of PP random
-tokens are given to the engine, which lays them into decodes of at most ``n_batch``
-tokens; T_PP ends with the decode that ends the last prompt; then the engine decodes
-until each sequence fed back TG sampled tokens (greedy, EOG ignored: the engine sees a
-backend without EOG ids), timed as T_TG. When B*PP > n_batch, sequences whose prompt
-ended early already decode inside T_PP (continuous batching), as they would in real
-use. Unlike ``llama-batched-bench`` (which only decodes) each step also samples one
-token per sequence with its own sampler chain. Each B is measured ``rounds`` times
-(rounds outermost, so drift is spread over every B) and the median times are reported.
+:func:`run_raw` does what llama.cpp's ``llama-batched-bench`` does, through the slot
+engine itself (the code path of ``BatchGenerator``): one batch context of ``max(slots)``
+sequences; for each B, every cache emptied, B prompts of PP random tokens laid into
+decodes of at most ``n_batch`` tokens (T_PP ends with the decode that ends the last
+prompt; a sequence whose prompt ended early already decodes inside it, as in real use),
+then decodes until each sequence fed back TG greedy tokens (T_TG; EOG ignored). Unlike
+``llama-batched-bench`` each step also samples, one sampler chain per sequence. Each B is
+measured once per round, the B values in alternating order; medians are reported.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ import contextlib
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +27,10 @@ from ..engine.scheduler import Scheduler
 from ..engine.step import Span, StepResult
 from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
+from .rounds import Clock, Progress, run_rounds
 
 #: The columns of llama-batched-bench's markdown table, in its order.
 RAW_COLUMNS = ("PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s")
-
-#: Greedy sampling: the raw bench's figures must not depend on the draw.
-GREEDY = SamplingParams(temperature=0.0)
 
 #: Tokens decoded once before anything is timed (as llama-batched-bench's warm-up).
 WARMUP_TOKENS = 16
@@ -57,10 +43,6 @@ CTX_PAD = 256
 def ctx_per_seq(n_tokens: int) -> int:
     """``n_tokens`` rounded up to a multiple of :data:`CTX_PAD`."""
     return -(-n_tokens // CTX_PAD) * CTX_PAD
-
-
-Clock = Callable[[], float]
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,67 +136,50 @@ def random_prompts(n_seqs: int, n_tokens: int, n_vocab: int, rng: random.Random)
     return [[rng.randrange(n_vocab) for _ in range(n_tokens)] for _ in range(n_seqs)]
 
 
-class RawBackend:
-    """The backend as the raw bench shows it to the engine: no EOG ids (every sequence
-    generates a fixed number of tokens), and the clock read right after the decode that
-    ends the last prompt of a measurement. Everything else is the wrapped backend's."""
-
-    def __init__(self, backend: Backend, clock: Clock) -> None:
-        self._backend, self._clock = backend, clock
-        self.vocab = _NoEog(backend.vocab)
-        self.prompt_left = self.pp = 0
-        self.t_pp: float | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def expect(self, n_prompts: int, pp: int) -> None:
-        """A measurement starts: ``n_prompts`` prompts of ``pp`` tokens will be prefilled
-        (positions [0, pp) of each sequence; later positions are decode tokens)."""
-        self.prompt_left, self.pp, self.t_pp = n_prompts * pp, pp, None
-
-    def run(self, spans: Sequence[Span]) -> StepResult:
-        result = self._backend.run(spans)
-        if self.prompt_left > 0:
-            pp = self.pp
-            self.prompt_left -= sum(
-                max(0, min(s.pos + n, pp) - s.pos) for s, n in zip(spans, result.decoded)
-            )
-            if self.prompt_left <= 0:
-                self.t_pp = self._clock()
-        return result
-
-
-class _NoEog:
-    """A vocabulary without end-of-generation ids: every sequence generates its
-    ``max_tokens``."""
-
-    eog_ids: frozenset[int] = frozenset()
-
-    def __init__(self, vocab: Vocab) -> None:
-        self.n_vocab = vocab.n_vocab
-        self.tokenize, self.detokenize = vocab.tokenize, vocab.detokenize
-
-
 class RawEngine:
-    """The slot engine on a :class:`RawBackend`, opened once for ``slots`` sequences.
-
-    Raises:
-        BatchUnavailable: the batch context cannot be created.
+    """The one place the measure room drives the engine's internals: a
+    :class:`~llamabatch.engine.scheduler.Scheduler` opened once for ``slots`` sequences
+    on ``backend``, shown as the raw bench needs it: no EOG ids (every sequence
+    generates a fixed number of tokens), and the clock read right after the decode that
+    ends the last prompt of a measurement. Every other attribute is ``backend``'s.
+    ``limits`` is ``None`` when the batch context cannot be created (``disabled_reason``
+    says why).
     """
 
     def __init__(
         self, backend: Backend, slots: int, n_ctx_seq: int, n_batch: int, tg: int, clock: Clock
     ) -> None:
-        self.backend = RawBackend(backend, clock)
+        self._backend, self._clock = backend, clock
+        self.vocab = _NoEog(backend.vocab)
+        self._prompt_left = self._pp = 0
+        self._t_pp: float | None = None
         config = BatchConfig(
             slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=tg + 1
         )
-        self.scheduler = Scheduler(  # a failure is the bench's error, not a retry alone
-            self.backend, config, min_copy_tokens=n_ctx_seq + 1, max_batch_failures=1
+        self._scheduler = Scheduler(  # a failure is the bench's error, not a retry alone
+            self, config, min_copy_tokens=n_ctx_seq + 1, max_batch_failures=1
         )
-        self.limits = self.scheduler.open()
-        self.clock = clock
+        self.limits: BatchLimits | None = self._scheduler.open()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_backend":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+    @property
+    def disabled_reason(self) -> str | None:
+        return self._scheduler.stats.batch_disabled_reason
+
+    def run(self, spans: Sequence[Span]) -> StepResult:
+        result = self._backend.run(spans)
+        if self._prompt_left > 0:
+            pp = self._pp
+            self._prompt_left -= sum(
+                max(0, min(s.pos + n, pp) - s.pos) for s, n in zip(spans, result.decoded)
+            )
+            if self._prompt_left <= 0:
+                self._t_pp = self._clock()
+        return result
 
     def time(self, prompts: Sequence[Sequence[int]], tg: int) -> tuple[float, float]:
         """Run ``prompts`` (of one length; fresh caches) until each fed back ``tg``
@@ -226,36 +191,20 @@ class RawEngine:
         Raises:
             BackendError: the engine turned batching off (the reason is the message).
         """
-        scheduler = self.scheduler
-        scheduler.engine.reset()  # llama-batched-bench: a fresh cache
+        scheduler = self._scheduler
+        scheduler.engine.reset()  # type: ignore[union-attr]  # open: llama-batched-bench's fresh cache
         sampling = SamplingParams(temperature=0.0, max_tokens=tg + 1)
         items = [Request(i, list(p), sampling) for i, p in enumerate(prompts)]
-        self.backend.expect(len(items), len(items[0].prompt) if items else 0)
-        t0 = self.clock()
+        self._pp = len(items[0].prompt) if items else 0
+        self._prompt_left, self._t_pp = len(items) * self._pp, None
+        t0 = self._clock()
         for _ in scheduler.iter_steps(iter(items), contextlib.nullcontext, len(items)):
             pass
-        t2 = self.clock()
+        t2 = self._clock()
         if not scheduler.stats.batching_enabled:
-            raise BackendError(
-                f"the raw bench lost its batch context: {scheduler.stats.batch_disabled_reason}"
-            )
-        t1 = self.backend.t_pp if self.backend.t_pp is not None else t2
+            raise BackendError(f"the raw bench lost its batch context: {self.disabled_reason}")
+        t1 = self._t_pp if self._t_pp is not None else t2
         return t1 - t0, t2 - t1
-
-
-def time_raw(
-    engine: RawEngine, b: int, pp: int, tg: int, rng: random.Random
-) -> tuple[float, float]:
-    """Prefill ``b`` random prompts of ``pp`` tokens, then decode ``tg`` tokens each,
-    through the slot engine.
-
-    Returns:
-        ``(t_pp, t_tg)`` in seconds.
-
-    Raises:
-        BackendError: from the engine (batching turned off).
-    """
-    return engine.time(random_prompts(b, pp, engine.backend.vocab.n_vocab, rng), tg)
 
 
 def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int) -> None:
@@ -275,13 +224,6 @@ def check_raw_sizes(limits: BatchLimits, slots: Sequence[int], pp: int, tg: int)
         )
 
 
-def warm_up(engine: RawEngine, rng: random.Random) -> None:
-    """One untimed decode of a few tokens, as llama-batched-bench does before timing."""
-    limits = engine.limits
-    n = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq - 1)
-    time_raw(engine, 1, n, 0, rng)
-
-
 def run_raw(
     backend: Backend,
     slots: Sequence[int],
@@ -297,8 +239,10 @@ def run_raw(
     """Raw throughput for each B in ``slots``, through ``backend``'s batch context.
 
     Opens the batch context once with ``max(slots)`` sequences of ``prompt_tokens +
-    gen_tokens`` tokens (rounded up to :data:`CTX_PAD`), warms up, then measures every B
-    once per round.
+    gen_tokens`` tokens (rounded up to :data:`CTX_PAD`), decodes a few tokens untimed
+    (as llama-batched-bench's warm-up), then measures every B once per round (the
+    rounds of :func:`~llamabatch.measure.rounds.run_rounds`: the order of the B values
+    alternates), each with fresh random prompts.
 
     Args:
         backend: a backend whose batch context is not open yet.
@@ -308,7 +252,7 @@ def run_raw(
         rounds: measurements per B (the median is reported), >= 1.
         n_batch: most tokens per decode.
         seed: of the random prompts.
-        clock: seconds, monotonic.
+        clock: seconds, monotonic (read by the engine around each phase).
         progress: called with 1 after each measurement.
 
     Returns:
@@ -330,17 +274,29 @@ def run_raw(
     )
     limits = engine.limits
     if limits is None:
-        raise BatchUnavailable(
-            f"the batch context could not be created: "
-            f"{engine.scheduler.stats.batch_disabled_reason}"
-        )
+        raise BatchUnavailable(f"the batch context could not be created: {engine.disabled_reason}")
     check_raw_sizes(limits, slots, prompt_tokens, gen_tokens)
     rng = random.Random(seed)
-    warm_up(engine, rng)
-    times: dict[int, list[tuple[float, float]]] = {b: [] for b in slots}
-    for _ in range(rounds):
-        for b in slots:
-            times[b].append(time_raw(engine, b, prompt_tokens, gen_tokens, rng))
-            if progress is not None:
-                progress(1)
-    return [raw_row(prompt_tokens, gen_tokens, b, times[b]) for b in slots], limits
+    warm = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq - 1)
+    engine.time(random_prompts(1, warm, engine.vocab.n_vocab, rng), 0)
+    done = run_rounds(
+        {str(b): lambda items, tick: engine.time(items[0], gen_tokens) for b in slots},
+        lambda r, b: [random_prompts(int(b), prompt_tokens, engine.vocab.n_vocab, rng)],
+        rounds,
+        progress=progress,
+    )
+    return [
+        raw_row(prompt_tokens, gen_tokens, b, [p.result for r in done if (p := r.get(str(b)))])
+        for b in slots
+    ], limits
+
+
+class _NoEog:
+    """A vocabulary without end-of-generation ids: every sequence generates its
+    ``max_tokens``."""
+
+    eog_ids: frozenset[int] = frozenset()
+
+    def __init__(self, vocab: Vocab) -> None:
+        self.n_vocab = vocab.n_vocab
+        self.tokenize, self.detokenize = vocab.tokenize, vocab.detokenize

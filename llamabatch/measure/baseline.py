@@ -1,0 +1,178 @@
+"""One at a time, the tagger's loop without llamabatch: one ``Llama.create_completion``
+(``create_chat_completion`` for a chat) per item, with the item's own sampling under
+llama-cpp-python's names, its constraint as the GBNF the engine uses
+(:func:`llamabatch.llamacpp.constraints.grammar_of`). The ``Llama`` keeps the previous
+prompt's KV cache, so a prefix shared with the previous item is not prefilled again.
+
+One call gives one generated reply: an item asking for more (``n`` > 1, ``score_choices``
+with ``choices``, ``logprobs``, which ``create_completion`` gives only with
+``logits_all=True``) has no one-at-a-time counterpart and is refused up front
+(:func:`check_one_reply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import LlamaBatchError
+from ..params import SamplingParams
+from .records import Replies, Reply, WorkItem
+from .rounds import Progress
+
+
+def is_chat(prompt: object) -> bool:
+    """True for a list of ``{"role", "content"}`` messages (a chat), not a prompt."""
+    return (
+        isinstance(prompt, Sequence)
+        and not isinstance(prompt, (str, bytes))
+        and bool(prompt)
+        and all(isinstance(m, Mapping) for m in prompt)
+    )
+
+
+def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
+    """What in ``sampling`` asks for more than one generated reply and what to change,
+    in words (``("n=3 asks for 3 replies", "give n=1 or drop n")``), or ``None``: ``n``
+    > 1, ``score_choices`` with ``choices`` (label scores, no reply), ``logprobs`` (see
+    the module's note)."""
+    if sampling.n != 1:
+        return f"n={sampling.n} asks for {sampling.n} replies", "give n=1 or drop n"
+    if sampling.scores_labels:
+        return (
+            "score_choices asks for label scores instead of a reply",
+            "drop score_choices (the reply is then generated under its choices)",
+        )
+    if sampling.logprobs is not None:
+        return (
+            f"logprobs={sampling.logprobs} asks for log-probabilities (Llama.create_completion "
+            "gives them only with logits_all=True)",
+            "drop logprobs",
+        )
+    return None
+
+
+def check_one_reply(
+    samplings: Sequence[SamplingParams], where: Callable[[int], str], command: str = "tune"
+) -> None:
+    """Refuse the first item whose sampling asks for more than one generated reply.
+
+    Args:
+        samplings: each item's sampling.
+        where: ``where(k)``: how the user finds item ``k`` (``"prompts[3]"``,
+            ``"items.jsonl:4"``).
+        command: what compares the replies, for the message.
+
+    Raises:
+        ValueError: naming the item, the field and what to change.
+    """
+    for k, s in enumerate(samplings):
+        problem = not_one_reply(s)
+        if problem is not None:
+            what, fix = problem
+            raise ValueError(
+                f"{where(k)}: {what}, but {command} compares one generated reply per item "
+                f"with one Llama.create_completion call per item: {fix}"
+            )
+
+
+def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
+    """The keyword arguments of ``create_completion`` / ``create_chat_completion`` for
+    ``sampling`` (reply cap: ``sampling.max_tokens`` or ``max_tokens``).
+
+    Raises:
+        ValueError: ``sampling`` asks for more than one reply (:func:`not_one_reply`).
+    """
+    problem = not_one_reply(sampling)
+    if problem is not None:
+        raise ValueError(f"{problem[0]}, but Llama.create_completion gives one reply: {problem[1]}")
+    kwargs: dict[str, Any] = dict(
+        max_tokens=sampling.max_tokens or max_tokens,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        typical_p=sampling.typical_p,
+        repeat_penalty=sampling.repeat_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        presence_penalty=sampling.presence_penalty,
+        seed=sampling.seed,
+        stop=list(sampling.stop) or None,
+    )
+    if grammar is not None:
+        kwargs["grammar"] = grammar
+    return kwargs
+
+
+class OneAtATime:
+    """Items completed one after the other, ``one(item)`` each, as a path of
+    :func:`~llamabatch.measure.rounds.run_rounds` (its result: the ``Replies``)."""
+
+    def __init__(self, one: Callable[[WorkItem], Reply]) -> None:
+        self.one = one
+
+    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> Replies:
+        replies = []
+        for item in items:
+            replies.append(self.one(item))
+            progress(1)
+        return Replies(tuple(replies), items_alone=len(replies))
+
+    def close(self) -> None:
+        """Nothing to put back here (see :class:`LlamaLoop`)."""
+
+
+class LlamaLoop(OneAtATime):
+    """The ``Llama`` one at a time: one ``create_completion`` (``create_chat_completion``
+    for a chat) per :class:`~llamabatch.measure.records.WorkItem`, with its sampling,
+    reply cap (its ``max_tokens``, else ``max_tokens``) and constraint (each grammar
+    compiled once).
+
+    An item that raises (``ValueError``, ``RuntimeError``, ``LlamaBatchError``: a prompt
+    longer than the context, a bad grammar) gets its error as its reply; the loop goes on.
+    The ``Llama``'s settings and cache are saved first and put back by :meth:`close`.
+    """
+
+    def __init__(self, llm: Any, max_tokens: int) -> None:
+        from llama_cpp.llama_grammar import LlamaGrammar
+
+        from ..llamacpp.llm_state import LlamaGuard
+        from ..locks import llm_lock
+
+        super().__init__(self._complete)
+        self._llm, self._max_tokens = llm, max_tokens
+        self._lock = llm_lock(llm)
+        self._compile = LlamaGrammar.from_string
+        self._grammars: dict[str, Any] = {}
+        self._guard = LlamaGuard(llm)
+
+    def _grammar(self, sampling: SamplingParams) -> Any:
+        from ..llamacpp.constraints import grammar_of
+
+        text = grammar_of(sampling)
+        if text is not None and text not in self._grammars:
+            self._grammars[text] = self._compile(text, verbose=False)
+        return None if text is None else self._grammars[text]
+
+    def _complete(self, item: WorkItem) -> Reply:
+        chat = is_chat(item.alone)
+        path = "create_chat_completion" if chat else "create_completion"
+        try:
+            kwargs = completion_kwargs(
+                item.sampling, self._max_tokens, self._grammar(item.sampling)
+            )
+            with self._lock:
+                if chat:
+                    out = self._llm.create_chat_completion(messages=item.alone, **kwargs)
+                    text = out["choices"][0]["message"].get("content") or ""
+                else:
+                    out = self._llm.create_completion(item.alone, **kwargs)
+                    text = out["choices"][0]["text"]
+        except (ValueError, RuntimeError, LlamaBatchError) as exc:
+            return Reply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
+        finish = out["choices"][0].get("finish_reason") or "stop"
+        return Reply(item.id, text, finish, None, int(out["usage"]["completion_tokens"]), path)
+
+    def close(self) -> None:
+        """Put the ``Llama``'s settings and cache back as they were."""
+        self._guard.restore()
