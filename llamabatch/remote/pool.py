@@ -151,11 +151,11 @@ class ServerPool:
             self._run_probe(server)
 
     def _run_probe(self, server: Server) -> None:
+        reached = True  # a failed probe that got an answer (ServerFault.reached)
         try:
             info, error = self._probe(server.url), None
         except ServerFault as exc:
-            info, error = None, str(exc)
-            self._reached = self._reached or exc.reached
+            info, error, reached = None, str(exc), exc.reached
         with self._cond:
             server.is_probing = False
             server.n_probes += 1
@@ -166,6 +166,7 @@ class ServerPool:
                 server.slots = info.total_slots or self._concurrency
                 self._all_down_since = None
             else:
+                self._reached = self._reached or reached
                 server.last_error = error
                 self._set_down(server, grow=True)
             self._cond.notify_all()
