@@ -401,9 +401,7 @@ class Scheduler:
         """Add a completion given back to the caller to :attr:`stats`."""
         s = self.stats
         s.prompt_tokens += c.n_prompt_tokens
-        s.generated_tokens += (
-            c.n_tokens if c.samples is None else sum(len(x.token_ids) for x in c.samples)
-        )
+        s.generated_tokens += c.completion_tokens
         s.items_failed += c.error is not None
         s.labels_scored += c.choice_logprobs is not None
         if c.path == "batch":
