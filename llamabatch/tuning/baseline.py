@@ -10,9 +10,9 @@ The keyword arguments are llama-cpp-python's (0.3.x) names for the fields of
 item is not prefilled again, as in a real tagger's loop.
 
 One call gives one generated reply, so an item that asks for more than that (``n`` > 1,
-``score_choices`` with ``choices``, ``logprobs``) has no one-at-a-time counterpart:
-:func:`check_one_reply` refuses it up front (``tune``, ``bench --prompts``) rather than
-time the engine's several replies or label scores against one reply. ``logprobs`` is
+``score_choices`` with ``choices``, ``score_prompt``, ``logprobs``) has no one-at-a-time
+counterpart: :func:`check_one_reply` refuses it up front (``tune``, ``bench --prompts``)
+rather than time the engine's several replies or scores against one reply. ``logprobs`` is
 refused, not passed on: llama-cpp-python 0.3.x's ``create_completion(logprobs=...)``
 raises ``ValueError`` unless the ``Llama`` was made with ``logits_all=True``, which
 the caller's ``Llama`` usually is not (and which slows every decode).
@@ -44,7 +44,8 @@ def is_chat(prompt: object) -> bool:
 def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
     """What in ``sampling`` asks for more than one generated reply and what to change,
     in words (``("n=3 asks for 3 replies", "give n=1 or drop n")``), or ``None``: ``n``
-    > 1, ``score_choices`` with ``choices`` (label scores, no reply), ``logprobs`` (see
+    > 1, ``score_choices`` with ``choices`` (label scores, no reply), ``score_prompt``,
+    ``logprobs`` (see
     the module's note)."""
     if sampling.n != 1:
         return f"n={sampling.n} asks for {sampling.n} replies", "give n=1 or drop n"
@@ -53,6 +54,8 @@ def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
             "score_choices asks for label scores instead of a reply",
             "drop score_choices (the reply is then generated under its choices)",
         )
+    if sampling.score_prompt:
+        return "score_prompt asks for the prompt's scores instead of a reply", "drop score_prompt"
     if sampling.logprobs is not None:
         return (
             f"logprobs={sampling.logprobs} asks for log-probabilities (Llama.create_completion "
