@@ -17,18 +17,19 @@ from ..errors import LibraryError
 from . import doctor
 from .common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ArgumentParser, UsageError, error_line
 
-#: Why ``complete``, ``bench`` and ``tune`` cannot run: their modules import the real
+#: Why ``complete``, ``bench``, ``tune`` and ``eval`` cannot run: their modules import the real
 #: backend, which refuses an unsupported llama-cpp-python (``None`` when they loaded).
 #: ``doctor`` and ``--version`` still work then, to say what is installed.
 UNAVAILABLE: str | None = None
 try:
     from . import bench, complete, tune
+    from . import eval as evaluate  # the module of `llamabatch eval`
 except LibraryError as exc:
     UNAVAILABLE = str(exc)
     #: Modules that each add one subcommand, in the order they appear in ``--help``.
     SUBCOMMANDS: tuple = (doctor,)
 else:
-    SUBCOMMANDS = (complete, bench, tune, doctor)
+    SUBCOMMANDS = (complete, bench, tune, evaluate, doctor)
 
 
 def _version() -> str:
@@ -62,7 +63,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``llamabatch`` command; return its exit status (see the module doc)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if UNAVAILABLE is not None and argv[:1] in (["complete"], ["bench"], ["tune"]):
+    if UNAVAILABLE is not None and argv[:1] in (["complete"], ["bench"], ["tune"], ["eval"]):
         error_line(f"llamabatch {argv[0]}", UNAVAILABLE)
         return EXIT_FAILURE
     parser = build_parser()
