@@ -283,9 +283,9 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
 
 
 def _check_samples_and_scores(p: SamplingParams) -> None:
-    """Check ``n``, ``score_choices``, ``choice_leading_space`` and ``score_prompt`` (and ``seed + n - 1``,
-    the seed of the last reply, which must stay below ``LLAMA_DEFAULT_SEED``: that value
-    asks llama.cpp for a random seed)."""
+    """Check ``n``, ``score_choices``, ``choice_leading_space`` and ``score_prompt`` (and
+    ``seed + n - 1``, the seed of the last reply, which must stay below
+    ``LLAMA_DEFAULT_SEED``: that value asks llama.cpp for a random seed)."""
     _check(_is_int(p.n) and 1 <= p.n <= 1024, "n", p.n, "an integer in [1, 1024]")
     _check(
         isinstance(p.score_choices, bool),

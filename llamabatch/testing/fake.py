@@ -385,9 +385,7 @@ class FakeBackend:
             scores=tuple(
                 tuple(self.token_logprob(c, t) for t in ids) for c, ids in zip(contexts, targets)
             ),
-            row_max=tuple(
-                self.row_max(c) if ids else None for c, ids in zip(contexts, targets)
-            ),
+            row_max=tuple(self.row_max(c) if ids else None for c, ids in zip(contexts, targets)),
         )
 
     def _score_alone(self, tokens: Sequence[int], targets: Targets) -> SeqOutput:
