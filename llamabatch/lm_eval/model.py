@@ -46,6 +46,9 @@ from .generation import generation_sampling
 #: The model's name in lm-evaluation-harness's registry (``--model llamabatch``).
 MODEL_NAME = "llamabatch"
 
+#: Slots when neither ``slots`` nor a ``batch_size`` > 1 is given.
+DEFAULT_SLOTS = 4
+
 #: What every score item shares: one token of room (it samples none).
 _SCORE = SamplingParams(max_tokens=1, temperature=0.0)
 
@@ -61,6 +64,14 @@ def _int_arg(name: str, value: object, minimum: int) -> int:
     return number
 
 
+def slots_of(slots: object, batch_size: object) -> int:
+    """``slots``, or the harness's ``batch_size`` when it is an integer > 1, or 4."""
+    if slots is None:
+        size = str(batch_size)
+        slots = int(size) if size.isdigit() and int(size) > 1 else DEFAULT_SLOTS
+    return _int_arg("slots", slots, 1)
+
+
 @register_model(MODEL_NAME)
 class LlamaBatchLM(LM):
     """lm-evaluation-harness's ``LM`` on a GGUF model through llamabatch.
@@ -68,7 +79,8 @@ class LlamaBatchLM(LM):
     Args:
         model: a GGUF path (loaded here with ``n_ctx``, ``n_threads``, ``n_gpu_layers``
             and closed by :meth:`close`), a loaded ``llama_cpp.Llama``, or a
-            :class:`~llamabatch.BatchGenerator` to use as it is.
+            :class:`~llamabatch.BatchGenerator` to use as it is (its slots, ``n_ctx_seq``
+            and ``n_batch``).
         slots: sequences decoded together (``BatchGenerator(slots=...)``).
         n_ctx: the ``Llama``'s context when ``model`` is a path.
         n_ctx_seq: KV cache tokens per slot (default ``min(4096, n_ctx)``).
@@ -81,9 +93,8 @@ class LlamaBatchLM(LM):
             else its EOS).
         batch_size: the harness's ``--batch_size``: an integer > 1 sets ``slots`` when
             ``slots`` is not given; 1 (its default) and ``auto`` leave ``slots`` as it is.
-        max_batch_size: the harness's; not used.
-        device: the harness's; only ``cpu`` or unset (llama.cpp places layers by
-            ``n_gpu_layers``).
+        max_batch_size, device: the harness's; not used (its command line always gives
+            a device; llama.cpp places layers by ``n_gpu_layers``).
         quiet: no progress bars.
 
     Raises:
@@ -111,15 +122,6 @@ class LlamaBatchLM(LM):
     ) -> None:
         super().__init__()
         self.quiet = bool(quiet)
-        if device not in (None, "cpu"):
-            raise ValueError(
-                f"device={device!r} cannot be honoured: llama.cpp places the model by "
-                "n_gpu_layers (model_args n_gpu_layers=-1 offloads every layer); leave "
-                "device unset"
-            )
-        if slots is None:
-            size = str(batch_size)
-            slots = int(size) if size.isdigit() and int(size) > 1 else 4
         self._owned: Any = None
         if isinstance(model, BatchGenerator):
             self.generator, llm = model, None
@@ -137,7 +139,7 @@ class LlamaBatchLM(LM):
                 )
             self.generator = BatchGenerator(
                 llm,
-                slots=_int_arg("slots", slots, 1),
+                slots=slots_of(slots, batch_size),
                 n_ctx_seq=None if n_ctx_seq is None else _int_arg("n_ctx_seq", n_ctx_seq, 3),
                 n_batch=_int_arg("n_batch", n_batch, 1),
             )

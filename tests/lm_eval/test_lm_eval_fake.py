@@ -15,6 +15,7 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from llamabatch.lm_eval import LlamaBatchLM  # noqa: E402
+from llamabatch.lm_eval.model import slots_of  # noqa: E402
 from llamabatch.lm_eval.generation import generation_sampling  # noqa: E402
 
 
@@ -99,10 +100,12 @@ def test_gen_kwargs_map_to_sampling_or_are_refused_by_name() -> None:
 
 
 def test_arguments_from_the_harness() -> None:
-    lm, _ = make(batch_size=8)
+    lm, _ = make(batch_size=8, max_batch_size=None, device="cuda:0")  # as the harness passes
     assert lm.max_length == lm.generator.config.n_ctx_seq - 2
-    with pytest.raises(ValueError, match="device='cuda'.*n_gpu_layers"):
-        make(device="cuda")
+    assert [slots_of(None, b) for b in (8, "8", 1, "auto", None)] == [8, 8, 4, 4, 4]
+    assert slots_of(2, 8) == 2
+    with pytest.raises(ValueError, match="slots=0"):
+        slots_of(0, None)
     with pytest.raises(ValueError, match="max_length=0"):
         make(max_length=0)
 
