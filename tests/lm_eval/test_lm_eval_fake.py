@@ -15,8 +15,8 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from llamabatch.lm_eval import LlamaBatchLM  # noqa: E402
-from llamabatch.lm_eval.model import slots_of  # noqa: E402
 from llamabatch.lm_eval.generation import generation_sampling  # noqa: E402
+from llamabatch.lm_eval.model import slots_of  # noqa: E402
 
 
 def make(**kwargs) -> tuple[LlamaBatchLM, FakeBackend]:
