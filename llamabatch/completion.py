@@ -59,11 +59,9 @@ class Completion:
         choice_probs: the same normalised over the labels (they sum to 1; with forms
             left out a value can move either way by about ``SKIP_NATS``); ``text`` is
             the label with the highest one (the first of equal ones).
-        choice_greedy: with ``score_choices``, label -> True when each token of the
-            label's likeliest written form is the likeliest token at its place (greedy
-            decoding after the prompt writes it; lm-evaluation-harness's ``is_greedy``),
-            in the order of ``choices``; ``None`` with a backend that reports no row
-            maxima.
+        choice_greedy: with ``score_choices``, label -> True when each token of its
+            likeliest written form is the likeliest at its place (greedy decoding writes
+            it); ``None`` with a backend that reports no row maxima.
         prompt_logprobs: with ``SamplingParams(score_prompt=True)``, log P(prompt token
             j | the tokens before it) in nats for j = 1 … ``n_prompt_tokens`` - 1 (the
             first token has no context); else ``None``.

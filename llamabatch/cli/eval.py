@@ -1,13 +1,9 @@
 """``llamabatch eval``: lm-evaluation-harness tasks on a GGUF model through llamabatch.
 
-Runs ``lm_eval.simple_evaluate`` with the ``llamabatch`` model
-(:class:`llamabatch.lm_eval.LlamaBatchLM`): log-likelihoods from batched scoring, one
-prefill per shared context. Prints the harness's results table; ``--output`` also writes
-its results as JSON. Needs the eval extra: pip install 'llamabatch[eval]'.
-
-A task of your own is a YAML file in the folder given to ``--include-path`` (with
-``dataset_path: json`` and local ``data_files``; set HF_DATASETS_OFFLINE=1 to run
-without a network).
+Runs ``lm_eval.simple_evaluate`` with the ``llamabatch`` model (one prefill per shared
+context) and prints the harness's results table. Needs the eval extra: pip install
+'llamabatch[eval]'. Tasks of your own: YAML files in --include-path DIR (local data:
+set HF_DATASETS_OFFLINE=1).
 """
 
 from __future__ import annotations

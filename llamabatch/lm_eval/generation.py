@@ -1,12 +1,6 @@
-"""lm-evaluation-harness's ``generate_until`` arguments as a :class:`~llamabatch.SamplingParams`.
-
-A request's ``gen_kwargs`` (the task's ``generation_kwargs``, merged with ``--gen_kwargs``)
-use Hugging Face ``generate`` names: ``until`` (stop strings), ``max_gen_toks``,
-``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``. Decoding is
-greedy unless ``do_sample`` is true or a ``temperature`` > 0 is given, as the harness's
-``hf`` and ``vllm`` models read them; sampling then uses only the stages named (``top_k``,
-``top_p``, ``min_p`` off unless given), not llama-cpp-python's defaults. Any other key is
-refused by name: it could not be honoured.
+"""lm-evaluation-harness's ``generate_until`` arguments as a :class:`~llamabatch.SamplingParams`:
+greedy unless ``do_sample`` or a ``temperature`` > 0 (as the harness's ``hf`` and ``vllm``
+models read them); sampling uses only the stages named; other keys are refused by name.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """:class:`LlamaBatchLM`: lm-evaluation-harness's ``LM`` on a GGUF model, registered as
-``llamabatch``.
-
-- ``loglikelihood``: requests with the same context are one item that scores all their
-  continuations (``SamplingParams(score_choices=True, choice_leading_space=False)``): the
-  context is prefilled once and each continuation's tokens are what follows the
-  context's tokens in ``tokenize(context + continuation)``
-  (:mod:`llamabatch.engine.features.labels`). An empty context is the prefix token
-  (the model's BOS, else its EOS) with the continuation tokenized alone, as the harness's
-  ``hf`` model does. ``is_greedy``: ``Completion.choice_greedy``.
-- ``loglikelihood_rolling``: the text's tokens (no BOS) cut by the harness's
-  ``get_rolling_token_windows`` / ``make_disjoint_window`` into windows of ``max_length``
-  predicted tokens; each window is one item with ``score_prompt=True``, its predicted
-  tokens' log-probabilities summed.
-- ``generate_until``: one item per request (:mod:`.generation`).
-
-All items of a call go through one :class:`~llamabatch.BatchGenerator`, so slots share
-prefixes (few-shot examples) and run side by side. An item that fails (a context longer
-than the model's ``n_ctx``) raises :class:`ValueError` naming the request: the harness has
-no place for one failed request.
+``llamabatch`` (docs/lm-eval.md). ``loglikelihood``: a context's continuations are one
+label-scoring item (exact, no leading-space forms); ``loglikelihood_rolling``: the
+harness's rolling windows, each scored with ``score_prompt``; ``generate_until``: one
+item per request (:mod:`.generation`). A failed item raises ``ValueError`` naming its
+request: the harness has no place for one failed request.
 """
 
 from __future__ import annotations
@@ -178,7 +164,8 @@ class LlamaBatchLM(LM):
     def loglikelihood(
         self, requests: list[Any], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
-        """``(log P(continuation | context), is_greedy)`` per request, in order."""
+        """``(log P(continuation | context), is_greedy)`` per request, in order; an empty
+        context is :attr:`prefix_token_id` with the continuation tokenized alone."""
         pairs = [tuple(req.args) for req in requests]
         groups: dict[str, list[int]] = {}  # context -> its requests with a continuation
         for i, (context, cont) in enumerate(pairs):
