@@ -77,6 +77,22 @@ def test_simple_evaluate_on_a_local_task_agrees_with_logits_all(lm, ref, monkeyp
     assert lm.generator.stats.labels_scored >= 8
 
 
+def test_rolling_and_generation_tasks_run_through_the_harness(lm, monkeypatch) -> None:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.chdir(TASKS)
+    tasks = ["llamabatch_capitals_text", "llamabatch_capitals_gen"]
+    results = lm_eval.simple_evaluate(
+        model=lm, tasks=tasks, task_manager=TaskManager(include_path=str(TASKS)), limit=2
+    )
+    assert results is not None
+    text, gen = (results["results"][t] for t in tasks)
+    assert 1.0 < text["byte_perplexity,none"] < 10.0  # SmolLM2 on plain English sentences
+    assert 0.0 <= gen["exact_match,none"] <= 1.0
+
+
 def test_is_greedy_on_a_greedy_and_a_not_greedy_continuation(lm, ref) -> None:
     conts = [" apple, apple,", " banana, apple,", " apple"]
     out = lm.loglikelihood(
