@@ -60,6 +60,12 @@ class Completion:
         choice_probs: the same normalised over the labels (they sum to 1; with forms
             left out a value can move either way by about ``SKIP_NATS``); ``text`` is
             the label with the highest one (the first of equal ones).
+        choice_greedy: with ``score_choices``, label -> True when each token of its
+            likeliest written form is the likeliest at its place (greedy decoding writes
+            it); ``None`` with a backend that reports no row maxima.
+        prompt_logprobs: with ``SamplingParams(score_prompt=True)``, log P(prompt token
+            j | the tokens before it) in nats for j = 1 … ``n_prompt_tokens`` - 1 (the
+            first token has no context); else ``None``.
         samples: with ``SamplingParams(n=K)``, K > 1, the K replies (:class:`Sample`),
             reply j drawn with seed ``seed + j``; ``text``, ``token_ids``,
             ``finish_reason`` and ``logprobs`` are reply 0's. Else ``None``.
@@ -78,6 +84,8 @@ class Completion:
     logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     choice_logprobs: dict[str, float] | None = None
     choice_probs: dict[str, float] | None = None
+    choice_greedy: dict[str, bool] | None = None
+    prompt_logprobs: tuple[float, ...] | None = None
     samples: tuple[Sample, ...] | None = None
     votes: dict[str, int] | None = None
 

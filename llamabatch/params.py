@@ -91,11 +91,18 @@ class SamplingParams:
             two continuations are summed (a form that cannot move the sum by more than
             :data:`~llamabatch.engine.features.labels.SKIP_NATS` is left unfinished). False
             scores each label as written only.
+        score_prompt: score the prompt's own tokens instead of generating:
+            ``Completion.prompt_logprobs`` holds log P(token | the tokens before it) for
+            each prompt token after the first (what a server's ``echo`` with
+            ``logprobs`` gives; a text's log-likelihood). No reply; the prompt needs two
+            tokens at least.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``
     acts only with ``choices`` (without them the item samples a reply, so that a job's
     ``--score-choices`` applies to the lines that carry labels), and then needs
-    ``n == 1`` (scores are deterministic: one set per prompt).
+    ``n == 1`` (scores are deterministic: one set per prompt). ``score_prompt`` needs
+    ``n == 1`` and none of grammar / json_schema / choices (there is no reply to
+    constrain).
 
     Raises:
         ValueError: a parameter outside its range or of the wrong type (named in the
@@ -122,6 +129,7 @@ class SamplingParams:
     n: int = 1
     score_choices: bool = False
     choice_leading_space: bool = True
+    score_prompt: bool = False
 
     def __post_init__(self) -> None:
         _normalize_reply_fields(self)
@@ -278,9 +286,9 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
 
 
 def _check_samples_and_scores(p: SamplingParams) -> None:
-    """Check ``n``, ``score_choices`` and ``choice_leading_space`` (and ``seed + n - 1``,
-    the seed of the last reply, which must stay below ``LLAMA_DEFAULT_SEED``: that value
-    asks llama.cpp for a random seed)."""
+    """Check ``n``, ``score_choices``, ``choice_leading_space`` and ``score_prompt`` (and
+    ``seed + n - 1``, the seed of the last reply, which must stay below
+    ``LLAMA_DEFAULT_SEED``: that value asks llama.cpp for a random seed)."""
     _check(_is_int(p.n) and 1 <= p.n <= 1024, "n", p.n, "an integer in [1, 1024]")
     _check(
         isinstance(p.score_choices, bool),
@@ -298,6 +306,13 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
         raise ValueError(
             f"n={p.n} with score_choices=True: label scores are deterministic, give n=1 "
             "(or score_choices=False to draw n constrained replies and count votes)"
+        )
+    _check(isinstance(p.score_prompt, bool), "score_prompt", p.score_prompt, "True or False")
+    if p.score_prompt and (p.n != 1 or p.constraint is not None):
+        given = f"n={p.n}" if p.n != 1 else f"{p.constraint} is set"
+        raise ValueError(
+            f"score_prompt=True with {given}: scoring the prompt generates no reply, so it "
+            "takes n=1 and none of grammar, json_schema, choices"
         )
     if p.seed is not None and p.n > 1 and p.seed + p.n - 1 >= LLAMA_DEFAULT_SEED:
         raise ValueError(

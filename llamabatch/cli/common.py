@@ -28,6 +28,7 @@ SUMMARIES = {
     "complete": "complete every prompt of a JSONL or text file",
     "bench": "measure tokens/s per slot count and a tagging workload",
     "tune": "measure which --slots pays on this machine, model and prompts",
+    "eval": "run lm-evaluation-harness tasks on a GGUF model (needs the eval extra)",
     "doctor": "check that llama-cpp-python, llama.cpp and the model work on this machine",
 }
 

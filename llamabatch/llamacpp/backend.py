@@ -306,11 +306,13 @@ class LlamaBackend:
                 continue
             outputs[seq_id] = SeqOutput(token, sampler.last_logprobs)
         for seq_id, first, targets in scored:
-            scores = tuple(
-                token_logsoftmax(ctx.logits(first + r), ids) if ids else ()
+            rows_out = [
+                token_logsoftmax(ctx.logits(first + r), ids) if ids else ((), None)
                 for r, ids in enumerate(targets)
+            ]
+            outputs[seq_id] = SeqOutput(
+                scores=tuple(v for v, _ in rows_out), row_max=tuple(m for _, m in rows_out)
             )
-            outputs[seq_id] = SeqOutput(scores=scores)
         return StepResult(tuple(len(span.tokens) for span in spans), outputs)
 
     # -- one at a time -----------------------------------------------------------
@@ -343,6 +345,7 @@ class LlamaBackend:
             _check_ids(ids, self.vocab.n_vocab)
         llm, guard = self._llm, self._alone_guard
         out: list[tuple[float, ...]] = [() for _ in tokens]
+        row_max: list[float | None] = [None for _ in tokens]
         try:
             for j in [j for j, ids in enumerate(targets) if ids]:
                 start = max(0, j + 1 - MIN_SCORE_RUN)
@@ -356,13 +359,13 @@ class LlamaBackend:
                 row = _ffi.load().logits(_ffi.context_of(llm), -1, self.vocab.n_vocab)
                 if row is None:
                     raise BackendError("cannot read the Llama's logits for label scores")
-                out[j] = token_logsoftmax(row, targets[j])
+                out[j], row_max[j] = token_logsoftmax(row, targets[j])
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"llama-cpp-python: {exc}") from exc
         finally:
             if guard is not None:
                 guard.restore_settings()
-        return SeqOutput(scores=tuple(out))
+        return SeqOutput(scores=tuple(out), row_max=tuple(row_max))
 
     def _generate(self, tokens: list[int], sampling: SamplingParams) -> Iterator[SeqOutput]:
         """``Llama.generate`` with ``sampling``'s chain; the cache keeps the item's tokens for the

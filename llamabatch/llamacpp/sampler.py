@@ -43,12 +43,12 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
     return tuple(pairs)
 
 
-def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[float, ...]:
-    """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``; ``logits`` is one row
-    of n_vocab, summed in float64."""
+def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[tuple[float, ...], float]:
+    """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``, and the row's largest
+    ``log_softmax``; ``logits`` is one row of n_vocab, summed in float64."""
     top = logits.max()
     logz = float(top) + math.log(float(np.exp(logits - top).sum(dtype=np.float64)))
-    return tuple(float(logits[t]) - logz for t in ids)
+    return tuple(float(logits[t]) - logz for t in ids), float(top) - logz
 
 
 class SeqSampler(Closing):

@@ -43,6 +43,8 @@ def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
             "score_choices asks for label scores instead of a reply",
             "drop score_choices (the reply is then generated under its choices)",
         )
+    if sampling.score_prompt:
+        return "score_prompt asks for the prompt's scores instead of a reply", "drop score_prompt"
     if sampling.logprobs is not None:
         return (
             f"logprobs={sampling.logprobs} asks for log-probabilities (Llama.create_completion "

@@ -60,7 +60,7 @@ def test_help_without_llama_cpp_lists_every_command_and_says_how_to_install_it()
     for command in ("complete", "bench", "tune", "doctor"):
         assert f" {command} " in out, out
     assert "complete every prompt of a JSONL or text file (needs llama-cpp-python)" in out
-    assert "complete, bench and tune need llama-cpp-python, which cannot be used here" in out
+    assert "complete, bench, tune and eval need llama-cpp-python, which cannot be used here" in out
     assert "llama-cpp-python is not installed" in out and "pip install 'llama-cpp-python" in out
     done = run("complete", "in.jsonl")
     assert done.returncode == 1 and "pip install 'llama-cpp-python" in done.stderr
