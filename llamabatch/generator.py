@@ -23,7 +23,7 @@ from .engine.backend import Backend, BatchLimits
 from .engine.request import prepare
 from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
 from .errors import GeneratorBusy, GeneratorClosed, ParameterError
-from .fields import per_item_sampling
+from .items import per_item_sampling
 from .params import BatchConfig, SamplingParams
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFileError
-from ..fields import resolve_item
+from ..items import resolve_item
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
 from ..params import SamplingParams
 from .columns import batch_rows, result_columns, row_item
@@ -37,7 +37,7 @@ class BatchCompleter:
             :class:`~llamabatch.BatchGenerator`'s.
         sampling: the default sampling params of every row (a :class:`SamplingParams`,
             or a mapping of line fields); a row's own fields go on top, by
-            :func:`llamabatch.fields.resolve_item`.
+            :func:`llamabatch.items.resolve_item`.
         id_column: the column copied to the output as it is (when the batch has it).
 
     Raises:
@@ -75,11 +75,11 @@ class BatchCompleter:
         id_column: str | None = "id",
     ) -> None:
         from .. import BatchGenerator
-        from ..fields import line_fields, with_fields
+        from ..items import item_fields, with_fields
         from ..model import load_llama
 
         if isinstance(sampling, Mapping):
-            sampling = with_fields(SamplingParams(), line_fields(sampling))
+            sampling = with_fields(SamplingParams(), item_fields(sampling))
         self.sampling = sampling or SamplingParams()
         self.id_column = id_column
         if not Path(model_path).is_file():

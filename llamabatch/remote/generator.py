@@ -20,7 +20,7 @@ import httpx
 from .._util.closing import Closing
 from ..completion import cut_off_choice
 from ..errors import GeneratorClosed, ParameterError
-from ..fields import per_item_sampling
+from ..items import per_item_sampling
 from ..params import SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
@@ -322,7 +322,7 @@ class RemoteGenerator(Closing):
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
                 one per prompt (default: the generator's ``sampling``), as for
                 :meth:`llamabatch.BatchGenerator.iter_groups`; an item mapping's own
-                fields go on top (:func:`llamabatch.fields.resolve_item`).
+                fields go on top (:func:`llamabatch.items.resolve_item`).
 
         Yields:
             lists of at most ``page_size`` completions, ``index`` counting from 0: each

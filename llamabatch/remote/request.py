@@ -3,7 +3,7 @@
 An item is a prompt string (or UTF-8 bytes, or a list of token ids) for
 ``/v1/completions``, a list of chat messages for ``/v1/chat/completions``, or a mapping
 with ``"prompt"`` or ``"messages"`` and per-item fields. The item is resolved by
-:func:`llamabatch.fields.resolve_item`, the same function the local engine and Ray use
+:func:`llamabatch.items.resolve_item`, the same function the local engine and Ray use
 (its fields are :class:`~llamabatch.SamplingParams`' plus ``response_format``; an item's
 constraint replaces the generator's); this module only maps the resulting
 :class:`~llamabatch.SamplingParams` to a server's fields.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadItem, GrammarError
-from ..fields import resolve_item
+from ..items import resolve_item
 from ..llamacpp import constraints
 from ..params import SamplingParams
 
@@ -133,7 +133,7 @@ def unsupported_fields(sampling: SamplingParams) -> list[str]:
 
 def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Request:
     """The request of one item, with the generator's ``sampling`` and ``max_tokens``
-    under the item's own fields (:func:`llamabatch.fields.resolve_item`).
+    under the item's own fields (:func:`llamabatch.items.resolve_item`).
 
     Raises:
         BadItem: the item is not a prompt, messages or a mapping of known fields, a

@@ -120,10 +120,10 @@ def test_a_field_no_server_request_carries_is_the_items_error_not_dropped(field,
 def test_every_sampling_field_is_an_item_field():
     from dataclasses import fields
 
-    from llamabatch.fields import LINE_FIELDS
+    from llamabatch.items import ITEM_FIELDS
 
-    assert {f.name for f in fields(SamplingParams)} <= set(LINE_FIELDS)
-    assert "response_format" in LINE_FIELDS
+    assert {f.name for f in fields(SamplingParams)} <= set(ITEM_FIELDS)
+    assert "response_format" in ITEM_FIELDS
 
 
 @pytest.mark.parametrize(

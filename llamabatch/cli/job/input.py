@@ -37,7 +37,7 @@ from typing import Any
 from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
 from ..common import UsageError
 from . import openai
-from .fields import LINE_FIELDS, sampling_fields
+from .fields import ITEM_FIELDS, sampling_fields
 from .resume import line_digest
 
 #: The path that stands for standard input.
@@ -181,7 +181,7 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
         for key in extra:
             unknown.setdefault(key, number)
     for key in obj:
-        if key not in ("id", "prompt", "messages") and key not in LINE_FIELDS:
+        if key not in ("id", "prompt", "messages") and key not in ITEM_FIELDS:
             unknown.setdefault(key, number)
     try:
         fields = sampling_fields(obj)
@@ -307,7 +307,7 @@ def read_prompts(
     ]
     _check_unique(p, entries)
     if warn is not None:
-        known = ", ".join(("id", "prompt", "messages") + LINE_FIELDS)
+        known = ", ".join(("id", "prompt", "messages") + ITEM_FIELDS)
         for key, number in unknown.items():
             warn(
                 f"{p}:{number}: unknown field {json.dumps(key)} ignored, here and on any "

@@ -1,7 +1,7 @@
 """A PROMPTS file's items as ``llamabatch tune`` and ``llamabatch bench --prompts`` take
 them: read as ``llamabatch complete`` reads them (:func:`.input.read_prompts`), text lines
 wrapped (:func:`.input.with_text_template`), each item's sampling the base with the
-line's own fields (:func:`llamabatch.fields.with_fields`); then, once the model is
+line's own fields (:func:`llamabatch.items.with_fields`); then, once the model is
 loaded, chats rendered with its chat template.
 
 Everything that can be wrong with the file is found by :func:`read_items`, before any

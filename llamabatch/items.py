@@ -35,7 +35,7 @@ from .params import SamplingParams
 SAMPLING_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 #: What an item may set besides its prompt: every sampling field and ``response_format``.
-LINE_FIELDS: tuple[str, ...] = SAMPLING_FIELDS + ("response_format",)
+ITEM_FIELDS: tuple[str, ...] = SAMPLING_FIELDS + ("response_format",)
 
 #: The fields that say what a reply may be; an item's one replaces the default's.
 CONSTRAINTS = ("grammar", "json_schema", "choices")
@@ -50,7 +50,7 @@ _FLOAT_FIELDS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class ResolvedItem:
+class Item:
     """One item, resolved.
 
     Attributes:
@@ -64,8 +64,8 @@ class ResolvedItem:
     sampling: SamplingParams
 
 
-def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The line fields that ``obj`` sets (keys of :data:`LINE_FIELDS` whose value is
+def item_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The line fields that ``obj`` sets (keys of :data:`ITEM_FIELDS` whose value is
     not ``None``), checked; integers given for real-valued fields become floats. Other
     keys are not looked at. ``response_format`` is kept as it is (see :func:`with_fields`).
 
@@ -73,7 +73,7 @@ def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
         ValueError: a field of the wrong type or out of range (named), ``response_format``
             not one of OpenAI's forms, or two constraints at once.
     """
-    fields = {k: obj[k] for k in LINE_FIELDS if k in obj and obj[k] is not None}
+    fields = {k: obj[k] for k in ITEM_FIELDS if k in obj and obj[k] is not None}
     for name in _FLOAT_FIELDS:
         if isinstance(fields.get(name), int) and not isinstance(fields[name], bool):
             fields[name] = float(fields[name])
@@ -82,7 +82,7 @@ def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingParams:
-    """``base`` with an item's ``fields`` (as :func:`line_fields` returns them): each
+    """``base`` with an item's ``fields`` (as :func:`item_fields` returns them): each
     replaces ``base``'s; a constraint (or ``response_format``) replaces ``base``'s
     constraint whole.
 
@@ -107,7 +107,7 @@ def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingPara
     return dataclasses.replace(base, **changes)
 
 
-def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> ResolvedItem:
+def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> Item:
     """What ``item`` asks for: its prompt or messages, and ``base`` with its fields.
 
     Args:
@@ -123,25 +123,25 @@ def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> 
     """
     if not isinstance(item, Mapping):
         if _is_messages(item):
-            return ResolvedItem(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
-        return ResolvedItem(item, None, base)
+            return Item(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
+        return Item(item, None, base)
     keys = [k for k in PROMPT_KEYS if item.get(k) is not None]
     if len(keys) != 1:
         raise ValueError('an item mapping needs exactly one of "prompt" or "messages"')
     if strict:
-        unknown = sorted(set(item) - set(LINE_FIELDS) - set(PROMPT_KEYS))
+        unknown = sorted(set(item) - set(ITEM_FIELDS) - set(PROMPT_KEYS))
         if unknown:
             raise ValueError(
                 f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
-                f"prompt, messages, {', '.join(LINE_FIELDS)}"
+                f"prompt, messages, {', '.join(ITEM_FIELDS)}"
             )
-    sampling = with_fields(base, line_fields(item))
+    sampling = with_fields(base, item_fields(item))
     if keys[0] == "messages":
         messages = item["messages"]
         if not _is_messages(messages):
             raise ValueError('messages must be a non-empty list of {"role", "content"} objects')
-        return ResolvedItem(None, list(messages), sampling)
-    return ResolvedItem(item["prompt"], None, sampling)
+        return Item(None, list(messages), sampling)
+    return Item(item["prompt"], None, sampling)
 
 
 def _is_messages(value: object) -> bool:
