@@ -46,6 +46,7 @@ from typing import Any
 
 from ..completion import Completion
 from ..errors import LlamaBatchError, ParameterError
+from ..items import with_fields
 from ..params import BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
@@ -60,7 +61,6 @@ from .common import (
     guarded,
     usage_error,
 )
-from .job.fields import with_fields
 from .job.input import (
     FORMATS,
     Entry,

@@ -5,7 +5,7 @@
   model's chat template) and an optional ``"id"`` (a string or an integer; default: the
   1-based line number). Chosen for a ``.jsonl`` file, or for any file whose non-blank
   lines all parse as JSON objects.
-  A line may also set its own sampling fields (:mod:`.fields`: ``max_tokens``,
+  A line may also set its own sampling fields (:mod:`llamabatch.items`: ``max_tokens``,
   ``temperature``, ``stop``, ``choices``, ``json_schema``, ``response_format`` ...); any
   other key is reported once per file through ``warn``.
 - OpenAI batch requests (:mod:`.openai`): ``{"custom_id", "method", "url", "body"}``
@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...items import ITEM_FIELDS, item_fields
 from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
 from ..common import UsageError
 from . import openai
-from .fields import ITEM_FIELDS, sampling_fields
 from .resume import line_digest
 
 #: The path that stands for standard input.
@@ -184,7 +184,7 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
         if key not in ("id", "prompt", "messages") and key not in ITEM_FIELDS:
             unknown.setdefault(key, number)
     try:
-        fields = sampling_fields(obj)
+        fields = item_fields(obj)
     except ValueError as exc:
         raise _Bad(str(exc)) from None
     item_id = obj.get("id", number)

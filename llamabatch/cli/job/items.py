@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...items import with_fields
 from ...measure.baseline import check_one_reply
 from ...measure.records import FileItems
 from ...params import SamplingParams
 from ..common import UsageError
-from .fields import with_fields
 from .input import (
     Entry,
     PromptItem,
