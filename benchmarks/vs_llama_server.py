@@ -53,7 +53,7 @@ from typing import Any
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.cli.options import script_parser
-from llamabatch.measure.baseline import LlamaLoop
+from llamabatch.measure.one_at_a_time import LlamaLoop
 from llamabatch.measure.records import WorkItem
 from llamabatch.measure.rounds import Pass, run_rounds
 from llamabatch.measure.stats import paired, per_round

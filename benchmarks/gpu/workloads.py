@@ -116,7 +116,7 @@ def instrumented_alone(llm: Any, prompts: Sequence[str], cap: int) -> dict[str, 
     import llama_cpp.llama_cpp as binding
 
     from llamabatch import SamplingParams
-    from llamabatch.measure.baseline import LlamaLoop
+    from llamabatch.measure.one_at_a_time import LlamaLoop
     from llamabatch.measure.records import WorkItem
 
     greedy = SamplingParams(temperature=0.0)

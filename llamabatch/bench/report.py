@@ -55,7 +55,7 @@ JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1
           "b": int,                       # 1 = one at a time
           "per_item_s": [float],          # per round: wall seconds / items
           "median_per_item_s": float,
-          "ratio": [float],               # per round: per_item_s / alone's per_item_s
+          "ratio": [float],               # per round: per_item_s / one at a time's per_item_s
           "ratio_median": float, "ratio_min": float, "ratio_max": float,
           "items_per_hour": float,        # 3600 / median_per_item_s
           "tokens_per_item": float,       # generated tokens per item (mean over rounds)
@@ -219,7 +219,8 @@ def workload_rows(settings: Sequence[SettingReport], rounds: Sequence[Round]) ->
 
 
 def format_workload_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The workload table: per B the median s/item, the ratio to alone, items/hour."""
+    """The workload table: per B (1: one at a time) the median s/item, the ratio to one at a
+    time, items/hour."""
     head = ("B", "s/item", "ratio", "min", "max", "items/h", "tok/item", "batched")
     lines = [
         "|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
@@ -230,7 +231,7 @@ def format_workload_table(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             "|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |"
             % (
-                "alone" if r["b"] == 1 else str(r["b"]),
+                str(r["b"]),
                 r["median_per_item_s"],
                 r["ratio_median"],
                 r["ratio_min"],

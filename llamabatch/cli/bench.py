@@ -1,4 +1,4 @@
-"""``llamabatch bench``: tokens/s per slot count, and a tagging workload alone vs batched.
+"""``llamabatch bench``: tokens/s per slot count, and a tagging workload one at a time vs batched.
 
 Prints on standard output a header naming the device, model and versions, then two
 tables (a progress bar runs on stderr):
@@ -50,8 +50,8 @@ from ..bench.report import (
 from ..engine.backend import Backend
 from ..errors import ParameterError
 from ..generator import BatchGenerator
-from ..measure.baseline import LlamaLoop, check_one_reply
-from ..measure.compare import BASELINE, compare, setting_name, slots_of, warmup_item
+from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from ..measure.one_at_a_time import LlamaLoop, check_one_reply
 from ..measure.raw import ctx_per_seq, run_raw
 from ..measure.records import FileItems, WorkItem, seeded
 from ..measure.rounds import items_per_round, sample_rounds
@@ -174,8 +174,8 @@ class BenchSetup:
         tokenize: token ids of a prompt, as the generators will count them.
         header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
-        alone: ``alone(max_tokens)``: the workload's one at a time, the ``Llama`` in a
-            loop (:class:`~llamabatch.measure.baseline.LlamaLoop`); ``None``:
+        one_at_a_time: ``one_at_a_time(max_tokens)``: the workload's one at a time, the
+            ``Llama`` in a loop (:class:`~llamabatch.measure.one_at_a_time.LlamaLoop`); ``None``:
             ``BatchGenerator(slots=1)``.
     """
 
@@ -183,7 +183,7 @@ class BenchSetup:
     make_generator: Callable[[int, int, int], BatchGenerator]
     tokenize: Callable[[str], Sequence[int]]
     header: dict[str, Any]
-    alone: Callable[[int], LlamaLoop] | None = None
+    one_at_a_time: Callable[[int], LlamaLoop] | None = None
 
 
 # -- output --------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
         f"({w.description.split(', replies')[0]}; first round "
         f"{min(lengths[0])}-{max(lengths[0])} tokens), replies up to {params.reply_cap} "
         f"tokens (natural stops, greedy), {params.workload_rounds} rounds of fresh prompts; "
-        "ratio = s/item over s/item alone (Llama.create_completion one at a time, or "
+        "ratio = s/item over s/item one at a time (Llama.create_completion, or "
         "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching saves "
         "time)"
     )
@@ -370,13 +370,13 @@ def _workload(
             engine,
             lambda b: setup.make_generator(b, work.n_ctx_seq, cap),
             warmup=work.warmup,
-            alone=None if setup.alone is None else setup.alone(cap),
+            one_at_a_time=None if setup.one_at_a_time is None else setup.one_at_a_time(cap),
             progress=bar.update,
             clock=clock,
         )
     finally:
         bar.close()
-    names = [BASELINE, *map(setting_name, engine)]
+    names = [ONE_AT_A_TIME, *map(setting_name, engine)]
     settings = [
         summarize(n, slots_of(n), done.rounds, n_prompts=n_items, has_labels=False) for n in names
     ]
@@ -384,7 +384,7 @@ def _workload(
     print(f"\n{work.what}", file=out)
     print(format_workload_table(rows), file=out, flush=True)
     for r, s in zip(rows, settings):
-        label = "alone" if r["b"] == 1 else f"B={r['b']}"
+        label = "one at a time" if r["b"] == 1 else f"B={r['b']}"
         if r["batch_disabled_reason"]:
             print(f"note: {label}: batching was off: {r['batch_disabled_reason']}", file=out)
         if s.n_failed:
@@ -477,7 +477,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "workload items per round (default: 8; with --prompts "
                 "min(8, prompts // workload rounds))",
             ),
-            ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
+            ("workload_rounds", int, "N", "workload rounds, each runs one at a time then every B"),
             (
                 "max_tokens",
                 int,

@@ -2,8 +2,8 @@
 ``llamabatch bench``'s workload run (:func:`compare`).
 
 Settings (the paths of :func:`~llamabatch.measure.rounds.run_rounds`), in this order:
-``"one_at_a_time"`` (:data:`BASELINE`: the caller's ``Llama`` in a loop,
-:class:`~llamabatch.measure.baseline.LlamaLoop`, else ``BatchGenerator(slots=1)``),
+``"one_at_a_time"`` (:data:`ONE_AT_A_TIME`: the caller's ``Llama`` in a loop,
+:class:`~llamabatch.measure.one_at_a_time.LlamaLoop`, else ``BatchGenerator(slots=1)``),
 ``"floor"`` (:data:`FLOOR`, when asked: the same loop with every seed + 1) and
 ``"slots=K"`` (``BatchGenerator(slots=K)``). Every setting completes the same items in a
 round; every path first completes the warm-up item once (each ``slots=K`` twice, which
@@ -21,12 +21,12 @@ from typing import Any
 
 from ..completion import Completion
 from ..generator import BatchGenerator
-from .baseline import OneAtATime
+from .one_at_a_time import OneAtATime
 from .records import Replies, Reply, WorkItem, seeded
 from .rounds import Clock, Path, Progress, Round, run_rounds
 from .workloads import warmup_prompt
 
-BASELINE = "one_at_a_time"
+ONE_AT_A_TIME = "one_at_a_time"
 FLOOR = "floor"
 
 
@@ -116,7 +116,7 @@ def compare(
     make_generator: Callable[[int], BatchGenerator],
     *,
     warmup: WorkItem,
-    alone: OneAtATime | None = None,
+    one_at_a_time: OneAtATime | None = None,
     floor: bool = False,
     label: Callable[[str | None], Any] | None = None,
     failures: tuple[type[Exception], ...] = (),
@@ -130,9 +130,9 @@ def compare(
         rounds: rounds, >= 1.
         slots: the engine's slot counts (``"slots=K"`` settings; K > 1).
         make_generator: ``make_generator(K)``: a ``BatchGenerator`` with ``slots=K``
-            (``K = 1``: the one-at-a-time path when ``alone`` is ``None``).
+            (``K = 1``: one at a time when ``one_at_a_time`` is ``None``).
         warmup: the untimed item.
-        alone: the one-at-a-time path, e.g. the ``Llama`` loop (closed here: the
+        one_at_a_time: the one-at-a-time path, e.g. the ``Llama`` loop (closed here: the
             ``Llama`` is put back as it was).
         floor: also run :data:`FLOOR`.
         label: the label of a reply's text (``None``: a failed item), for each reply.
@@ -148,10 +148,10 @@ def compare(
         for engine in engines.values():
             stack.callback(engine.close)
         base: OneAtATime | EnginePath = (
-            alone if alone is not None else EnginePath(partial(make_generator, 1))
+            one_at_a_time if one_at_a_time is not None else EnginePath(partial(make_generator, 1))
         )
         stack.callback(base.close)
-        paths: dict[str, Path] = {BASELINE: base}
+        paths: dict[str, Path] = {ONE_AT_A_TIME: base}
         if floor:
             paths[FLOOR] = lambda items, tick: base(seeded(items, 1), tick)
         paths.update(engines)

@@ -13,8 +13,8 @@ from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
 from ..measure.agreement import compile_label_regex, label_of, label_rule
-from ..measure.baseline import LlamaLoop, OneAtATime, check_one_reply, is_chat
-from ..measure.compare import BASELINE, compare, setting_name, warmup_item
+from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, warmup_item
+from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply, is_chat
 from ..measure.records import Reply, WorkItem, seeded
 from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
 from ..measure.summary import floor_of, summarize
@@ -101,7 +101,7 @@ def tune(
 
     Each of ``rounds`` rounds draws ``items`` fresh prompts (disjoint from every other
     round's, sampled with ``items_seed``) and completes them one at a time
-    (``llm.create_completion``, or ``create_chat_completion`` for a chat; the baseline),
+    (``llm.create_completion``, or ``create_chat_completion`` for a chat),
     then with the slot engine at each slot count, in an order that alternates from
     round to round; at temperature > 0 a second one-at-a-time pass with every seed + 1
     measures the floor (how much two one-at-a-time runs agree). Everything is first
@@ -120,7 +120,7 @@ def tune(
             prompt (default: ``SamplingParams()``), each for one generated reply.
             Items without a seed get seed 0, so that every setting samples alike.
         max_tokens, n_ctx_seq, n_batch, cache_ram_mib: as for
-            :class:`~llamabatch.BatchGenerator` (``max_tokens`` also caps the baseline).
+            :class:`~llamabatch.BatchGenerator` (``max_tokens`` also caps one at a time).
         label_regex: a regular expression whose first match (group 1 if it has groups)
             is a reply's label; default: the reply itself with ``choices``, its JSON
             value with ``json_schema`` (every item must have that constraint).
@@ -133,8 +133,8 @@ def tune(
         model: the model's name for the report.
         progress: ``progress(n)`` after every ``n`` items timed (a progress bar).
         backend: ``backend(slots)`` gives a fresh backend (e.g. ``FakeBackend``) for the
-            generator of each slot count (1 for the baseline) instead of ``llm``.
-        one_at_a_time: ``one_at_a_time(prompt, sampling)``: the baseline's reply to one
+            generator of each slot count (1 for one at a time) instead of ``llm``.
+        one_at_a_time: ``one_at_a_time(prompt, sampling)``: the reply one at a time to one
             item (its ``id`` and ``label`` are filled in here; default: ``llm``'s
             ``create_completion``; with ``backend``, ``BatchGenerator(slots=1)``).
         clock: seconds, monotonic.
@@ -194,7 +194,7 @@ def tune(
         counts,
         make_generator,
         warmup=warm,
-        alone=_alone(llm, max_tokens, one_at_a_time),
+        one_at_a_time=_one_at_a_time(llm, max_tokens, one_at_a_time),
         floor=any(not s.is_greedy for s in samplings),
         label=lambda text: label_of(text, rule, regex),
         failures=(ValueError, LlamaBatchError),
@@ -202,12 +202,12 @@ def tune(
         clock=clock,
     )
     has_labels = rule is not None
-    kv = {BASELINE: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
+    kv = {ONE_AT_A_TIME: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
     report_of = {
         name: summarize(
             name, b, done.rounds, n_prompts=n, has_labels=has_labels, kv_bytes_per_slot=kv[name]
         )
-        for name, b in [(BASELINE, 1), *((setting_name(b), b) for b in counts)]
+        for name, b in [(ONE_AT_A_TIME, 1), *((setting_name(b), b) for b in counts)]
     }
     settings = tuple(report_of[setting_name(b)] for b in counts)
     seed = work[0].sampling.seed or 0
@@ -225,7 +225,7 @@ def tune(
         items_seed=items_seed,
         min_gain_pct=min_gain_pct,
         max_agreement_drop=max_agreement_drop,
-        baseline=report_of[BASELINE],
+        one_at_a_time=report_of[ONE_AT_A_TIME],
         settings=settings,
         floor=floor,
         recommendation=recommend(
@@ -241,7 +241,7 @@ def tune(
     )
 
 
-def _alone(
+def _one_at_a_time(
     llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], Reply] | None
 ) -> OneAtATime | None:
     if one is not None:

@@ -245,7 +245,7 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws_with_the_same_figures(tmp_p
     )
     assert [r["item_ids"] for r in report.to_json()["rounds"]] == rounds
     rows = {r["b"]: r for r in w["rows"]}
-    for s in (report.baseline, *report.settings):
+    for s in (report.one_at_a_time, *report.settings):
         assert rows[s.slots]["per_item_s"] == pytest.approx(list(s.s_per_item))
         assert rows[s.slots]["ratio"] == pytest.approx(list(s.ratio))
     assert rows[4]["ratio"] != rows[2]["ratio"]  # the clock told the settings apart
@@ -289,7 +289,7 @@ def test_failed_items_are_counted_and_named(tmp_path):
     for row in doc["workload"]["rows"]:
         assert row["items_failed"] == 4
         assert "raise max_tokens" in row["first_error"]
-    assert "note: alone: 4 of 4 items failed (first: max_tokens ended" in out.getvalue()
+    assert "note: one at a time: 4 of 4 items failed (first: max_tokens ended" in out.getvalue()
     assert "note: B=2: 4 of 4 items failed" in out.getvalue()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...items import with_fields
-from ...measure.baseline import check_one_reply
+from ...measure.one_at_a_time import check_one_reply
 from ...measure.records import FileItems
 from ...params import SamplingParams
 from ..common import UsageError
