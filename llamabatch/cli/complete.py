@@ -63,8 +63,8 @@ from .common import (
 )
 from .job.input import (
     FORMATS,
-    Entry,
-    PromptItem,
+    Line,
+    LineItem,
     model_prompts,
     read_prompts,
     with_chat_prompts,
@@ -413,7 +413,7 @@ class _Job:
     """
 
     args: argparse.Namespace
-    todo: list[Entry]
+    todo: list[Line]
     out: Output
     skipped: int
     t0: float
@@ -422,7 +422,7 @@ class _Job:
     model: str = "llamabatch"
     n_ctx: int | None = None
 
-    def record(self, item: PromptItem, completion: Completion) -> dict[str, Any]:
+    def record(self, item: LineItem, completion: Completion) -> dict[str, Any]:
         """The output line of a completed item, in the chosen --output-format; a prompt
         too long for the model context says which flag sets it."""
         if self.n_ctx is not None and not completion.ok:
@@ -446,7 +446,7 @@ class _Job:
         return error_record(bad)
 
     def records(
-        self, items: list[PromptItem], positions: list[int], group: list[Completion]
+        self, items: list[LineItem], positions: list[int], group: list[Completion]
     ) -> Iterator[dict[str, Any]]:
         """The records of one group, after the bad lines that come before it."""
         for completion in group:
@@ -536,7 +536,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"{out.where} holds {foreign} ids that are not in {args.prompts} "
                 "(kept as they are)",
             )
-        if not any(isinstance(e, PromptItem) for e in todo):
+        if not any(isinstance(e, LineItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
             gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
@@ -564,7 +564,7 @@ def _run(args: argparse.Namespace) -> int:
             )
 
 
-def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry]) -> None:
+def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]) -> None:
     """With --resume, check that OUT may be continued with this input (no ids of another
     input unless --keep-other-ids, no line of an id in OUT changed since); then keep the
     input's fingerprint beside OUT (:mod:`.job.resume`).
@@ -587,7 +587,7 @@ def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry
     write_fingerprint(out.path, args.prompts, entries, kept)
 
 
-def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
+def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]) -> int:
     try:
         with interrupts.held():
             job.out.write(job.rest())
@@ -624,16 +624,16 @@ def _local_generator(
 def _generate(
     job: _Job,
     gen: Any,
-    prompts: Callable[[list[PromptItem]], Iterable[object]],
+    prompts: Callable[[list[LineItem]], Iterable[object]],
     note: Callable[[Any], str],
     interrupts: Interrupts,
-    samplings_of: Callable[[list[PromptItem]], list[SamplingParams]] | None = None,
+    samplings_of: Callable[[list[LineItem]], list[SamplingParams]] | None = None,
 ) -> int:
     """Write the records of ``gen.iter_groups(prompts(items), samplings_of(items))`` page
     by page (each item's own sampling params: the flags' with its line's fields)."""
     t_gen = time.perf_counter()
-    items = [e for e in job.todo if isinstance(e, PromptItem)]
-    positions = [k for k, e in enumerate(job.todo) if isinstance(e, PromptItem)]
+    items = [e for e in job.todo if isinstance(e, LineItem)]
+    positions = [k for k, e in enumerate(job.todo) if isinstance(e, LineItem)]
     try:
         samplings = None if samplings_of is None else samplings_of(items)
     except ValueError as exc:  # e.g. a line's choices with the flags' grammar

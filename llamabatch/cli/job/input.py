@@ -47,7 +47,7 @@ FORMATS = ("auto", "jsonl", "text")
 
 
 @dataclass(frozen=True, slots=True)
-class PromptItem:
+class LineItem:
     """One input prompt.
 
     Attributes:
@@ -94,7 +94,7 @@ class BadLine:
     digest: str = field(default="", compare=False)
 
 
-Entry = PromptItem | BadLine
+Line = LineItem | BadLine
 
 
 class _Bad(ValueError):
@@ -153,7 +153,7 @@ def _check_text(name: str, value: object) -> None:
         raise _Bad(f"{name} holds a lone surrogate escape (not valid Unicode text)")
 
 
-def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
+def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> LineItem:
     try:
         obj = json.loads(text)
     except ValueError as exc:
@@ -171,7 +171,7 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
         raise
 
 
-def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> PromptItem:
+def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> LineItem:
     url = None
     if openai.is_request(obj):
         try:
@@ -206,17 +206,17 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
         for k, message in enumerate(messages):
             for key in ("role", "content"):
                 _check_text(f'"messages"[{k}]["{key}"]', message[key])
-        return PromptItem(
+        return LineItem(
             id=item_id, prompt=None, line=number, messages=messages, fields=fields, url=url
         )
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
         raise _Bad(f'"prompt" is {type(prompt).__name__}, not a string')
     _check_text('"prompt"', prompt)
-    return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
+    return LineItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
-def _digested(entry: Entry, text: str) -> Entry:
+def _digested(entry: Line, text: str) -> Line:
     """``entry`` with the digest of its input line (its id and ``text``)."""
     return dataclasses.replace(entry, digest=line_digest(entry.id, text))
 
@@ -229,12 +229,12 @@ def _entry(
     fmt: str,
     skip_bad: bool,
     unknown: dict[str, int],
-) -> Entry:
+) -> Line:
     try:
         if error is not None:
             raise _Bad(error)
         if fmt == "text":
-            return PromptItem(id=number, prompt=text, line=number, is_text=True)
+            return LineItem(id=number, prompt=text, line=number, is_text=True)
         return _jsonl_item(number, text, unknown)
     except _Bad as exc:
         if skip_bad:
@@ -246,8 +246,8 @@ def _entry(
         ) from None
 
 
-def _check_unique(path: Path, entries: list[Entry]) -> None:
-    first: dict[str, Entry] = {}
+def _check_unique(path: Path, entries: list[Line]) -> None:
+    first: dict[str, Line] = {}
     for entry in entries:
         key = json.dumps(entry.id)
         other = first.setdefault(key, entry)
@@ -270,7 +270,7 @@ def read_prompts(
     *,
     skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
-) -> list[Entry]:
+) -> list[Line]:
     """Read the prompts of a JSONL or text file (see the module doc for the formats).
 
     Args:
@@ -282,7 +282,7 @@ def read_prompts(
             line that has it; such keys are otherwise ignored.
 
     Returns:
-        the entries in file order, blank lines skipped: :class:`PromptItem`, and
+        the entries in file order, blank lines skipped: :class:`LineItem`, and
         :class:`BadLine` only with ``skip_bad``.
 
     Raises:
@@ -317,12 +317,12 @@ def read_prompts(
 
 
 def with_text_template(
-    entries: list[Entry],
+    entries: list[Line],
     *,
     system: str | None = None,
     template: str | None = None,
     raw: bool = False,
-) -> list[Entry]:
+) -> list[Line]:
     """Turn each text-file line into what the model gets.
 
     ``template`` (with ``{text}`` where the line goes) is applied first; then, unless
@@ -339,9 +339,9 @@ def with_text_template(
         )
     if raw and system is not None:
         raise ValueError("--system needs the chat template; it cannot be used with --raw")
-    result: list[Entry] = []
+    result: list[Line] = []
     for entry in entries:
-        if isinstance(entry, PromptItem) and entry.is_text:
+        if isinstance(entry, LineItem) and entry.is_text:
             text = entry.prompt if template is None else template.replace("{text}", entry.prompt)
             if raw:
                 entry = dataclasses.replace(entry, prompt=text)
@@ -355,8 +355,8 @@ def with_text_template(
 
 
 def apply_chat_template(
-    entries: list[Entry], template: ChatTemplate, path: Path, *, skip_bad: bool = False
-) -> list[Entry]:
+    entries: list[Line], template: ChatTemplate, path: Path, *, skip_bad: bool = False
+) -> list[Line]:
     """Give every ``messages`` item its prompt, rendered with ``template``.
 
     Returns:
@@ -366,9 +366,9 @@ def apply_chat_template(
     Raises:
         UsageError: without ``skip_bad``, the template refused an item (named by line).
     """
-    result: list[Entry] = []
+    result: list[Line] = []
     for entry in entries:
-        if isinstance(entry, PromptItem) and entry.messages is not None:
+        if isinstance(entry, LineItem) and entry.messages is not None:
             try:
                 entry = dataclasses.replace(entry, prompt=template.render(entry.messages))
             except ValueError as exc:
@@ -384,8 +384,8 @@ def apply_chat_template(
 
 
 def with_chat_prompts(
-    llm: Any, entries: list[Entry], path: Path, *, skip_bad: bool = False
-) -> list[Entry]:
+    llm: Any, entries: list[Line], path: Path, *, skip_bad: bool = False
+) -> list[Line]:
     """:func:`apply_chat_template` with the chat template of ``llm`` (a loaded
     ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
 
@@ -393,7 +393,7 @@ def with_chat_prompts(
         UsageError: the model has no chat template (named with the first line that needs
             one), or (without ``skip_bad``) the template refused an item.
     """
-    first = next((e.line for e in entries if isinstance(e, PromptItem) and e.messages), None)
+    first = next((e.line for e in entries if isinstance(e, LineItem) and e.messages), None)
     if first is None:
         return entries
     try:
@@ -403,7 +403,7 @@ def with_chat_prompts(
     return apply_chat_template(entries, template, path, skip_bad=skip_bad)
 
 
-def model_prompts(llm: Any, items: list[PromptItem]) -> Iterator[object]:
+def model_prompts(llm: Any, items: list[LineItem]) -> Iterator[object]:
     """What the generator gets for each item: its prompt string, or for a ``messages``
     item the token ids of its chat prompt, made as llama-cpp-python's chat handlers make
     them (:func:`~llamabatch.llamacpp.chat.chat_tokens`); if that fails, the string, so the item

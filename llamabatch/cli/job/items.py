@@ -22,8 +22,8 @@ from ...measure.records import FileItems
 from ...params import SamplingParams
 from ..common import UsageError
 from .input import (
-    Entry,
-    PromptItem,
+    Line,
+    LineItem,
     model_prompts,
     read_prompts,
     with_chat_prompts,
@@ -38,16 +38,16 @@ class ReadItems:
     Attributes:
         path: the file (``-``: standard input).
         entries: its entries, text lines wrapped (chats not rendered yet).
-        items: the :class:`~.input.PromptItem` entries, in file order.
+        items: the :class:`~.input.LineItem` entries, in file order.
         samplings: each item's :class:`~llamabatch.SamplingParams`.
     """
 
     path: Path
-    entries: list[Entry]
-    items: list[PromptItem]
+    entries: list[Line]
+    items: list[LineItem]
     samplings: list[SamplingParams]
 
-    def rendered(self, llm: Any) -> list[PromptItem]:
+    def rendered(self, llm: Any) -> list[LineItem]:
         """The items with every chat rendered with ``llm``'s chat template.
 
         Raises:
@@ -55,7 +55,7 @@ class ReadItems:
                 by its line).
         """
         entries = with_chat_prompts(llm, self.entries, self.path)
-        return [e for e in entries if isinstance(e, PromptItem)]
+        return [e for e in entries if isinstance(e, LineItem)]
 
     def file_items(self, llm: Any) -> FileItems:
         """The items as each path takes them (:class:`~llamabatch.measure.records.FileItems`):
@@ -110,7 +110,7 @@ def read_items(
         entries = with_text_template(entries, system=system, template=template, raw=raw)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    items = [e for e in entries if isinstance(e, PromptItem)]
+    items = [e for e in entries if isinstance(e, LineItem)]
     samplings = []
     for it in items:
         try:

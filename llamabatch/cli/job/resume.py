@@ -27,9 +27,12 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import OutputCorrupt, UsageError
+
+if TYPE_CHECKING:
+    from .input import Line
 
 #: Appended to the output's name: the file of its input's fingerprint.
 FINGERPRINT_SUFFIX = ".fingerprint"
@@ -105,17 +108,6 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
 
 
 # -- the input's fingerprint ---------------------------------------------------------------
-class InputLine(Protocol):
-    """An input entry as the fingerprint reads it (``PromptItem``, ``BadLine``)."""
-
-    @property
-    def id(self) -> str | int: ...
-    @property
-    def line(self) -> int: ...
-    @property
-    def digest(self) -> str: ...
-
-
 def line_digest(item_id: object, text: str) -> str:
     """The digest of one input line: SHA-256 of its id (:func:`id_key`) and its text,
     the first 16 hex digits."""
@@ -138,7 +130,7 @@ def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
 
 
 def write_fingerprint(
-    out: Path, prompts: Path, entries: Iterable[InputLine], kept: Mapping[str, Any] | None = None
+    out: Path, prompts: Path, entries: Iterable[Line], kept: Mapping[str, Any] | None = None
 ) -> None:
     """Keep the fingerprint of ``entries`` (and the ``kept`` ones of other inputs' ids)
     beside ``out``, written whole (a temporary file renamed).
@@ -159,7 +151,7 @@ def check_resume(
     out: Path,
     scan_ids: tuple[str, ...],
     prompts: Path,
-    entries: Sequence[InputLine],
+    entries: Sequence[Line],
     *,
     keep_other_ids: bool = False,
     warn: Callable[[str], None] = lambda message: None,
