@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..locks import llm_lock
 from ..params import SamplingParams
+from ..sampling_map import generate_kwargs, llama_settings
 from .alone_grammar import AloneGrammar
 from .batch import LlamaBatch
 from .constraints import grammar_of
@@ -373,17 +374,10 @@ class LlamaBackend:
         try:
             forget_stale_window(llm, tokens, self.n_swa)
             llm.set_seed(sampling.effective_seed)
-            llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+            _ffi.set_llm_settings(llm, llama_settings(sampling))  # read when the chain is built
             stream = llm.generate(
                 tokens,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                min_p=sampling.min_p,
-                typical_p=sampling.typical_p,
-                temp=sampling.temperature,
-                repeat_penalty=sampling.repeat_penalty,
-                frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty,
+                **generate_kwargs(sampling),
                 reset=True,
                 logits_processor=None if grammar is None else [grammar],
             )

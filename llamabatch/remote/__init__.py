@@ -22,7 +22,6 @@ _NAMES = {
     "ServerPool": "pool",
     "normalize_url": "pool",
     "build_request": "request",
-    "choices_grammar": "request",
 }
 
 __all__ = sorted(_NAMES)
