@@ -43,6 +43,7 @@ from llamabatch.measure.rounds import run_rounds
 from llamabatch.measure.stats import per_round, seconds
 from llamabatch.measure.workloads import tagged
 from llamabatch.model import default_model_path, load_llama
+from llamabatch.params import BatchConfig
 
 GREEDY = SamplingParams(temperature=0)
 
@@ -68,12 +69,13 @@ def run_ray(args: argparse.Namespace, items: list[str], actors: int) -> list[str
 
     config = ProcessorConfig(
         model_path=str(args.model),
-        n_ctx=args.n_ctx_seq,
+        batch_config=BatchConfig(
+            slots=args.slots,
+            n_ctx_seq=args.n_ctx_seq,
+            max_tokens=args.max_tokens,
+            sampling=GREEDY,
+        ),
         n_threads=args.threads,
-        slots=args.slots,
-        n_ctx_seq=args.n_ctx_seq,
-        max_tokens=args.max_tokens,
-        sampling=GREEDY,
         batch_size=args.page_size,
         concurrency=actors,
     )

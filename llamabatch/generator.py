@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -21,16 +20,13 @@ from ._util.interrupts import callback_interrupts
 from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.request import prepare
-from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
+from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, ParameterError
 from .items import per_item_sampling
-from .params import BatchConfig, SamplingParams
+from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
     from .llamacpp.kv_size import KvEstimate
-
-#: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
-DEFAULT_N_CTX_SEQ = 4096
 
 
 def _check_llm(llm: object) -> None:
@@ -82,8 +78,6 @@ class BatchGenerator(Closing):
             items (at most ``lookahead`` items wait to be given back in order), a
             multiple of ``slots`` (default: the largest such number <= max(16,
             4 * slots), :func:`~llamabatch.params.default_lookahead`).
-        page_size: the former name of ``lookahead`` (deprecated: a
-            ``DeprecationWarning``; a page is what :meth:`iter_groups` yields).
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
             that saves at least this many prompt tokens (default 32; a copy costs
             about as much as prefilling a few tokens, see docs/engine.md).
@@ -134,71 +128,60 @@ class BatchGenerator(Closing):
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
-        page_size: int | None = None,
     ) -> None:
-        lookahead = _lookahead(lookahead, page_size)
-        # every plain parameter is checked before any library work (n_ctx_seq=None: a
-        # stand-in until the Llama's n_ctx is known)
-        stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
-        config = BatchConfig(
+        config = BatchConfig(  # every plain parameter is checked before any library work
             slots=slots,
-            n_ctx_seq=stand_in,
+            n_ctx_seq=n_ctx_seq,
             n_batch=n_batch,
             max_tokens=max_tokens,
+            sampling=SamplingParams() if sampling is None else sampling,
             lookahead=lookahead,
+            min_copy_tokens=min_copy_tokens,
+            cache_ram_mib=cache_ram_mib,
+            max_batch_failures=max_batch_failures,
         )
-        if sampling is None:
-            sampling = SamplingParams()
-        if not isinstance(sampling, SamplingParams):
-            raise ValueError(
-                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
-            )
-        if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
-            raise ParameterError("min_copy_tokens", min_copy_tokens, "an integer >= 1")
-        if (
-            not isinstance(cache_ram_mib, int)
-            or isinstance(cache_ram_mib, bool)
-            or cache_ram_mib < 0
-        ):
-            raise ParameterError(
-                "cache_ram_mib",
-                cache_ram_mib,
-                "an integer >= 0 (MiB; 0 keeps no state in host memory)",
-            )
-        check_max_batch_failures(max_batch_failures)
+        self._open(llm, backend, config)
+
+    @classmethod
+    def from_config(
+        cls, config: BatchConfig, llm: object = None, *, backend: Backend | None = None
+    ) -> BatchGenerator:
+        """A generator of a ready :class:`~llamabatch.BatchConfig` (what the command line,
+        Ray and ``tune`` pass): ``BatchGenerator(llm, **fields)`` without checking again.
+
+        Raises:
+            as the constructor.
+        """
+        gen = cls.__new__(cls)
+        if not isinstance(config, BatchConfig):
+            raise TypeError(f"config is {type(config).__name__}; give a llamabatch.BatchConfig")
+        gen._open(llm, backend, config)
+        return gen
+
+    def _open(self, llm: object, backend: Backend | None, config: BatchConfig) -> None:
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
-        self.sampling = sampling
         if backend is None:
             _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
             backend = LlamaBackend(llm)
         caps = backend.info
-        if slots > caps.max_slots:
+        if config.slots > caps.max_slots:
             raise ParameterError(
                 "slots",
-                slots,
+                config.slots,
                 f"1 to {caps.max_slots} (llama_max_parallel_sequences(): the most "
                 "sequences this llama.cpp decodes together)",
             )
-        if n_ctx_seq is None:
-            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, caps.n_ctx)
-            config = dataclasses.replace(config, n_ctx_seq=n_ctx_seq)
-        self.config = config
-        check = caps.check_batch_params  # llama.cpp's own limits
-        if check is not None and slots > 1:
-            check(slots, n_ctx_seq, n_batch)
+        if config.n_ctx_seq is None:
+            config = dataclasses.replace(config, n_ctx_seq=min(DEFAULT_N_CTX_SEQ, caps.n_ctx))
+        self.config, self.sampling = config, config.sampling
+        if caps.check_batch_params is not None and config.slots > 1:  # llama.cpp's own limits
+            caps.check_batch_params(config.slots, cast(int, config.n_ctx_seq), config.n_batch)
         self.backend = backend
         self._llm = llm
-        self._scheduler = Scheduler(
-            backend,
-            self.config,
-            min_copy_tokens,
-            cache_ram_mib * 1024 * 1024,
-            max_batch_failures=max_batch_failures,
-            info=caps,
-        )
+        self._scheduler = Scheduler(backend, config, info=caps)
         self.lock = caps.lock if caps.lock is not None else threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()
@@ -434,17 +417,3 @@ class BatchGenerator(Closing):
             else c
             for c in done
         ]
-
-
-def _lookahead(lookahead: int | None, page_size: int | None) -> int | None:
-    """``lookahead``, or the deprecated ``page_size`` given in its place."""
-    if page_size is None:
-        return lookahead
-    if lookahead is not None:
-        raise ValueError("lookahead and page_size are both set: give lookahead only")
-    warnings.warn(
-        "BatchGenerator(page_size=...) is deprecated: call it lookahead=...",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return page_size

@@ -57,7 +57,7 @@ from ..measure.records import FileItems, WorkItem, seeded
 from ..measure.rounds import items_per_round, sample_rounds
 from ..measure.summary import summarize
 from ..measure.workloads import WORKLOADS, Workload, tagging, warmup_prompt
-from ..params import BatchConfig, SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from . import options
 from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
@@ -112,7 +112,7 @@ class BenchParams:
     # the workload of a file (--prompts)
     prompts: str | None = None
     temperature: float = DEFAULT_TEMPERATURE
-    n_ctx_seq: int = _BATCH_DEFAULTS.n_ctx_seq
+    n_ctx_seq: int = DEFAULT_N_CTX_SEQ
 
     @property
     def reply_cap(self) -> int:

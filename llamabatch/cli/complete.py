@@ -42,12 +42,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..completion import Completion
-from ..errors import LlamaBatchError, ParameterError
-from ..items import with_fields
-from ..params import BatchConfig, SamplingParams
+from ..errors import LlamaBatchError
+from ..items import item_fields, with_fields
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
 from . import options
@@ -82,7 +82,12 @@ PROG = "llamabatch complete"
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1
 _SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
-_BATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BatchConfig)}
+#: ``BatchConfig``'s defaults, with a number of tokens per sequence (the model is loaded
+#: with that context).
+BATCH_DEFAULTS = {
+    **{f.name: f.default for f in dataclasses.fields(BatchConfig)},
+    "n_ctx_seq": DEFAULT_N_CTX_SEQ,
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,7 +150,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add(p, "--model")
     options.add_fields(
         p,
-        _BATCH_DEFAULTS,
+        BATCH_DEFAULTS,
         [
             ("slots", int, "N", "sequences decoded together; 1 = no batching"),
             (
@@ -163,8 +168,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --server: most completions per page written together (default: 16); "
-        "without: the former name of --lookahead (deprecated)",
+        help="with --server or --ray: most completions per page written together (locally "
+        "a page is --slots items) (default: 16)",
     )
     add_item_options(p)
     p.add_argument(
@@ -199,7 +204,7 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
     --json-schema, --grammar) and the text-line template; shared with ``llamabatch tune``
     (read back with :func:`sampling_params`)."""
     add_format_option(p)
-    defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
+    defaults = {**_SAMPLING_DEFAULTS, **BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
     options.add_fields(
         p,
         defaults,
@@ -345,50 +350,33 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    """The :class:`SamplingParams` of the options :func:`add_item_options` added.
+    """The :class:`SamplingParams` of the options :func:`add_item_options` added: the
+    job's default item fields (:func:`llamabatch.items.item_fields`).
 
     Raises:
         ValueError: a value out of range, or a constraint file that cannot be read.
     """
-    return SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop or ()),
-        n=args.n,
-        score_choices=args.score_choices,
-        **_constraint(args),
-    )
+    flags = {k: v for k, v in vars(args).items() if k not in BATCH_DEFAULTS}
+    flags.update(choices=None, json_schema=None, grammar=None, **_constraint(args))
+    return with_fields(SamplingParams(), item_fields(flags))
 
 
-def _lookahead(args: argparse.Namespace, pool: bool) -> int | None:
-    """``--lookahead``, or ``--page-size`` in its former local meaning (deprecated);
-    with a pool of servers ``--page-size`` is the pool's page and ``--slots`` plays no
-    part."""
-    if pool or args.page_size is None:
-        return args.lookahead
-    if args.lookahead is not None:
-        raise ValueError("--lookahead and --page-size are both set: give --lookahead only")
-    _warn("--page-size without --server is deprecated: call it --lookahead")
-    return args.page_size
+def config_of(args: argparse.Namespace, paged: bool = False) -> BatchConfig:
+    """The run's :class:`BatchConfig`: its fields from the options named as them, the
+    sampling from :func:`sampling_params` (checked once, named by flag through
+    :func:`~.common.usage_error`).
 
-
-def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, BatchConfig]:
-    sampling = sampling_params(args)
-    config = BatchConfig(
-        slots=args.slots,
-        n_ctx_seq=args.n_ctx_seq,
-        n_batch=args.n_batch,
-        max_tokens=args.max_tokens,
-        lookahead=_lookahead(args, pool),
-    )
+    Raises:
+        ValueError: a value out of range, ``--page-size`` unless ``paged`` (a pool or Ray).
+    """
+    if args.page_size is not None and not paged:
+        raise ValueError(
+            "--page-size is the page of --server and --ray; a local run writes pages of "
+            "--slots items"
+        )
     options.check_threads(args.threads)
-    if args.cache_ram_mib < 0:
-        raise ParameterError("cache_ram_mib", args.cache_ram_mib, "an integer >= 0 (MiB; 0 = off)")
-    return sampling, config
+    given = {k: getattr(args, k) for k in BATCH_DEFAULTS if hasattr(args, k)}
+    return BatchConfig(**{**given, "sampling": sampling_params(args)})
 
 
 def _note(args: argparse.Namespace, message: str) -> None:
@@ -500,10 +488,9 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     urls = remote_cli.server_urls(args)
     try:
-        sampling, config = _params(args, pool=bool(urls))
+        config = config_of(args, paged=bool(urls) or args.ray is not None)
     except ValueError as exc:
         raise usage_error(exc, args) from None
-    urls = remote_cli.server_urls(args)
     ray_cli.check(args, urls)
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
@@ -539,28 +526,28 @@ def _run(args: argparse.Namespace) -> int:
         if not any(isinstance(e, LineItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
-            gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
+            gen = remote_cli.open_generator(args, urls, config)
             return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
-        job.model, job.n_ctx = path.name, config.n_ctx_seq
+        job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
-            gen = ray_cli.open_job(args, path, sampling, config, args.cache_ram_mib)
+            gen = ray_cli.open_job(args, path, config)
             return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
         with loaded_llama(
-            path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
+            path, n_ctx=job.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, sampling, config, args)
+            gen = _local_generator(llm, config, args)
             return _generate(
                 job,
                 gen,
                 lambda items: model_prompts(llm, items),
                 lambda g: batching_note(config.slots, g.stats),
                 interrupts,
-                lambda items: [with_fields(sampling, it.fields) for it in items],
+                lambda items: [with_fields(config.sampling, it.fields) for it in items],
             )
 
 
@@ -601,22 +588,11 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]
     return EXIT_OK
 
 
-def _local_generator(
-    llm: Any, sampling: SamplingParams, config: BatchConfig, args: argparse.Namespace
-) -> Any:
+def _local_generator(llm: Any, config: BatchConfig, args: argparse.Namespace) -> Any:
     from .. import BatchGenerator
 
     try:
-        return BatchGenerator(
-            llm,
-            slots=config.slots,
-            n_ctx_seq=config.n_ctx_seq,
-            n_batch=config.n_batch,
-            max_tokens=config.max_tokens,
-            sampling=sampling,
-            lookahead=config.lookahead,
-            cache_ram_mib=args.cache_ram_mib,
-        )
+        return BatchGenerator.from_config(config, llm)
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
         raise usage_error(exc, args) from None
 

@@ -154,11 +154,15 @@ class RawEngine:
         self._prompt_left = self._pp = 0
         self._t_pp: float | None = None
         config = BatchConfig(
-            slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=tg + 1
+            slots=max(slots, 2),
+            n_ctx_seq=n_ctx_seq,
+            n_batch=n_batch,
+            max_tokens=tg + 1,
+            min_copy_tokens=n_ctx_seq + 1,
+            cache_ram_mib=0,
+            max_batch_failures=1,  # a failure is the bench's error, not a retry alone
         )
-        self._scheduler = Scheduler(  # a failure is the bench's error, not a retry alone
-            self, config, min_copy_tokens=n_ctx_seq + 1, max_batch_failures=1
-        )
+        self._scheduler = Scheduler(self, config)
         self.limits: BatchLimits | None = self._scheduler.open()
 
     def __getattr__(self, name: str) -> Any:

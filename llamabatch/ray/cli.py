@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Ray Data",
         "complete on a Ray cluster: one model per actor (the model file must be at "
         "the same path on every node), --slots sequences per actor, blocks of "
-        "--page-size items written in input order; needs pip install 'llamabatch[ray]'",
+        "--page-size items (default 16) written in input order; needs pip install "
+        "'llamabatch[ray]'",
     )
     group.add_argument(
         "--ray",
@@ -68,10 +69,9 @@ def check(args: argparse.Namespace, urls: list[str]) -> None:
         )
 
 
-def open_job(
-    args: argparse.Namespace, model_path: Any, sampling: Any, config: Any, cache_ram_mib: int
-) -> Any:
-    """A :class:`~llamabatch.ray.job.RayJob` for the command's options.
+def open_job(args: argparse.Namespace, model_path: Any, config: Any) -> Any:
+    """A :class:`~llamabatch.ray.job.RayJob` for the command's options and its
+    :class:`~llamabatch.BatchConfig` (the model's context: ``n_ctx_seq``).
 
     Raises:
         llamabatch.cli.common.UsageError: Ray is missing or the cluster is unreachable.
@@ -85,19 +85,12 @@ def open_job(
         raise UsageError(f"--ray needs Ray Data: pip install 'llamabatch[ray]' ({exc})") from None
     processor_config = ProcessorConfig(
         model_path=model_path,
-        n_ctx=config.n_ctx_seq,
+        batch_config=config,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
-        slots=config.slots,
-        n_ctx_seq=config.n_ctx_seq,
-        n_batch=config.n_batch,
-        max_tokens=config.max_tokens,
-        lookahead=config.lookahead,
-        cache_ram_mib=cache_ram_mib,
-        sampling=sampling,
-        batch_size=config.lookahead,
         concurrency=args.actors or 1,
         num_gpus=args.gpus_per_actor,
+        **({} if args.page_size is None else {"batch_size": args.page_size}),
     )
     try:
         return RayJob(processor_config, args.ray)

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ModelFileError
 from ..items import resolve_item
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
-from ..params import SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from .columns import batch_rows, result_columns, row_item
 
 
@@ -28,16 +28,14 @@ class BatchCompleter:
     Args:
         model_path: the GGUF file; every node that runs an actor must have it at this
             path (a shared file system, or the same file copied to each node).
+        batch_config: the generator's :class:`~llamabatch.BatchConfig`; its ``sampling`` is
+            every row's default, a row's own fields go on top
+            (:func:`llamabatch.items.resolve_item`).
         n_ctx: tokens of the ``Llama``'s own context (items completed alone must fit
-            it); default ``n_ctx_seq``, as ``llamabatch complete`` loads it.
+            it); default ``batch_config.n_ctx_seq`` (or 4096), as ``llamabatch complete``.
         n_gpu_layers: layers offloaded to the GPU (``-1`` = all; no effect on a CPU
             build of llama-cpp-python).
         n_threads: CPU threads of llama.cpp (default: llama-cpp-python's).
-        slots, n_ctx_seq, n_batch, max_tokens, lookahead, cache_ram_mib: the
-            :class:`~llamabatch.BatchGenerator`'s.
-        sampling: the default sampling params of every row (a :class:`SamplingParams`,
-            or a mapping of line fields); a row's own fields go on top, by
-            :func:`llamabatch.items.resolve_item`.
         id_column: the column copied to the output as it is (when the batch has it).
 
     Raises:
@@ -62,47 +60,28 @@ class BatchCompleter:
         self,
         model_path: str | os.PathLike[str],
         *,
+        batch_config: BatchConfig | None = None,
         n_ctx: int | None = None,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
-        slots: int = 4,
-        n_ctx_seq: int = 4096,
-        n_batch: int = 512,
-        max_tokens: int = 200,
-        lookahead: int | None = None,
-        cache_ram_mib: int = 1024,
-        sampling: SamplingParams | Mapping[str, Any] | None = None,
         id_column: str | None = "id",
     ) -> None:
         from .. import BatchGenerator
-        from ..items import item_fields, with_fields
         from ..model import load_llama
 
-        if isinstance(sampling, Mapping):
-            sampling = with_fields(SamplingParams(), item_fields(sampling))
-        self.sampling = sampling or SamplingParams()
+        config = BatchConfig() if batch_config is None else batch_config
+        self.sampling = config.sampling
         self.id_column = id_column
         if not Path(model_path).is_file():
             raise ModelFileError(
                 f"model file {model_path} is not on node {socket.gethostname()}: every "
                 "node that runs an actor needs the model at the same path"
             )
+        n_ctx = n_ctx or config.n_ctx_seq or DEFAULT_N_CTX_SEQ
         self.llm = load_llama(
-            model_path,
-            n_ctx=n_ctx or n_ctx_seq,
-            n_threads=n_threads,
-            n_gpu_layers=n_gpu_layers,
+            model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
         )
-        self.generator = BatchGenerator(
-            self.llm,
-            slots=slots,
-            n_ctx_seq=n_ctx_seq,
-            n_batch=n_batch,
-            max_tokens=max_tokens,
-            sampling=self.sampling,
-            lookahead=lookahead,
-            cache_ram_mib=cache_ram_mib,
-        )
+        self.generator = BatchGenerator.from_config(config, self.llm)
         self._template: Any = None
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:

@@ -74,10 +74,9 @@ def server_urls(args: argparse.Namespace) -> list[str]:
     return urls
 
 
-def open_generator(
-    args: argparse.Namespace, urls: list[str], sampling: Any, max_tokens: int, page_size: int | None
-) -> Any:
-    """A :class:`RemoteGenerator` on ``urls``.
+def open_generator(args: argparse.Namespace, urls: list[str], config: Any) -> Any:
+    """A :class:`RemoteGenerator` on ``urls`` with the run's ``max_tokens`` and ``sampling``
+    (a :class:`~llamabatch.BatchConfig`) and ``--page-size``.
 
     Raises:
         llamabatch.cli.common.UsageError: a bad URL or option (named).
@@ -93,9 +92,9 @@ def open_generator(
         return RemoteGenerator(
             urls,
             concurrency=concurrency,
-            max_tokens=max_tokens,
-            sampling=sampling,
-            page_size=page_size,
+            max_tokens=config.max_tokens,
+            sampling=config.sampling,
+            page_size=args.page_size,
             api_key=os.environ.get(API_KEY_ENV) or None,
         )
     except ValueError as exc:

@@ -21,7 +21,7 @@ from .._util.closing import Closing
 from ..completion import cut_off_choice
 from ..errors import GeneratorClosed, ParameterError
 from ..items import per_item_sampling
-from ..params import SamplingParams
+from ..params import BatchConfig, SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
@@ -89,8 +89,10 @@ class RemoteGenerator(Closing):
     ) -> None:
         if isinstance(servers, str):
             raise ValueError("servers is one string; give a list of URLs")
+        # max_tokens and sampling: checked as for BatchGenerator
+        given = SamplingParams() if sampling is None else sampling
+        config = BatchConfig(max_tokens=max_tokens, sampling=given)
         for name, value, low in (
-            ("max_tokens", max_tokens, 1),
             ("max_attempts", max_attempts, 1),
             ("page_size", page_size or DEFAULT_PAGE_SIZE, 1),
         ):
@@ -103,13 +105,7 @@ class RemoteGenerator(Closing):
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise ParameterError(name, value, "seconds >= 0")
-        if sampling is None:
-            sampling = SamplingParams()
-        if not isinstance(sampling, SamplingParams):
-            raise ValueError(
-                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
-            )
-        self.sampling, self.max_tokens = sampling, max_tokens
+        self.sampling, self.max_tokens = config.sampling, config.max_tokens
         self.page_size = page_size or DEFAULT_PAGE_SIZE
         self._attempts, self._timeout = max_attempts, float(timeout_s)
         self._backoff, self._max_backoff = backoff_s, max_backoff_s

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..engine.backend import Backend
@@ -163,16 +164,16 @@ def tune(
         raise ValueError(f"ids has {len(ids)} entries for {n} prompts")
     regex = compile_label_regex(label_regex)
     rule = label_rule(samplings, label_regex)
-    # checked up front (n_ctx_seq None: the generator's default, a stand-in here)
-    BatchConfig(slots=1, n_ctx_seq=n_ctx_seq or 1, n_batch=n_batch, max_tokens=max_tokens)
-    kwargs: dict[str, Any] = dict(
+    config = BatchConfig(  # checked up front; each setting replaces slots
         n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=max_tokens, cache_ram_mib=cache_ram_mib
     )
 
     def make_generator(k: int) -> BatchGenerator:
-        if backend is not None:
-            return BatchGenerator(backend=backend(k), slots=k, **kwargs)
-        return BatchGenerator(llm, slots=k, **kwargs)
+        return BatchGenerator.from_config(
+            replace(config, slots=k, lookahead=None),
+            llm if backend is None else None,
+            backend=None if backend is None else backend(k),
+        )
 
     work = seeded(
         [
