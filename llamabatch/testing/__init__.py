@@ -22,7 +22,7 @@ from .records import (
     TrimCall,
     read_seqs,
 )
-from .replies import EOG_ID, HashReply, Reply, ReplySpec
+from .replies import EOG_ID, HashReply, ReplySpec
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "LoadSeqCall",
     "HashReply",
     "OpenBatchCall",
-    "Reply",
     "ReplySpec",
     "SeqLog",
     "SpanRecord",
