@@ -19,13 +19,14 @@ from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, Stats
 from .engine.backend import Backend, BatchLimits
-from .engine.request import prepare
+from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
-from .errors import GeneratorBusy, GeneratorClosed, ParameterError
-from .items import per_item_sampling
+from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
+from .items import per_item_sampling, resolve_item
 from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
+    from .llamacpp.chat import ChatTemplate
     from .llamacpp.kv_size import KvEstimate
 
 
@@ -45,11 +46,11 @@ def _check_llm(llm: object) -> None:
         )
 
 
-def _check_many(prompts: object) -> None:
-    if isinstance(prompts, (str, bytes, bytearray)):
+def _check_many(items: object) -> None:
+    if isinstance(items, (str, bytes, bytearray, Mapping)):
         raise TypeError(
-            f"prompts is one {type(prompts).__name__}; give a list of prompts "
-            "(e.g. [prompt]), not a single prompt"
+            f"items is one {type(items).__name__}; give a list of items (e.g. [item]), "
+            "not a single item"
         )
 
 
@@ -186,6 +187,7 @@ class BatchGenerator(Closing):
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
+        self._template: ChatTemplate | None = None
 
     @staticmethod
     def estimate_memory(
@@ -249,11 +251,42 @@ class BatchGenerator(Closing):
         these are the limits of the one that was created."""
         return self._scheduler.limits
 
-    def _samplings(
-        self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
-    ) -> Iterator[tuple[object, SamplingParams]]:
-        """Each prompt with its SamplingParams, checked up front (:func:`per_item_sampling`)."""
-        return per_item_sampling(prompts, self.sampling if sampling is None else sampling)
+    def _requests(
+        self,
+        items: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None,
+        template: ChatTemplate | None = None,
+    ) -> Iterator[Request]:
+        """Each item's request (:func:`~llamabatch.items.resolve_item`, a chat through
+        :func:`~llamabatch.llamacpp.chat.chat_prompt`); a bad item is its request's error."""
+        vocab, n_ctx = self.backend.vocab, self.backend.info.n_ctx
+        pairs = per_item_sampling(items, self.sampling if sampling is None else sampling)
+        for i, (item, base) in enumerate(pairs):
+            try:
+                it = resolve_item(item, base)
+                prompt = it.prompt if it.messages is None else self._chat(it.messages, template)
+            except (ValueError, TypeError, RuntimeError, UnicodeError, LlamaBatchError) as exc:
+                yield Request(i, [], base, error=str(exc))
+                continue
+            yield prepare(i, prompt, it.sampling, vocab, n_ctx)
+
+    def _chat(self, messages: object, template: ChatTemplate | None) -> object:
+        from .llamacpp.chat import chat_prompt
+
+        return chat_prompt(messages, template or self._model_template(), self._llm)
+
+    def _model_template(self) -> ChatTemplate:
+        """The ``Llama``'s chat template (ChatTemplateError when it has none)."""
+        if self._template is None:
+            if self._llm is None:
+                raise ValueError(
+                    "a chat needs a chat template: the generator has a backend and no Llama; "
+                    "give chat(..., template=llamabatch.ChatTemplate(...))"
+                )
+            from .llamacpp.chat import ChatTemplate
+
+            self._template = ChatTemplate.from_llama(self._llm)
+        return self._template
 
     @contextmanager
     def _run(self) -> Iterator[None]:
@@ -278,51 +311,54 @@ class BatchGenerator(Closing):
 
     def iter_groups(
         self,
-        prompts: Iterable[object],
+        items: Iterable[object],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> Iterator[list[Completion]]:
-        """Complete ``prompts``, yielding them a page of ``slots`` items at a time.
+        """Complete ``items``, yielding them a page of ``slots`` items at a time.
 
         Items run in the slot engine as slots free up; a page is yielded as soon as all
         its items are done (later items may already be running: closing the iterator
         loses only those, never a yielded page).
 
         Args:
-            prompts: any iterable of ``str``, UTF-8 ``bytes`` (``bytearray``, a
-                ``memoryview`` of bytes) or lists of token ids; it is read lazily, so a
-                generator of a huge backlog is fine.
+            items: any iterable, read lazily (a generator of a huge backlog is fine), of
+                items: a prompt (``str``, tokenized like ``Llama.create_completion``;
+                UTF-8 ``bytes``, ``bytearray`` or a ``memoryview`` of bytes; a list of
+                token ids), chat messages (a list of ``{"role", "content"}``, formatted
+                with the model's chat template as :meth:`chat` does), or a mapping with
+                exactly one of ``"prompt"`` / ``"messages"`` and the item's own
+                :class:`SamplingParams` fields (and OpenAI's ``response_format``) over
+                ``sampling`` (:mod:`llamabatch.items`).
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
-                one per prompt (default: the generator's ``sampling``).
+                one per item (default: the generator's ``sampling``).
 
         Yields:
             lists of ``slots`` completions (the last one maybe shorter) in input
-            order; all together hold exactly one completion per prompt, ``index``
-            counting from 0.
+            order; all together hold exactly one completion per item, ``index``
+            counting from 0. An item that cannot be completed (a bad field, messages
+            the template refuses, a prompt that cannot be tokenized) has its error in
+            its place.
 
         Raises:
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
-                the prompts' (checked up front for a sized ``prompts``).
+                the items' (checked up front for a sized ``items``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
             GeneratorBusy: this thread is already inside a run of this generator.
-            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
+            TypeError: ``items`` is one ``str``, ``bytes`` or mapping (not a list).
         """
-        _check_many(prompts)
+        _check_many(items)
         self._check_open()
-        return self._pages(self._samplings(prompts, sampling), hand_back=True)
+        return self._pages(self._requests(items, sampling), hand_back=True)
 
-    def _pages(
-        self, prompts: Iterator[tuple[object, SamplingParams]], *, hand_back: bool
-    ) -> Iterator[list[Completion]]:
+    def _pages(self, requests: Iterator[Request], *, hand_back: bool) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
-        slots, backend = self.config.slots, self.backend
-        vocab, n_ctx = backend.vocab, backend.info.n_ctx
-        items = (prepare(i, p, s, vocab, n_ctx) for i, (p, s) in enumerate(prompts))
+        slots = self.config.slots
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
             for finished in self._scheduler.iter_steps(
-                items, self._turn, cast(int, self.config.lookahead)
+                requests, self._turn, cast(int, self.config.lookahead)
             ):
                 for c in finished:
                     done[c.index] = c
@@ -344,35 +380,41 @@ class BatchGenerator(Closing):
 
     def complete_many(
         self,
-        prompts: Iterable[object],
+        items: Iterable[object],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[Completion]:
-        """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
+        """Complete every item; ``result[i]`` belongs to ``items[i]``.
 
         Args:
-            prompts, sampling: as for :meth:`iter_groups`.
+            items, sampling: as for :meth:`iter_groups`.
 
         Raises:
-            ValueError: a bad ``sampling`` (see :meth:`iter_groups`).
-            GeneratorClosed: the generator, or its ``Llama``, was closed.
-            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
+            as :meth:`iter_groups`.
         """
-        _check_many(prompts)
+        _check_many(items)
         self._check_open()
-        pages = self._pages(self._samplings(prompts, sampling), hand_back=False)
-        return [c for group in pages for c in group]
+        return self._all(self._requests(items, sampling))
+
+    def _all(self, requests: Iterator[Request]) -> list[Completion]:
+        return [c for page in self._pages(requests, hand_back=False) for c in page]
 
     def chat(
-        self, conversations: Iterable[Sequence[Mapping[str, Any]]], *, template: Any = None
+        self,
+        conversations: Iterable[Sequence[Mapping[str, Any]]],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        template: ChatTemplate | None = None,
     ) -> list[Completion]:
         """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
         is formatted with the model's own chat template, generation prompt appended, and
-        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.llamacpp.chat`, what
-        ``llamabatch complete`` does with ``messages``).
+        tokenized as llama-cpp-python's chat handlers do
+        (:func:`~llamabatch.llamacpp.chat.chat_prompt`, what ``llamabatch complete`` does
+        with ``messages``).
 
         Args:
             conversations: a list of conversations (a list of message lists).
-            template: a :class:`~llamabatch.llamacpp.chat.ChatTemplate` instead of the model's
+            sampling: as for :meth:`iter_groups`.
+            template: a :class:`~llamabatch.ChatTemplate` instead of the model's
                 (needed with a ``backend`` and no ``Llama``).
 
         Returns:
@@ -385,8 +427,6 @@ class BatchGenerator(Closing):
             ChatTemplateError: the model has no chat template (and none was given).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
-        from .llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
         _check_many(conversations)
         conversations = list(conversations)
         if conversations and isinstance(conversations[0], Mapping):
@@ -394,26 +434,8 @@ class BatchGenerator(Closing):
                 "conversations is one conversation (a list of messages); "
                 "give a list of conversations, e.g. [messages]"
             )
-        if template is None:
-            if self._llm is None:
-                raise ValueError(
-                    "chat needs template= (a llamabatch.llamacpp.chat.ChatTemplate) "
-                    "when the generator has a backend and no Llama"
-                )
-            template = ChatTemplate.from_llama(self._llm)
-        prompts: list[object] = []
-        refused: dict[int, str] = {}
-        for k, messages in enumerate(conversations):
-            try:
-                text = template.render(check_messages(messages))
-                prompts.append(chat_tokens(self._llm, text) if self._llm is not None else text)
-            except (ValueError, TypeError, RuntimeError, UnicodeError) as exc:
-                refused[k] = f"conversation {k}: {exc}"
-                prompts.append([])  # an empty prompt: no model work, replaced below
-        done = self.complete_many(prompts)
-        return [
-            dataclasses.replace(c, error=refused[c.index], finish_reason="error")
-            if c.index in refused
-            else c
-            for c in done
-        ]
+        self._check_open()
+        template = template or self._model_template()  # no template: raised here
+        return self._all(
+            self._requests([{"messages": c} for c in conversations], sampling, template)
+        )

@@ -107,44 +107,38 @@ def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingPara
     return dataclasses.replace(base, **changes)
 
 
-def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> Item:
-    """What ``item`` asks for: its prompt or messages, and ``base`` with its fields.
-
-    Args:
-        item: a prompt, a list of messages, or a mapping (see the module doc).
-        base: the default sampling params (the command's flags, the generator's).
-        strict: refuse a mapping's keys that are neither prompt keys nor line fields
-            (the library's rule; the command line warns about them instead).
+def resolve_item(item: object, base: SamplingParams) -> Item:
+    """What ``item`` asks for: its prompt or messages, and ``base`` (the default sampling
+    params: the command's flags, the generator's) with its fields.
 
     Raises:
         ValueError: a mapping without exactly one of prompt / messages, with an unknown
-            key (``strict``), or with a bad field (named); messages that are not a list
-            of mappings.
+            key or a bad field (named); messages that are not a list of mappings.
     """
     if not isinstance(item, Mapping):
-        if _is_messages(item):
+        if is_messages(item):
             return Item(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
         return Item(item, None, base)
     keys = [k for k in PROMPT_KEYS if item.get(k) is not None]
     if len(keys) != 1:
         raise ValueError('an item mapping needs exactly one of "prompt" or "messages"')
-    if strict:
-        unknown = sorted(set(item) - set(ITEM_FIELDS) - set(PROMPT_KEYS))
-        if unknown:
-            raise ValueError(
-                f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
-                f"prompt, messages, {', '.join(ITEM_FIELDS)}"
-            )
+    unknown = sorted(set(item) - set(ITEM_FIELDS) - set(PROMPT_KEYS))
+    if unknown:
+        raise ValueError(
+            f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
+            f"prompt, messages, {', '.join(ITEM_FIELDS)}"
+        )
     sampling = with_fields(base, item_fields(item))
     if keys[0] == "messages":
         messages = item["messages"]
-        if not _is_messages(messages):
+        if not is_messages(messages):
             raise ValueError('messages must be a non-empty list of {"role", "content"} objects')
         return Item(None, list(messages), sampling)
     return Item(item["prompt"], None, sampling)
 
 
-def _is_messages(value: object) -> bool:
+def is_messages(value: object) -> bool:
+    """True for a non-empty sequence of mappings (chat messages), not a prompt."""
     return (
         isinstance(value, Sequence)
         and not isinstance(value, (str, bytes, bytearray))

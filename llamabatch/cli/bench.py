@@ -53,7 +53,7 @@ from ..generator import BatchGenerator
 from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
 from ..measure.one_at_a_time import LlamaLoop, check_one_reply
 from ..measure.raw import ctx_per_seq, run_raw
-from ..measure.records import FileItems, WorkItem, seeded
+from ..measure.records import WorkItem, seeded
 from ..measure.rounds import items_per_round, sample_rounds
 from ..measure.summary import summarize
 from ..measure.workloads import WORKLOADS, Workload, tagging, warmup_prompt
@@ -171,7 +171,8 @@ class BenchSetup:
         make_backend: a fresh backend (its batch context not open) for the raw bench.
         make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a
             ``BatchGenerator`` with ``slots=B``.
-        tokenize: token ids of a prompt, as the generators will count them.
+        tokenize: token ids of a prompt (a string, or a chat's messages), as the
+            generators will count them.
         header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
         one_at_a_time: ``one_at_a_time(max_tokens)``: the workload's one at a time, the
@@ -181,7 +182,7 @@ class BenchSetup:
 
     make_backend: Callable[[], Backend]
     make_generator: Callable[[int, int, int], BatchGenerator]
-    tokenize: Callable[[str], Sequence[int]]
+    tokenize: Callable[[Any], Sequence[int]]
     header: dict[str, Any]
     one_at_a_time: Callable[[int], LlamaLoop] | None = None
 
@@ -200,7 +201,7 @@ def bench(
     err: IO[str] | None = None,
     json_path: Path | None = None,
     quiet: bool = False,
-    items: FileItems | None = None,
+    items: Sequence[WorkItem] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
     """Run the raw bench and the workload, print the header and tables on ``out``.
@@ -212,7 +213,7 @@ def bench(
             ``sys.stderr`` as they are when called).
         json_path: also write the JSON document there.
         quiet: no progress bars.
-        items: the items of ``params.prompts`` (needed exactly when it is set).
+        items: the items of the file ``params.prompts`` (needed exactly when it is set).
         clock: the workload's clock (seconds, monotonic).
 
     Returns:
@@ -290,12 +291,12 @@ def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
     greedy = SamplingParams(temperature=0.0)
     rounds = [
         [
-            WorkItem(k, p, p, greedy)
+            WorkItem(k, p, greedy)
             for k, p in enumerate(w.prompts(params.items, setup.tokenize, params.seed + r))
         ]
         for r in range(params.workload_rounds)
     ]
-    lengths = [[_prompt_length(setup, it.engine) for it in items] for items in rounds]
+    lengths = [[_prompt_length(setup, it.prompt) for it in items] for items in rounds]
     n_ctx_seq = ctx_per_seq(max(map(max, lengths)) + params.reply_cap)
     warm = warmup_prompt()
     what = (
@@ -307,23 +308,25 @@ def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
         "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching saves "
         "time)"
     )
-    return _Work(rounds, WorkItem("warmup", warm, warm, greedy), n_ctx_seq, lengths[0], what)
+    return _Work(rounds, WorkItem("warmup", warm, greedy), n_ctx_seq, lengths[0], what)
 
 
-def _file_rounds(setup: BenchSetup, params: BenchParams, items: FileItems) -> _Work:
+def _file_rounds(setup: BenchSetup, params: BenchParams, items: Sequence[WorkItem]) -> _Work:
     """Disjoint rounds of a file's items, drawn as tune draws them; one item in no round
     warms up (a built-in prompt when every item is in a round)."""
     rounds = params.workload_rounds
+    path = params.prompts
     per_round = items_per_round(
-        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
+        len(items), rounds, params.items, names=("workload_rounds", "items"), source=path
     )
-    check_one_reply(items.samplings, lambda i: f"{items.path} item {items.ids[i]!r}", "bench")
-    work = seeded(items.work_items())
+    samplings = [it.sampling for it in items]
+    check_one_reply(samplings, lambda i: f"{path} item {items[i].id!r}", "bench")
+    work = seeded(items)
     chosen = sample_rounds(len(items), rounds, per_round, params.seed)
     warm, spare = warmup_item(work, chosen)
-    lengths = [_prompt_length(setup, items.engine[i]) for i in chosen[0]]
+    lengths = [_prompt_length(setup, items[i].prompt) for i in chosen[0]]
     what = (
-        f"workload prompts ({items.path}): {per_round} items per round of "
+        f"workload prompts ({path}): {per_round} items per round of "
         f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
         f"(sampled with seed {params.seed}; first round {min(lengths)}-{max(lengths)} "
         f"prompt tokens), each with its own sampling and constraint (temperature "
@@ -333,21 +336,21 @@ def _file_rounds(setup: BenchSetup, params: BenchParams, items: FileItems) -> _W
         "the same round (< 1: batching saves time)"
     )
     prompts = {
-        "file": items.path,
+        "file": path,
         "n_prompts": len(items),
         "items_seed": params.seed,
         "items_per_round": per_round,
-        "item_ids": [[items.ids[i] for i in r] for r in chosen],
-        "warmup_id": None if spare is None else items.ids[spare],
+        "item_ids": [[items[i].id for i in r] for r in chosen],
+        "warmup_id": None if spare is None else items[spare].id,
     }
     rounds_items = [[work[i] for i in r] for r in chosen]
     return _Work(rounds_items, warm, params.n_ctx_seq, lengths, what, prompts)
 
 
 def _prompt_length(setup: BenchSetup, prompt: object) -> int:
-    if isinstance(prompt, str):
-        return len(setup.tokenize(prompt))
-    return len(cast("Sequence[int]", prompt))  # a chat's token ids
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return len(prompt)  # token ids
+    return len(setup.tokenize(prompt))
 
 
 def _workload(
@@ -412,7 +415,14 @@ def llama_setup(
     from ..llamacpp.backend import LlamaBackend
 
     greedy = SamplingParams(temperature=0.0)
-    tokenizer = LlamaBackend(llm)
+    vocab = LlamaBackend(llm).vocab
+
+    def tokenize(prompt: Any) -> Sequence[int]:
+        if isinstance(prompt, str):
+            return vocab.tokenize(prompt)
+        from ..llamacpp.chat import ChatTemplate, chat_prompt
+
+        return cast("list[int]", chat_prompt(prompt, ChatTemplate.from_llama(llm), llm))
 
     def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
         return BatchGenerator(
@@ -435,7 +445,7 @@ def llama_setup(
     return BenchSetup(
         lambda: LlamaBackend(llm),
         make_generator,
-        tokenizer.vocab.tokenize,
+        tokenize,
         header,
         lambda max_tokens: LlamaLoop(llm, max_tokens),
     )
@@ -637,7 +647,7 @@ def _run(args: argparse.Namespace) -> int:
         if "raw" in params.parts:  # which also holds the raw bench's PP + TG
             n_ctx = max(params.prompt_tokens + params.gen_tokens, n_ctx)
     with loaded_llama(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=args.n_gpu_layers) as llm:
-        file_items = None if read is None else read.file_items(llm)
+        file_items = None if read is None else read.work_items(llm)
         try:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
             bench(setup, params, json_path=args.json, quiet=args.quiet, items=file_items)

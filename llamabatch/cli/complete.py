@@ -65,7 +65,8 @@ from .job.input import (
     FORMATS,
     Line,
     LineItem,
-    model_prompts,
+    item_samplings,
+    job_items,
     read_prompts,
     with_chat_prompts,
     with_text_template,
@@ -357,7 +358,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
         ValueError: a value out of range, or a constraint file that cannot be read.
     """
     flags = {k: v for k, v in vars(args).items() if k not in BATCH_DEFAULTS}
-    flags.update(choices=None, json_schema=None, grammar=None, **_constraint(args))
+    flags.update({"choices": None, "json_schema": None, "grammar": None, **_constraint(args)})
     return with_fields(SamplingParams(), item_fields(flags))
 
 
@@ -506,6 +507,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    item_samplings(entries, config.sampling, args.prompts)  # each line with the flags
     interrupts = Interrupts()
     with (
         open_output(
@@ -527,7 +529,7 @@ def _run(args: argparse.Namespace) -> int:
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
             gen = remote_cli.open_generator(args, urls, config)
-            return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
+            return _generate(job, gen, job_items, remote_cli.pool_note, interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
         job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
@@ -541,14 +543,8 @@ def _run(args: argparse.Namespace) -> int:
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, config, args)
-            return _generate(
-                job,
-                gen,
-                lambda items: model_prompts(llm, items),
-                lambda g: batching_note(config.slots, g.stats),
-                interrupts,
-                lambda items: [with_fields(config.sampling, it.fields) for it in items],
-            )
+            note = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
+            return _generate(job, gen, job_items, note, interrupts)
 
 
 def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]) -> None:
@@ -600,29 +596,19 @@ def _local_generator(llm: Any, config: BatchConfig, args: argparse.Namespace) ->
 def _generate(
     job: _Job,
     gen: Any,
-    prompts: Callable[[list[LineItem]], Iterable[object]],
+    items_of: Callable[[list[LineItem]], Iterable[object]],
     note: Callable[[Any], str],
     interrupts: Interrupts,
-    samplings_of: Callable[[list[LineItem]], list[SamplingParams]] | None = None,
 ) -> int:
-    """Write the records of ``gen.iter_groups(prompts(items), samplings_of(items))`` page
-    by page (each item's own sampling params: the flags' with its line's fields)."""
+    """Write the records of ``gen.iter_groups(items_of(items))`` page by page (the
+    generator's sampling is the flags', each item mapping carries its line's fields)."""
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, LineItem)]
     positions = [k for k, e in enumerate(job.todo) if isinstance(e, LineItem)]
-    try:
-        samplings = None if samplings_of is None else samplings_of(items)
-    except ValueError as exc:  # e.g. a line's choices with the flags' grammar
-        raise UsageError(str(exc)) from None
     bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
-            groups = (
-                gen.iter_groups(prompts(items))
-                if samplings is None
-                else gen.iter_groups(prompts(items), samplings)
-            )
-            for group in groups:
+            for group in gen.iter_groups(items_of(items)):
                 with interrupts.held():
                     job.out.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)

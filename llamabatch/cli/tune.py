@@ -224,12 +224,12 @@ def _run(args: argparse.Namespace) -> int:
     with loaded_llama(
         path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
     ) as llm:
-        items = read.rendered(llm)
+        work = read.work_items(llm)
         bar = progress_bar(args.rounds * per_round * n_runs, args.quiet, desc="tune")
         try:
             report = tune(
                 llm,
-                [it.messages if it.messages is not None else it.prompt for it in items],
+                [it.prompt for it in work],
                 args.slots,
                 args.rounds,
                 items=args.items,
@@ -238,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
                 n_ctx_seq=args.n_ctx_seq,
                 n_batch=args.n_batch,
                 label_regex=args.label_regex,
-                ids=[it.id for it in items],
+                ids=[it.id for it in work],
                 items_seed=args.items_seed,
                 min_gain_pct=args.min_gain,
                 max_agreement_drop=args.max_agreement_drop,

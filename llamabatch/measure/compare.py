@@ -55,7 +55,7 @@ def warmup_item(
     if spare is not None:
         return items[spare], spare
     prompt = warmup_prompt()
-    return WorkItem("warmup", prompt, prompt, items[0].sampling), None
+    return WorkItem("warmup", prompt, items[0].sampling), None
 
 
 class EnginePath:
@@ -71,7 +71,7 @@ class EnginePath:
             self.generator = self._make()
         gen = self.generator
         done: list[Completion] = []
-        for group in gen.iter_groups([it.engine for it in items], [it.sampling for it in items]):
+        for group in gen.iter_groups([it.prompt for it in items], [it.sampling for it in items]):
             done.extend(group)
             progress(len(group))
         done.sort(key=lambda c: c.index)

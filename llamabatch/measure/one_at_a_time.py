@@ -12,24 +12,15 @@ one-at-a-time counterpart and is refused up front (:func:`check_one_reply`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import LlamaBatchError
+from ..items import is_messages
 from ..params import SamplingParams
 from ..sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
 from .records import Replies, Reply, WorkItem
 from .rounds import Progress
-
-
-def is_chat(prompt: object) -> bool:
-    """True for a list of ``{"role", "content"}`` messages (a chat), not a prompt."""
-    return (
-        isinstance(prompt, Sequence)
-        and not isinstance(prompt, (str, bytes))
-        and bool(prompt)
-        and all(isinstance(m, Mapping) for m in prompt)
-    )
 
 
 def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
@@ -133,7 +124,7 @@ class LlamaLoop(OneAtATime):
         return None if text is None else self._grammars[text]
 
     def _complete(self, item: WorkItem) -> Reply:
-        chat = is_chat(item.alone)
+        chat = is_messages(item.prompt)
         path = "create_chat_completion" if chat else "create_completion"
         try:
             kwargs = completion_kwargs(
@@ -142,10 +133,10 @@ class LlamaLoop(OneAtATime):
             with self._lock:
                 self._set(self._llm, llama_settings(item.sampling))
                 if chat:
-                    out = self._llm.create_chat_completion(messages=item.alone, **kwargs)
+                    out = self._llm.create_chat_completion(messages=item.prompt, **kwargs)
                     text = out["choices"][0]["message"].get("content") or ""
                 else:
-                    out = self._llm.create_completion(item.alone, **kwargs)
+                    out = self._llm.create_completion(item.prompt, **kwargs)
                     text = out["choices"][0]["text"]
         except (ValueError, RuntimeError, LlamaBatchError) as exc:
             return Reply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFileError
-from ..items import resolve_item
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
-from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig
 from .columns import batch_rows, result_columns, row_item
 
 
@@ -82,22 +81,17 @@ class BatchCompleter:
             model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
         )
         self.generator = BatchGenerator.from_config(config, self.llm)
-        self._template: Any = None
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        rows = batch_rows(batch)
-        prompts: list[object] = []
-        samplings: list[SamplingParams] = []
+        items: list[object] = []
         refused: dict[int, str] = {}
-        for k, row in enumerate(rows):
+        for k, row in enumerate(batch_rows(batch)):
             try:
-                prompt, sampling = self._prepare(row)
-            except Exception as exc:  # the row's own error, in its place
-                refused[k] = str(exc) or type(exc).__name__
-                prompt, sampling = [], self.sampling  # no model work for it
-            prompts.append(prompt)
-            samplings.append(sampling)
-        done = self.generator.complete_many(prompts, samplings)
+                items.append(row_item(row))
+            except ValueError as exc:  # a cell that is not JSON: the row's own error
+                refused[k] = str(exc)
+                items.append([])  # no model work; its error is set below
+        done = self.generator.complete_many(items)  # a bad item: its error in its place
         records = []
         for k, completion in enumerate(done):
             record = output_record(completion)
@@ -115,18 +109,6 @@ class BatchCompleter:
         if self.id_column is not None and self.id_column in batch:
             return {self.id_column: batch[self.id_column], **columns}
         return columns
-
-    def _prepare(self, row: Mapping[str, Any]) -> tuple[object, SamplingParams]:
-        """A row's prompt for the generator (a chat's token ids) and its sampling."""
-        item = resolve_item(row_item(row), self.sampling, strict=False)
-        if item.messages is None:
-            return item.prompt, item.sampling
-        from ..llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
-        if self._template is None:
-            self._template = ChatTemplate.from_llama(self.llm)  # ChatTemplateError: none
-        text = self._template.render(check_messages([dict(m) for m in item.messages]))
-        return chat_tokens(self.llm, text), item.sampling
 
     def __del__(self) -> None:
         generator = getattr(self, "generator", None)

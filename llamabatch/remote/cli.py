@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,19 +98,6 @@ def open_generator(args: argparse.Namespace, urls: list[str], config: Any) -> An
         )
     except ValueError as exc:
         raise usage_error(exc, args) from None
-
-
-def item_prompts(items: list[Any]) -> Iterator[object]:
-    """What the pool gets for each input item: its messages (sent to
-    ``/v1/chat/completions``, where the server applies its chat template) or its prompt,
-    as an item mapping with the line's own sampling fields when it has any."""
-    for item in items:
-        key = "messages" if item.messages is not None else "prompt"
-        fields = getattr(item, "fields", None)
-        if fields:
-            yield {key: getattr(item, key), **fields}
-        else:
-            yield getattr(item, key)
 
 
 def pool_note(gen: Any) -> str:

@@ -13,9 +13,10 @@ from typing import Any
 from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
+from ..items import is_messages
 from ..measure.agreement import compile_label_regex, label_of, label_rule
 from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, warmup_item
-from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply, is_chat
+from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
 from ..measure.records import Reply, WorkItem, seeded
 from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
 from ..measure.summary import floor_of, summarize
@@ -38,28 +39,6 @@ def _per_item(
             "SamplingParams, or one per prompt"
         )
     return samplings
-
-
-def _engine_prompts(llm: Any, prompts: Sequence[object]) -> list[object]:
-    """What the engine gets: a chat is rendered with the model's chat template and
-    tokenized as llama-cpp-python's chat handlers do; a prompt as it is."""
-    if not any(is_chat(p) for p in prompts):
-        return list(prompts)
-    if llm is None:
-        raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
-    from ..llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
-    template = ChatTemplate.from_llama(llm)
-    out: list[object] = []
-    for k, p in enumerate(prompts):
-        if not is_chat(p):
-            out.append(p)
-            continue
-        try:
-            out.append(chat_tokens(llm, template.render(check_messages(p))))
-        except ValueError as exc:
-            raise ValueError(f"prompts[{k}]: {exc}") from None
-    return out
 
 
 def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
@@ -175,12 +154,9 @@ def tune(
             backend=None if backend is None else backend(k),
         )
 
-    work = seeded(
-        [
-            WorkItem(i, p, e, s)
-            for i, p, e, s in zip(ids, prompts, _engine_prompts(llm, prompts), samplings)
-        ]
-    )
+    if llm is None and any(is_messages(p) for p in prompts):
+        raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
+    work = seeded([WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)])
     chosen = sample_rounds(n, rounds, per_round, items_seed)
     warm, _ = warmup_item(work, chosen)
     notes = []
@@ -246,7 +222,7 @@ def _one_at_a_time(
     llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], Reply] | None
 ) -> OneAtATime | None:
     if one is not None:
-        return OneAtATime(lambda it: dataclasses.replace(one(it.alone, it.sampling), id=it.id))
+        return OneAtATime(lambda it: dataclasses.replace(one(it.prompt, it.sampling), id=it.id))
     return None if llm is None else LlamaLoop(llm, max_tokens)
 
 

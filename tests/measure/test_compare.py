@@ -24,7 +24,7 @@ def fake_generator(b: int) -> BatchGenerator:
 
 
 def work(prompts) -> list[WorkItem]:
-    return [WorkItem(k, p, p, GREEDY) for k, p in enumerate(prompts)]
+    return [WorkItem(k, p, GREEDY) for k, p in enumerate(prompts)]
 
 
 def settings(done, slots):
@@ -59,11 +59,11 @@ def test_one_at_a_time_is_the_callers_own_loop_when_one_is_given():
     seen: list[list[str]] = []
 
     def one(item: WorkItem) -> Reply:
-        seen.append(item.alone)
+        seen.append(item.prompt)
         return Reply(item.id, "x", "stop", None, 5, "create_completion")
 
     items = work("abcd")
-    warm = WorkItem("w", "warm", "warm", GREEDY)
+    warm = WorkItem("w", "warm", GREEDY)
     clock = scripted([8, 4, 2, 8])  # round 1: alone 8 s, B=2 4 s; round 2
     done = compare(
         lambda r: items,
@@ -108,4 +108,4 @@ def test_the_warmup_is_an_item_in_no_round_else_the_built_in_prompt():
     assert warmup_item(items, [[0], [2]]) == (items[1], 1)
     warm, spare = warmup_item(items, [[0, 1, 2]])
     assert spare is None and warm.id == "warmup" and warm.sampling == items[0].sampling
-    assert "<|im_start|>assistant" in warm.engine
+    assert "<|im_start|>assistant" in warm.prompt

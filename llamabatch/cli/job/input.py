@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...items import ITEM_FIELDS, item_fields
-from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
+from ...items import ITEM_FIELDS, item_fields, with_fields
+from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_prompt, check_messages
+from ...params import SamplingParams
 from ..common import UsageError
 from . import openai
 from .resume import line_digest
@@ -48,12 +49,13 @@ FORMATS = ("auto", "jsonl", "text")
 
 @dataclass(frozen=True, slots=True)
 class LineItem:
-    """One input prompt.
+    """One item read from a line of the input.
 
     Attributes:
         id: the ``id`` of the JSONL object, else the 1-based line number.
         prompt: the prompt text (special tokens such as ``<|im_start|>`` are parsed);
-            ``None`` for a ``messages`` item until its chat template is applied.
+            for a ``messages`` item ``None`` until its chat template is applied
+            (:func:`apply_chat_template`).
         line: 1-based line number in the input file.
         messages: the chat messages of a ``messages`` item, else ``None``.
         fields: the item's own :class:`~llamabatch.SamplingParams` fields (checked).
@@ -65,7 +67,7 @@ class LineItem:
     """
 
     id: str | int
-    prompt: str | None
+    prompt: str | list[int] | None
     line: int
     messages: list[dict[str, Any]] | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)
@@ -355,9 +357,15 @@ def with_text_template(
 
 
 def apply_chat_template(
-    entries: list[Line], template: ChatTemplate, path: Path, *, skip_bad: bool = False
+    entries: list[Line],
+    template: ChatTemplate,
+    path: Path,
+    *,
+    llm: Any = None,
+    skip_bad: bool = False,
 ) -> list[Line]:
-    """Give every ``messages`` item its prompt, rendered with ``template``.
+    """Give every ``messages`` item its prompt: :func:`~llamabatch.llamacpp.chat.chat_prompt`
+    (token ids with ``llm``, else the text); the messages are kept.
 
     Returns:
         ``entries`` with each ``messages`` item's ``prompt`` set; with ``skip_bad``, an
@@ -370,13 +378,14 @@ def apply_chat_template(
     for entry in entries:
         if isinstance(entry, LineItem) and entry.messages is not None:
             try:
-                entry = dataclasses.replace(entry, prompt=template.render(entry.messages))
-            except ValueError as exc:
+                entry = dataclasses.replace(
+                    entry, prompt=chat_prompt(entry.messages, template, llm)
+                )
+            except (ValueError, RuntimeError, UnicodeError) as exc:
                 if not skip_bad:
                     raise UsageError(
                         f"{path}:{entry.line}: line {entry.line}: {exc} "
-                        "(--skip-bad writes an error line in its place and "
-                        "goes on)"
+                        "(--skip-bad writes an error line in its place and goes on)"
                     ) from None
                 entry = BadLine(entry.id, entry.line, f"line {entry.line}: {exc}", entry.digest)
         result.append(entry)
@@ -386,7 +395,7 @@ def apply_chat_template(
 def with_chat_prompts(
     llm: Any, entries: list[Line], path: Path, *, skip_bad: bool = False
 ) -> list[Line]:
-    """:func:`apply_chat_template` with the chat template of ``llm`` (a loaded
+    """:func:`apply_chat_template` with the chat template and tokens of ``llm`` (a loaded
     ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
 
     Raises:
@@ -400,19 +409,30 @@ def with_chat_prompts(
         template = ChatTemplate.from_llama(llm)
     except ChatTemplateError as exc:
         raise UsageError(f'{path}:{first}: line {first} has "messages", but {exc}') from None
-    return apply_chat_template(entries, template, path, skip_bad=skip_bad)
+    return apply_chat_template(entries, template, path, llm=llm, skip_bad=skip_bad)
 
 
-def model_prompts(llm: Any, items: list[LineItem]) -> Iterator[object]:
-    """What the generator gets for each item: its prompt string, or for a ``messages``
-    item the token ids of its chat prompt, made as llama-cpp-python's chat handlers make
-    them (:func:`~llamabatch.llamacpp.chat.chat_tokens`); if that fails, the string, so the item
-    gets the library's own tokenization error in its place."""
+def item_samplings(entries: list[Line], base: SamplingParams, path: Path) -> list[SamplingParams]:
+    """Each item's sampling params: ``base`` (the flags) with its line's fields.
+
+    Raises:
+        UsageError: a line's fields do not go with ``base`` (named by line).
+    """
+    out = []
+    for it in entries:
+        if isinstance(it, LineItem):
+            try:
+                out.append(with_fields(base, it.fields))
+            except ValueError as exc:
+                raise UsageError(f"{path}:{it.line}: line {it.line}: {exc}") from None
+    return out
+
+
+def job_items(items: list[LineItem]) -> Iterator[object]:
+    """What a generator gets for each item: its prompt (a chat's token ids once
+    :func:`with_chat_prompts` made them, else its messages), as an item mapping with the
+    line's own fields when it has any (:mod:`llamabatch.items`)."""
     for item in items:
-        if item.messages is None:
-            yield item.prompt
-            continue
-        try:
-            yield chat_tokens(llm, item.prompt)
-        except (RuntimeError, ValueError, UnicodeError):
-            yield item.prompt
+        key = "messages" if item.prompt is None else "prompt"
+        value = getattr(item, key)
+        yield {key: value, **item.fields} if item.fields else value

@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...items import with_fields
 from ...measure.one_at_a_time import check_one_reply
-from ...measure.records import FileItems
+from ...measure.records import WorkItem
 from ...params import SamplingParams
 from ..common import UsageError
 from .input import (
     Line,
     LineItem,
-    model_prompts,
+    item_samplings,
     read_prompts,
     with_chat_prompts,
     with_text_template,
@@ -47,32 +46,19 @@ class ReadItems:
     items: list[LineItem]
     samplings: list[SamplingParams]
 
-    def rendered(self, llm: Any) -> list[LineItem]:
-        """The items with every chat rendered with ``llm``'s chat template.
+    def work_items(self, llm: Any) -> list[WorkItem]:
+        """The items as every path takes them (a chat as its messages), after checking
+        each chat with ``llm``'s chat template.
 
         Raises:
             UsageError: the model has no chat template, or it refused an item (named
                 by its line).
         """
-        entries = with_chat_prompts(llm, self.entries, self.path)
-        return [e for e in entries if isinstance(e, LineItem)]
-
-    def file_items(self, llm: Any) -> FileItems:
-        """The items as each path takes them (:class:`~llamabatch.measure.records.FileItems`):
-        ``Llama`` a prompt or the chat's messages, the engine the prompt or the chat's
-        token ids made as llama-cpp-python's chat handlers make them.
-
-        Raises:
-            UsageError: as :meth:`rendered`.
-        """
-        items = self.rendered(llm)
-        return FileItems(
-            path=str(self.path),
-            ids=[it.id for it in items],
-            alone=[it.messages if it.messages is not None else it.prompt for it in items],
-            engine=list(model_prompts(llm, items)),
-            samplings=list(self.samplings),
-        )
+        with_chat_prompts(llm, self.entries, self.path)
+        return [
+            WorkItem(it.id, it.prompt if it.messages is None else it.messages, s)
+            for it, s in zip(self.items, self.samplings)
+        ]
 
 
 def read_items(
@@ -111,12 +97,7 @@ def read_items(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     items = [e for e in entries if isinstance(e, LineItem)]
-    samplings = []
-    for it in items:
-        try:
-            samplings.append(with_fields(base, it.fields))
-        except ValueError as exc:
-            raise UsageError(f"{path}:{it.line}: line {it.line}: {exc}") from None
+    samplings = item_samplings(entries, base, path)
     try:
         check_one_reply(samplings, lambda k: f"{path}:{items[k].line}", command)
     except ValueError as exc:
