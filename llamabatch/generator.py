@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
-from .completion import Completion, Stats
+from .completion import Completion, KvEstimate, Stats
 from .engine.backend import Backend, BatchLimits
 from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
@@ -27,7 +27,6 @@ from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, Sampling
 
 if TYPE_CHECKING:
     from .llamacpp.chat import ChatTemplate
-    from .llamacpp.kv_size import KvEstimate
 
 
 def _check_llm(llm: object) -> None:
@@ -202,7 +201,7 @@ class BatchGenerator(Closing):
             slots, n_ctx_seq: as for the generator (n_ctx_seq padded up to 256).
 
         Returns:
-            a :class:`llamabatch.llamacpp.kv_size.KvEstimate`; the formula and its
+            a :class:`~llamabatch.KvEstimate`; the formula and its
             source (llama.cpp's ``llama_kv_cache`` constructor) are in that module.
 
         Raises:
