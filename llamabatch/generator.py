@@ -26,7 +26,7 @@ from .items import per_item_sampling, resolve_item
 from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
-    from .llamacpp.chat import ChatTemplate
+    from .chat import ChatTemplate
 
 
 def _check_llm(llm: object) -> None:
@@ -257,7 +257,7 @@ class BatchGenerator(Closing):
         template: ChatTemplate | None = None,
     ) -> Iterator[Request]:
         """Each item's request (:func:`~llamabatch.items.resolve_item`, a chat through
-        :func:`~llamabatch.llamacpp.chat.chat_prompt`); a bad item is its request's error."""
+        :func:`~llamabatch.chat.chat_prompt`); a bad item is its request's error."""
         vocab, n_ctx = self.backend.vocab, self.backend.info.n_ctx
         pairs = per_item_sampling(items, self.sampling if sampling is None else sampling)
         for i, (item, base) in enumerate(pairs):
@@ -270,7 +270,7 @@ class BatchGenerator(Closing):
             yield prepare(i, prompt, it.sampling, vocab, n_ctx)
 
     def _chat(self, messages: object, template: ChatTemplate | None) -> object:
-        from .llamacpp.chat import chat_prompt
+        from .chat import chat_prompt
 
         return chat_prompt(messages, template or self._model_template(), self._llm)
 
@@ -282,7 +282,7 @@ class BatchGenerator(Closing):
                     "a chat needs a chat template: the generator has a backend and no Llama; "
                     "give chat(..., template=llamabatch.ChatTemplate(...))"
                 )
-            from .llamacpp.chat import ChatTemplate
+            from .chat import ChatTemplate
 
             self._template = ChatTemplate.from_llama(self._llm)
         return self._template
@@ -407,7 +407,7 @@ class BatchGenerator(Closing):
         """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
         is formatted with the model's own chat template, generation prompt appended, and
         tokenized as llama-cpp-python's chat handlers do
-        (:func:`~llamabatch.llamacpp.chat.chat_prompt`, what ``llamabatch complete`` does
+        (:func:`~llamabatch.chat.chat_prompt`, what ``llamabatch complete`` does
         with ``messages``).
 
         Args:

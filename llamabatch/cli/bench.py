@@ -420,7 +420,7 @@ def llama_setup(
     def tokenize(prompt: Any) -> Sequence[int]:
         if isinstance(prompt, str):
             return vocab.tokenize(prompt)
-        from ..llamacpp.chat import ChatTemplate, chat_prompt
+        from ..chat import ChatTemplate, chat_prompt
 
         return cast("list[int]", chat_prompt(prompt, ChatTemplate.from_llama(llm), llm))
 

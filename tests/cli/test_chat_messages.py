@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_util import FAST, read_jsonl, run_cli, single_error_line, write_jsonl
 
-from llamabatch.llamacpp.chat import ChatTemplate, ChatTemplateError, chat_prompt
+from llamabatch.chat import ChatTemplate, ChatTemplateError, chat_prompt
 
 #: SmolLM2's template adds this system turn when the messages have none.
 SMOL_SYSTEM = (

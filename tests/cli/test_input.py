@@ -9,9 +9,9 @@ from cli_util import read_jsonl, run_cli, single_error_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llamabatch.chat import ChatTemplate
 from llamabatch.cli.common import UsageError
 from llamabatch.cli.job.input import BadLine, LineItem, apply_chat_template, read_prompts
-from llamabatch.llamacpp.chat import ChatTemplate
 
 USER_HI = [{"role": "user", "content": "hi"}]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.llamacpp.chat import ChatTemplate
+from llamabatch.chat import ChatTemplate
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 
 TEMPLATE = ChatTemplate("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[a]")

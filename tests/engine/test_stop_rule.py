@@ -168,7 +168,7 @@ def test_no_logprobs_unless_asked() -> None:
 
 
 def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> None:
-    from llamabatch.llamacpp.chat import ChatTemplate
+    from llamabatch.chat import ChatTemplate
 
     template = ChatTemplate(
         "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]"

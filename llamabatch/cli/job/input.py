@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...chat import ChatTemplate, ChatTemplateError, chat_prompt, check_messages
 from ...items import ITEM_FIELDS, item_fields, with_fields
-from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_prompt, check_messages
 from ...params import SamplingParams
 from ..common import UsageError
 from . import openai
@@ -364,7 +364,7 @@ def apply_chat_template(
     llm: Any = None,
     skip_bad: bool = False,
 ) -> list[Line]:
-    """Give every ``messages`` item its prompt: :func:`~llamabatch.llamacpp.chat.chat_prompt`
+    """Give every ``messages`` item its prompt: :func:`~llamabatch.chat.chat_prompt`
     (token ids with ``llm``, else the text); the messages are kept.
 
     Returns:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ChatTemplateError, LibraryError
+from .errors import ChatTemplateError, LibraryError
 
 #: The GGUF metadata key of the default chat template.
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -103,7 +103,7 @@ class ChatTemplate:
         self.template = template
         self._jinja_error = jinja2.TemplateError
         try:
-            self._formatter = llama_chat_format.Jinja2ChatFormatter(
+            self._formatter: Any = llama_chat_format.Jinja2ChatFormatter(
                 template=template,
                 eos_token=eos_token,
                 bos_token=bos_token,
