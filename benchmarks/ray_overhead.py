@@ -37,13 +37,12 @@ from pathlib import Path
 # the local cluster on 127.0.0.1 only (see tests/conftest.py); read when ray is imported
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from llamabatch import BatchGenerator, SamplingParams
+from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.rounds import run_rounds
 from llamabatch.measure.stats import per_round, seconds
 from llamabatch.measure.workloads import tagged
 from llamabatch.model import default_model_path, load_llama
-from llamabatch.params import BatchConfig
 
 GREEDY = SamplingParams(temperature=0)
 

@@ -150,7 +150,8 @@ class BatchGenerator(Closing):
         Ray and ``tune`` pass): ``BatchGenerator(llm, **fields)`` without checking again.
 
         Raises:
-            as the constructor.
+            TypeError: ``config`` is not a BatchConfig, or as the constructor.
+            ValueError: as the constructor.
         """
         gen = cls.__new__(cls)
         if not isinstance(config, BatchConfig):
@@ -388,7 +389,7 @@ class BatchGenerator(Closing):
             items, sampling: as for :meth:`iter_groups`.
 
         Raises:
-            as :meth:`iter_groups`.
+            ValueError, GeneratorClosed, GeneratorBusy, TypeError: as :meth:`iter_groups`.
         """
         _check_many(items)
         self._check_open()

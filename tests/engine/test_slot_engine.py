@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
+from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.engine.backend import Start
 from llamabatch.engine.step import Span
-from llamabatch.params import BatchConfig
+from llamabatch.errors import GeneratorBusy
 from llamabatch.testing import CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall, TrimCall
 
 SYSTEM = list(range(1, 41))  # a 40-token shared "system prompt"

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import ray
 
-from llamabatch import SamplingParams
-from llamabatch.params import BatchConfig
+from llamabatch import BatchConfig, SamplingParams
 from llamabatch.ray import BatchCompleter, ProcessorConfig, processor
 
 pytestmark = pytest.mark.real_model
