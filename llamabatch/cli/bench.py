@@ -59,7 +59,7 @@ from ..measure.summary import summarize
 from ..measure.workloads import WORKLOADS, Workload, tagging, warmup_prompt
 from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from . import options
-from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
+from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error, warner
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
 from .job.items import read_items
 from .job.report import progress_bar
@@ -616,7 +616,7 @@ def _run(args: argparse.Namespace) -> int:
                 system=args.system,
                 template=args.template,
                 raw=args.raw,
-                warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
+                warn=warner(PROG),
                 command="bench",
             )
             items = options.per_round(len(read.items), args, "--workload-rounds")

@@ -59,7 +59,9 @@ from .common import (
     UsageError,
     error_line,
     guarded,
+    note,
     usage_error,
+    warner,
 )
 from .job.input import (
     FORMATS,
@@ -79,6 +81,7 @@ from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
 PROG = "llamabatch complete"
+_warn = warner(PROG)
 
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1
@@ -194,8 +197,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quiet",
         help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
     )
-    remote_cli.add_arguments(p)
-    ray_cli.add_arguments(p)
+    for cli in (remote_cli, ray_cli):
+        options.add_group(p, cli.GROUP, cli.OPTIONS)
     p.set_defaults(func=run)
 
 
@@ -380,15 +383,6 @@ def config_of(args: argparse.Namespace, paged: bool = False) -> BatchConfig:
     return BatchConfig(**{**given, "sampling": sampling_params(args)})
 
 
-def _note(args: argparse.Namespace, message: str) -> None:
-    if not args.quiet:
-        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
-
-
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``llamabatch complete``; return the exit status (0, 1, 2 or 130)."""
     return guarded(PROG, _run, args, "interrupted before any item was written")
@@ -520,7 +514,7 @@ def _run(args: argparse.Namespace) -> int:
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
         if foreign:  # --keep-other-ids
-            _note(
+            note(
                 args,
                 f"{out.where} holds {foreign} ids that are not in {args.prompts} "
                 "(kept as they are)",
@@ -530,7 +524,7 @@ def _run(args: argparse.Namespace) -> int:
         if urls:  # a pool of servers instead of a local model
             gen = remote_cli.open_generator(args, urls, config)
             return _generate(job, gen, job_items, remote_cli.pool_note, interrupts)
-        path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
+        path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
         job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
             gen = ray_cli.open_job(args, path, config)
@@ -543,8 +537,8 @@ def _run(args: argparse.Namespace) -> int:
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, config, args)
-            note = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
-            return _generate(job, gen, job_items, note, interrupts)
+            summary = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
+            return _generate(job, gen, job_items, summary, interrupts)
 
 
 def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]) -> None:
@@ -597,7 +591,7 @@ def _generate(
     job: _Job,
     gen: Any,
     items_of: Callable[[list[LineItem]], Iterable[object]],
-    note: Callable[[Any], str],
+    summary_of: Callable[[Any], str],
     interrupts: Interrupts,
 ) -> int:
     """Write the records of ``gen.iter_groups(items_of(items))`` page by page (the
@@ -638,5 +632,5 @@ def _generate(
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     bar.close()
-    job.summary(time.perf_counter() - t_gen, note(gen))
+    job.summary(time.perf_counter() - t_gen, summary_of(gen))
     return EXIT_OK

@@ -104,6 +104,16 @@ def per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int
         raise UsageError(str(exc)) from None
 
 
+def add_group(
+    parser: argparse.ArgumentParser, group: tuple[str, str], flags: Mapping[str, dict[str, Any]]
+) -> None:
+    """Add the argument group ``(title, text)`` of ``flags`` (flag -> ``add_argument``
+    keywords; default ``None`` unless given)."""
+    added = parser.add_argument_group(*group)
+    for flag, kwargs in flags.items():
+        added.add_argument(flag, **{"default": None, **kwargs})
+
+
 def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:
     """Add the shared option ``flag``; ``overrides`` replace its keywords (``help``...)."""
     parser.add_argument(flag, **{**SHARED[flag], **overrides})

@@ -9,40 +9,8 @@ is a complete example. Inside: :mod:`.scheduler` (queue, fits-or-alone, failures
 scores).
 """
 
-from .backend import (
-    Backend,
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Release,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-    Vocab,
-)
-from .step import SeqOutput, Span, StepResult, Targets, TokenLogprobs
+from . import backend, step
+from .backend import *  # noqa: F403 (backend.__all__)
+from .step import *  # noqa: F403 (step.__all__)
 
-__all__ = [
-    "Backend",
-    "BackendInfo",
-    "BatchLimits",
-    "Clear",
-    "Copy",
-    "CutFloor",
-    "Load",
-    "Release",
-    "Save",
-    "SeqOp",
-    "SeqOutput",
-    "Span",
-    "Start",
-    "StepResult",
-    "Targets",
-    "TokenLogprobs",
-    "Trim",
-    "Vocab",
-]
+__all__ = [*backend.__all__, *step.__all__]

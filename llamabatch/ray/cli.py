@@ -8,41 +8,33 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--ray`` and ``--actors`` to ``parser``."""
-    group = parser.add_argument_group(
-        "Ray Data",
-        "complete on a Ray cluster: one model per actor (the model file must be at "
-        "the same path on every node), --slots sequences per actor, blocks of "
-        "--page-size items (default 16) written in input order; needs pip install "
-        "'llamabatch[ray]'",
-    )
-    group.add_argument(
-        "--ray",
+#: ``llamabatch complete``'s Ray options: the group's title and text, then flag ->
+#: ``add_argument`` keywords (:func:`llamabatch.cli.options.add_group`).
+GROUP = (
+    "Ray Data",
+    "complete on a Ray cluster: one model per actor (the model file must be at the same "
+    "path on every node), --slots sequences per actor, blocks of --page-size items "
+    "(default 16) written in input order; needs pip install 'llamabatch[ray]'",
+)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--ray": dict(
         metavar="ADDRESS",
         nargs="?",
         const="",
-        default=None,
-        help="run on Ray: without ADDRESS a local cluster (or the one RAY_ADDRESS "
-        "names); 'auto' the cluster of this node (ray start), HOST:6379 a head node, "
+        help="run on Ray: without ADDRESS a local cluster (or the one RAY_ADDRESS names); "
+        "'auto' the cluster of this node (ray start), HOST:6379 a head node, "
         "ray://HOST:10001 a Ray Client server (default: off: the local engine)",
-    )
-    group.add_argument(
-        "--actors",
-        type=int,
-        default=None,
-        metavar="N",
-        help="actors of the pool, each loading the model once (default: 1)",
-    )
-    group.add_argument(
-        "--gpus-per-actor",
+    ),
+    "--actors": dict(
+        type=int, metavar="N", help="actors of the pool, each loading the model once (default: 1)"
+    ),
+    "--gpus-per-actor": dict(
         type=float,
-        default=None,
         metavar="X",
-        help="GPUs Ray reserves for each actor, e.g. 1 with --n-gpu-layers -1 on GPU "
-        "nodes; Ray waits until nodes with that many are free (default: 0)",
-    )
+        help="GPUs Ray reserves for each actor, e.g. 1 with --n-gpu-layers -1 on GPU nodes; "
+        "Ray waits until nodes with that many are free (default: 0)",
+    ),
+}
 
 
 def check(args: argparse.Namespace, urls: list[str]) -> None:

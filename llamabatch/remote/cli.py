@@ -13,40 +13,37 @@ from typing import Any
 API_KEY_ENV = "LLAMABATCH_API_KEY"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--server``, ``--servers-file`` and ``--concurrency`` to ``parser``."""
-    group = parser.add_argument_group(
-        "pool of servers",
-        "complete on OpenAI-compatible servers (llama-server, "
-        "llama-cpp-python's server, vLLM) instead of a local model: prompts go to "
-        "/v1/completions, messages to /v1/chat/completions; --model, --slots, --n-ctx-seq, "
-        "--n-batch, --threads and --n-gpu-layers are then unused; the environment "
-        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)",
-    )
-    group.add_argument(
-        "--server",
+#: ``llamabatch complete``'s pool options: the group's title and text, then flag ->
+#: ``add_argument`` keywords (:func:`llamabatch.cli.options.add_group`).
+GROUP = (
+    "pool of servers",
+    "complete on OpenAI-compatible servers (llama-server, llama-cpp-python's server, vLLM) "
+    "instead of a local model: prompts go to /v1/completions, messages to "
+    "/v1/chat/completions; --model, --slots, --n-ctx-seq, --n-batch, --threads and "
+    f"--n-gpu-layers are then unused; the environment variable {API_KEY_ENV}, when set, is "
+    "sent as the bearer token (vLLM --api-key)",
+)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--server": dict(
         metavar="URL",
         action="append",
         default=[],
-        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
-        "(default: none: use the local model)",
-    )
-    group.add_argument(
-        "--servers-file",
+        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable (default: none: "
+        "use the local model)",
+    ),
+    "--servers-file": dict(
         metavar="FILE",
         type=Path,
-        default=None,
-        help="file of server URLs, one per line; blank lines and lines "
-        "starting with # are skipped (default: none)",
-    )
-    group.add_argument(
-        "--concurrency",
+        help="file of server URLs, one per line; blank lines and lines starting with # are "
+        "skipped (default: none)",
+    ),
+    "--concurrency": dict(
         type=int,
-        default=None,
         metavar="N",
-        help="requests in flight per server that does not report its slots "
-        "(llama-server's /props total_slots wins) (default: 1)",
-    )
+        help="requests in flight per server that does not report its slots (llama-server's "
+        "/props total_slots wins) (default: 1)",
+    ),
+}
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:

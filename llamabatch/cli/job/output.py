@@ -39,17 +39,9 @@ def completion_record(item: LineItem, completion: Completion) -> dict[str, Any]:
 
 
 def error_record(bad: BadLine) -> dict[str, Any]:
-    """The output object of a bad input line (``--skip-bad``), same keys as an item's;
-    ``path`` is ``"alone"`` as for every item that failed before any decode."""
-    return {
-        "id": bad.id,
-        "text": "",
-        "finish_reason": "error",
-        "error": bad.error,
-        "n_prompt_tokens": 0,
-        "n_tokens": 0,
-        "path": "alone",
-    }
+    """The output object of a bad input line (``--skip-bad``): an item's, failed before any
+    decode (``path`` ``"alone"``)."""
+    return {"id": bad.id, **output_record(Completion(0, "", (), "error", bad.error, 0, "alone"))}
 
 
 @dataclass(slots=True)
