@@ -1,10 +1,6 @@
-"""BatchGenerator: the public entry point.
-
-Holds a backend (llama.cpp through a loaded ``llama_cpp.Llama``, or a fake), reads the
-prompts lazily, hands them to the :class:`~llamabatch.engine.scheduler.Scheduler` (the slot
-engine) and gives the completions back in input order, a page of ``slots`` items at a
-time, as soon as each page is complete.
-"""
+"""BatchGenerator, the public entry point: items read lazily, resolved
+(:mod:`llamabatch.items`), run by the :class:`~llamabatch.engine.scheduler.Scheduler` and
+given back in input order, a page of ``slots`` items at a time."""
 
 from __future__ import annotations
 
@@ -63,11 +59,10 @@ class BatchGenerator(Closing):
             :class:`llamabatch.testing.FakeBackend`). Exactly one of the two is given.
         slots: sequences decoded together (``n_seq_max``), 1 to
             ``llama_max_parallel_sequences()``; 1 completes every item alone.
-        n_ctx_seq: KV cache tokens per sequence (prompt + reply); llama.cpp pads it to a
-            multiple of 256. A prompt with ``n_prompt + max_tokens > n_ctx_seq`` is
-            completed alone. ``None`` (default): ``min(4096, n_ctx)`` of the ``Llama``
-            (no item longer than its ``n_ctx`` can be completed anyway, so more KV cache
-            could never be used); :meth:`estimate_memory` tells its bytes.
+        n_ctx_seq: KV cache tokens per sequence (prompt + reply; llama.cpp pads it to a
+            multiple of 256); an item with ``n_prompt + max_tokens > n_ctx_seq`` is
+            completed alone. ``None``: ``min(4096, n_ctx)`` of the ``Llama`` (no item
+            needs more); :meth:`estimate_memory` tells its bytes.
         n_batch: most tokens per ``llama_decode`` (also ``n_ubatch``); for llama.cpp at
             least ``slots`` (each decode step has one output row per sequence).
         max_tokens: most generated tokens per item (``SamplingParams.max_tokens``
@@ -75,43 +70,35 @@ class BatchGenerator(Closing):
         sampling: the default sampler chain of every item (default: llama-cpp-python's
             defaults); ``complete_many`` / ``iter_groups`` may give one per item.
         lookahead: how far ahead of the oldest unfinished item the engine may start
-            items (at most ``lookahead`` items wait to be given back in order), a
-            multiple of ``slots`` (default: the largest such number <= max(16,
-            4 * slots), :func:`~llamabatch.params.default_lookahead`).
+            items (so at most that many wait to be given back in order), a multiple of
+            ``slots``; default :func:`~llamabatch.params.default_lookahead`.
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
-            that saves at least this many prompt tokens (default 32; a copy costs
-            about as much as prefilling a few tokens, see docs/engine.md).
-        cache_ram_mib: MiB of host memory for the states of slots whose cache was about
-            to be mostly thrown away, so that a later prompt sharing their prefix loads it
-            instead of prefilling it again (llama-server's ``--cache-ram``, which
-            defaults to 8192; :mod:`llamabatch.engine.host_cache`). Default 1024; 0 turns it off.
-        max_batch_failures: failures of the batch path in a row (a failed decode, cache
-            copy or state save/load; no item completed in the batch in between) after
-            which batching is turned off for good (default 3, >= 1). Before that, each
-            failure empties the caches and costs only the items in flight one retry
-            alone; a grammar error is the item's own error and never counts
-            (:mod:`llamabatch.engine.scheduler`, docs/reliability-rules.md).
+            that saves at least this many prompt tokens (docs/engine.md).
+        cache_ram_mib: MiB of host memory for the states of slots about to be mostly
+            overwritten, loaded back for a later prompt sharing their prefix (as
+            llama-server's ``--cache-ram``); 0 turns it off.
+        max_batch_failures: failures of the batch path in a row (decode, cache copy,
+            state save/load) after which batching is off for good, >= 1; before that
+            each failure costs the items in flight one retry alone
+            (docs/reliability-rules.md).
+
+    The keywords are one :class:`~llamabatch.BatchConfig`, checked before any library
+    work; :meth:`from_config` takes a ready one.
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
-            abort on (e.g. ``slots > n_batch``, see ``docs/asserts.md``), or
-            neither/both of llm and backend.
+            abort on (``slots > n_batch``, docs/asserts.md), neither/both of llm and
+            backend.
         TypeError: ``llm`` is not a loaded ``llama_cpp.Llama`` (e.g. a model path).
-        llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
-            for completing alone.
+        llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol.
 
     Attributes:
-        lock: the lock held around every use of llama.cpp (each group, ``close``): for a
-            ``Llama``, :func:`llamabatch.llm_lock` ``(llm)``, shared with every other
-            generator on that ``Llama`` and with your own calls of it.
+        lock: held around every use of llama.cpp: for a ``Llama``,
+            :func:`llamabatch.llm_lock` ``(llm)``, shared with every generator on it.
 
-    Thread safety: a generator may be shared by threads; one run (``iter_groups`` /
-    ``complete_many``) at a time uses its slots, a run of another thread waits for it
-    to end. Each decode runs under :attr:`lock`; between decodes other threads may use
-    the ``Llama``. The ``Llama`` itself is not thread-safe: wrap your own calls of it
-    (``create_completion``, ``close`` ...) in ``with llamabatch.llm_lock(llm):`` when
-    generators run in other threads (and do not hold that lock while waiting for a
-    generator another thread is running).
+    Thread safety: one run (``iter_groups`` / ``complete_many``) at a time uses the slots;
+    another thread's waits. Between decodes other threads may use the ``Llama``; wrap your
+    own calls of it in ``with llamabatch.llm_lock(llm):`` (docs/reliability.md).
     """
 
     def __init__(

@@ -1,24 +1,12 @@
-"""Per-item fields: how one input item becomes a prompt (or chat messages) and its own
-:class:`~llamabatch.SamplingParams`, the same for every path (a local job, a pool of
-servers, Ray Data).
+"""The one resolution of an item, the same for every path (the generator, a pool of
+servers, Ray Data, the command line).
 
-An item is a prompt (a ``str``, UTF-8 ``bytes`` or a list of token ids), a list of chat
-messages, or a mapping with exactly one of ``"prompt"`` / ``"messages"`` and any of the
-*line fields*: every field of :class:`~llamabatch.SamplingParams` (``max_tokens``,
-``temperature``, ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``repeat_penalty``,
-``frequency_penalty``, ``presence_penalty``, ``seed``, ``penalty_last_n``, ``stop``,
-``stop_token_ids``, ``grammar``, ``json_schema``, ``choices``, ``logprobs``, and any
-field added to it later) plus OpenAI's ``response_format``. The list is derived from the
-dataclass, so a new sampling field is a line field without more code.
-
-Rules (:func:`with_fields`):
-
-- an item's field replaces the default's (the command's flags, the generator's
-  ``sampling``); a JSON ``null`` means "not set";
-- an item that sets one of ``grammar`` / ``json_schema`` / ``choices`` /
-  ``response_format`` replaces the default's constraint whole: ``{"type": "text"}``
-  lifts it (a free reply), as OpenAI's ``response_format`` means;
-- ``response_format`` together with another constraint of the same item is refused.
+An item is a prompt (``str``, UTF-8 ``bytes``, token ids), chat messages, or a mapping
+with exactly one of ``"prompt"`` / ``"messages"`` and any *item fields*: every field of
+:class:`~llamabatch.SamplingParams` (derived from the dataclass) plus OpenAI's
+``response_format``. An item's field replaces the default's (``None``: not set); one
+constraint (``grammar`` / ``json_schema`` / ``choices`` / ``response_format``) replaces
+the default's whole, ``{"type": "text"}`` lifting it (:func:`with_fields`).
 """
 
 from __future__ import annotations

@@ -313,15 +313,9 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
 
 
 def default_lookahead(slots: int) -> int:
-    """The largest multiple of ``slots`` that is <= max(16, 4 * slots): 16 for 1, 2 and
-    4 slots, 15 for 3 and 5, 32 for 8, 64 for 16.
-
-    The look-ahead is how far ahead of the oldest unfinished item the engine may start
-    items (so at most that many completions wait to be given back in input order); a
-    multiple of ``slots`` splits into whole pages. Four slots' worth keeps slots busy
-    while one long reply runs (the decode steps this saves on the fake backend are in
-    docs/engine.md).
-    """
+    """The default look-ahead: the largest multiple of ``slots`` that is <= max(16, 4 *
+    slots) (16 for 1, 2 and 4 slots, 15 for 3, 32 for 8): whole pages, and four slots'
+    worth keeps slots busy while a long reply runs (docs/engine.md)."""
     limit = max(MIN_DEFAULT_LOOKAHEAD, LOOKAHEAD_PER_SLOT * slots)
     return max(slots, limit - limit % slots)
 

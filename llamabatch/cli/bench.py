@@ -204,24 +204,14 @@ def bench(
     items: Sequence[WorkItem] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """Run the raw bench and the workload, print the header and tables on ``out``.
-
-    Args:
-        setup, params: where and what (``params.workload == "prompts"``: the workload
-            is ``items``, a file's items).
-        out, err: the tables, and the progress bars (default: ``sys.stdout`` and
-            ``sys.stderr`` as they are when called).
-        json_path: also write the JSON document there.
-        quiet: no progress bars.
-        items: the items of the file ``params.prompts`` (needed exactly when it is set).
-        clock: the workload's clock (seconds, monotonic).
-
-    Returns:
-        the JSON document (also written to ``json_path`` when given).
+    """Run the raw bench and the workload, print the header and tables on ``out`` (and
+    progress bars on ``err``, unless ``quiet``), write the JSON document to ``json_path``
+    when given, and return it. ``items``: the items of ``params.prompts`` (given exactly
+    when it names a file); ``clock`` times the workload.
 
     Raises:
-        ValueError: ``items`` given without ``params.prompts`` or missing with it;
-            sizes that do not fit; too few items for disjoint rounds.
+        ValueError: ``items`` without ``params.prompts`` or missing with it; sizes that do
+            not fit; too few items for disjoint rounds.
     """
     if (items is None) != (params.prompts is None):
         raise ValueError("give items exactly when params.prompts names a file")

@@ -1,13 +1,7 @@
-"""One at a time against the slot engine on the same items: what ``llamabatch tune`` and
-``llamabatch bench``'s workload run (:func:`compare`).
-
-Settings (the paths of :func:`~llamabatch.measure.rounds.run_rounds`), in this order:
-``"one_at_a_time"`` (:data:`ONE_AT_A_TIME`: the caller's ``Llama`` in a loop,
-:class:`~llamabatch.measure.one_at_a_time.LlamaLoop`, else ``BatchGenerator(slots=1)``),
-``"floor"`` (:data:`FLOOR`, when asked: the same loop with every seed + 1) and
-``"slots=K"`` (``BatchGenerator(slots=K)``). Every setting completes the same items in a
-round; every path first completes the warm-up item once (each ``slots=K`` twice, which
-opens its batch context).
+"""One at a time against the slot engine on the same items, what ``llamabatch tune`` and
+``bench``'s workload run (:func:`compare`): the settings :data:`ONE_AT_A_TIME` (the
+``Llama`` in a loop, else ``BatchGenerator(slots=1)``), :data:`FLOOR` (the same, every seed
++ 1) and ``"slots=K"``, each completing every round's items after a warm-up item.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
-"""Ray Data batches as items and results, and back: the columns of
-:class:`~llamabatch.ray.BatchCompleter`.
-
-A batch is ``dict[str, np.ndarray]`` (``batch_format="numpy"``, Ray Data's default for
-``map_batches``). Its cells come back from Arrow as NumPy scalars, arrays of objects,
-``None`` or ``NaN`` for a missing value (a nullable integer column is read as floats),
-so each cell is turned into a plain Python value first (:func:`plain`), and an integer
-field given as a whole float (``5.0``) is read as the integer.
-
-Input columns of one row:
-
-- ``prompt`` (a string, or token ids) or ``messages`` (a list of ``{"role", "content"}``
-  objects, or its JSON text), formatted with the model's chat template;
-- ``sampling_params`` (optional): a mapping of line fields, or its JSON text, as Ray Data
-  LLM's processors take per-row sampling parameters;
-- any line field as its own column (:data:`llamabatch.items.ITEM_FIELDS`: ``max_tokens``,
-  ``temperature``, ``choices``, ``json_schema``, ``response_format``, ...), winning over
-  ``sampling_params``; a missing value means "not set". ``json_schema`` and
-  ``response_format`` may be JSON text.
-
-Other columns are not read.
+"""Ray Data batches (``dict[str, np.ndarray]``) as items and results, and back: the
+columns of :class:`~llamabatch.ray.BatchCompleter` (docs/ray.md). Cells come back from
+Arrow as NumPy scalars and arrays, ``None`` or ``NaN`` when missing (a nullable integer
+column is read as floats): each is made a plain value first (:func:`plain`), a whole float
+given for an integer field is read as the integer.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""``processor(config)``: a ``Dataset -> Dataset`` function, shaped like Ray Data LLM's
-processors (``ray.data.llm.build_processor``: a config in, a callable on datasets out,
-optional ``preprocess`` / ``postprocess`` row functions), that runs
-:class:`~llamabatch.ray.BatchCompleter` as an actor pool under ``Dataset.map_batches``.
-
-Ray restarts an actor that dies and retries the batch it held (``map_batches`` sets
-``max_restarts=-1`` and ``max_task_retries=-1`` for actor pools unless told otherwise,
+"""``processor(config)``: a ``Dataset -> Dataset`` function shaped like Ray Data LLM's
+processors (``ray.data.llm.build_processor``) running :class:`~llamabatch.ray.BatchCompleter`
+as an actor pool under ``Dataset.map_batches``. Ray restarts an actor that dies and retries
+its batch (``max_restarts=-1``, ``max_task_retries=-1`` for actor pools:
 ``ray/data/_internal/execution/operators/actor_pool_map_operator.py``), so every row is
-completed once in the output.
+completed once.
 """
 
 from __future__ import annotations

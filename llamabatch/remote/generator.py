@@ -1,11 +1,8 @@
 """RemoteGenerator: the BatchGenerator surface over a pool of OpenAI-compatible servers.
 
-Concurrency: worker threads, one per slot of the pool, each sending blocking requests
-through one shared ``httpx.Client``. The caller's thread only reads prompts, queues them
-and waits on a condition, so a signal (Ctrl-C, the CLI's SIGTERM handler) reaches it at
-once; the workers are daemon threads and never hold up the interpreter's exit. Requests
-in flight are few (the pool's slots), so threads cost nothing that matters, and the
-synchronous iterator the CLI writes pages from needs no event loop in another thread.
+Worker threads (daemons, one per slot of the pool) send blocking requests through one
+shared ``httpx.Client``; the caller's thread only queues items and waits on a condition,
+so a signal reaches it at once and no event loop is needed.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
-from ..items import is_messages
+from ..items import is_messages, per_item_sampling
 from ..measure.agreement import compile_label_regex, label_of, label_rule
 from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, warmup_item
 from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
@@ -23,22 +23,6 @@ from ..measure.summary import floor_of, summarize
 from ..params import BatchConfig, SamplingParams
 from .report import TuneReport
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
-
-
-def _per_item(
-    sampling: SamplingParams | Sequence[SamplingParams] | None, n: int
-) -> list[SamplingParams]:
-    if sampling is None:
-        sampling = SamplingParams()
-    if isinstance(sampling, SamplingParams):
-        return [sampling] * n
-    samplings = list(sampling)
-    if len(samplings) != n or not all(isinstance(s, SamplingParams) for s in samplings):
-        raise ValueError(
-            f"sampling has {len(samplings)} entries for {n} prompts: give one "
-            "SamplingParams, or one per prompt"
-        )
-    return samplings
 
 
 def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
@@ -123,12 +107,10 @@ def tune(
         a :class:`~llamabatch.tuning.TuneReport`.
 
     Raises:
-        ValueError: a parameter out of range (named), too few prompts for disjoint
-            rounds, a bad ``label_regex``, ``ids`` / ``sampling`` of the wrong length, or
-            an item whose sampling asks for more than one generated reply (``n`` > 1,
-            ``score_choices`` with ``choices``, ``logprobs``: one
-            ``create_completion`` call gives one reply, so tune compares one reply per
-            item), all before any model work.
+        ValueError: before any model work: a parameter out of range (named), too few
+            prompts for disjoint rounds, a bad ``label_regex``, ``ids`` / ``sampling`` of
+            the wrong length, or an item one ``create_completion`` call cannot answer
+            (``n`` > 1, ``score_choices``, ``logprobs``, ``stop_token_ids``).
     """
     t_start = clock()
     if (llm is None) == (backend is None):
@@ -136,7 +118,7 @@ def tune(
     counts = _slot_counts(slots)
     n = len(prompts)
     per_round = items_per_round(n, rounds, items)
-    samplings = _per_item(sampling, n)
+    samplings = [s for _, s in per_item_sampling(prompts, sampling or SamplingParams())]
     check_one_reply(samplings, lambda k: f"item {k} (sampling of prompts[{k}])")
     ids = list(range(n)) if ids is None else list(ids)
     if len(ids) != n:

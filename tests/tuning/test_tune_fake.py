@@ -160,7 +160,7 @@ def test_choices_make_labels_and_the_report_is_json():
         (dict(slots=(1, 2)), "slot counts >= 2"),
         (dict(label_regex="("), "not a valid regular expression"),
         (dict(ids=["a"]), "ids has 1 entries"),
-        (dict(sampling=[SamplingParams()]), "sampling has 1 entries"),
+        (dict(sampling=[SamplingParams()]), "sampling has 1 SamplingParams for"),
         (dict(max_tokens=0), "max_tokens=0 is out of range"),
     ],
 )

@@ -1,26 +1,7 @@
-"""Reading the input of ``llamabatch complete``: a JSONL or text file of prompts.
-
-- JSONL: one JSON object per line with either ``"prompt"`` (a ready string) or
-  ``"messages"`` (a list of ``{"role", "content"}`` objects, formatted later with the
-  model's chat template) and an optional ``"id"`` (a string or an integer; default: the
-  1-based line number). Chosen for a ``.jsonl`` file, or for any file whose non-blank
-  lines all parse as JSON objects.
-  A line may also set its own sampling fields (:mod:`llamabatch.items`: ``max_tokens``,
-  ``temperature``, ``stop``, ``choices``, ``json_schema``, ``response_format`` ...); any
-  other key is reported once per file through ``warn``.
-- OpenAI batch requests (:mod:`.openai`): ``{"custom_id", "method", "url", "body"}``
-  lines, in a JSONL file, alone or mixed with plain lines; ``id`` = ``custom_id``.
-- Text: one prompt per line, id = the 1-based line number. A prompt cannot contain a
-  newline in this format (chat-formatted prompts need JSONL, with ``\\n`` in the string).
-  Its item is marked ``is_text``: the command wraps it in the chat template (see
-  :func:`with_text_template`).
-
-``-`` reads standard input.
-
-Blank lines are skipped in both formats (line numbers still count them). Ids must be
-unique. A bad line (malformed JSON, wrong types, invalid UTF-8) is a
-:class:`~llamabatch.cli.common.UsageError` naming the line, or, with ``skip_bad``, a
-:class:`BadLine` in its place whose id is its line number.
+"""Reading the input of ``llamabatch complete`` (the formats: its ``--help``, from
+:mod:`llamabatch.cli.complete`): JSONL, OpenAI batch requests (:mod:`.openai`) or text, ``-``
+for standard input. A bad line is a :class:`~llamabatch.cli.common.UsageError` naming it,
+or, with ``skip_bad``, a :class:`BadLine` in its place.
 """
 
 from __future__ import annotations
@@ -52,18 +33,13 @@ class LineItem:
     """One item read from a line of the input.
 
     Attributes:
-        id: the ``id`` of the JSONL object, else the 1-based line number.
-        prompt: the prompt text (special tokens such as ``<|im_start|>`` are parsed);
-            for a ``messages`` item ``None`` until its chat template is applied
-            (:func:`apply_chat_template`).
-        line: 1-based line number in the input file.
-        messages: the chat messages of a ``messages`` item, else ``None``.
-        fields: the item's own :class:`~llamabatch.SamplingParams` fields (checked).
-        url: the OpenAI endpoint it was asked of (``/v1/chat/completions``,
-            ``/v1/completions``), or ``None`` for a plain line.
-        is_text: it is a line of a text file (the command may wrap it in a template).
-        digest: the digest of its input line (:func:`~.resume.line_digest`; not
-            compared: it is made from the other fields and the line's text).
+        id: the JSONL ``id``, else the 1-based line number; line: that line number.
+        prompt: the prompt text; a chat's once :func:`apply_chat_template` made it.
+        messages: a chat's messages, else ``None``.
+        fields: the item's own checked fields (:mod:`llamabatch.items`).
+        url: the OpenAI endpoint it was asked of, or ``None`` for a plain line.
+        is_text: a line of a text file (the command may wrap it in a template).
+        digest: the digest of its line (:func:`~.resume.line_digest`; not compared).
     """
 
     id: str | int
@@ -81,13 +57,9 @@ class BadLine:
     """An input line that cannot be completed, kept in its place (``--skip-bad``).
 
     Attributes:
-        id: the line number for a malformed line; the item's own id when only the chat
-            template refused its messages, or when it is an OpenAI request with a
-            readable ``custom_id`` (a non-empty string).
-        line: 1-based line number in the input file.
-        error: what is wrong, starting with ``line N:``.
-        digest: the digest of its input line (:func:`~.resume.line_digest`; not
-            compared: it is made from the other fields and the line's text).
+        id: the line number, or the item's own id when it is readable (the chat template
+            refused it, or an OpenAI request's ``custom_id``).
+        line, error, digest: as :class:`LineItem`'s; ``error`` starts with ``line N:``.
     """
 
     id: str | int
@@ -100,12 +72,7 @@ Line = LineItem | BadLine
 
 
 class _Bad(ValueError):
-    """One line is bad; the message says why (without the path and line).
-
-    Attributes:
-        id: the line's own readable id (an OpenAI request's ``custom_id``), or ``None``:
-            its error line then takes the line number as id.
-    """
+    """One line is bad, saying why; ``id``: its readable ``custom_id``, or ``None``."""
 
     id: str | None = None
 
@@ -273,24 +240,13 @@ def read_prompts(
     skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
 ) -> list[Line]:
-    """Read the prompts of a JSONL or text file (see the module doc for the formats).
-
-    Args:
-        path: the input file (UTF-8; a BOM is ignored; ``\\r\\n`` line ends accepted).
-        fmt: ``"jsonl"``, ``"text"`` or ``"auto"`` (JSONL for a ``.jsonl`` name or when
-            every non-blank line is a JSON object, else text).
-        skip_bad: a bad line becomes a :class:`BadLine` in its place instead of an error.
-        warn: called once per unknown key of the file (JSONL), naming it and the first
-            line that has it; such keys are otherwise ignored.
-
-    Returns:
-        the entries in file order, blank lines skipped: :class:`LineItem`, and
-        :class:`BadLine` only with ``skip_bad``.
+    """The lines of ``path`` (UTF-8, BOM ignored) in file order, blank ones skipped;
+    ``fmt`` ``"auto"``: JSONL for a ``.jsonl`` name or when every line is a JSON object.
+    ``warn`` hears each unknown key once (ignored otherwise).
 
     Raises:
-        UsageError: the file is missing or unreadable; without ``skip_bad``, a line is
-            not valid UTF-8 or (JSONL) is malformed, named by its line number; an id is
-            repeated (also with ``skip_bad``).
+        UsageError: the file is missing or unreadable, a line is bad (without
+            ``skip_bad``), an id is repeated.
         ValueError: ``fmt`` is not one of :data:`FORMATS`.
     """
     if fmt not in FORMATS:
@@ -325,12 +281,8 @@ def with_text_template(
     template: str | None = None,
     raw: bool = False,
 ) -> list[Line]:
-    """Turn each text-file line into what the model gets.
-
-    ``template`` (with ``{text}`` where the line goes) is applied first; then, unless
-    ``raw``, the item becomes a chat: an optional ``system`` message and the user's
-    message, formatted later with the model's chat template. With ``raw`` the (templated)
-    line is the prompt as it is.
+    """Each text line through ``template`` (``{text}`` where it goes), then, unless
+    ``raw``, a chat: an optional ``system`` message and the user's.
 
     Raises:
         ValueError: ``template`` has no ``{text}``; ``system`` together with ``raw``.
@@ -364,16 +316,9 @@ def apply_chat_template(
     llm: Any = None,
     skip_bad: bool = False,
 ) -> list[Line]:
-    """Give every ``messages`` item its prompt: :func:`~llamabatch.chat.chat_prompt`
-    (token ids with ``llm``, else the text); the messages are kept.
-
-    Returns:
-        ``entries`` with each ``messages`` item's ``prompt`` set; with ``skip_bad``, an
-        item the template refuses becomes a :class:`BadLine` that keeps the item's id.
-
-    Raises:
-        UsageError: without ``skip_bad``, the template refused an item (named by line).
-    """
+    """Every ``messages`` item with its prompt (:func:`~llamabatch.chat.chat_prompt`: token
+    ids with ``llm``); one the template refuses is a UsageError naming its line, or with
+    ``skip_bad`` a :class:`BadLine` keeping its id."""
     result: list[Line] = []
     for entry in entries:
         if isinstance(entry, LineItem) and entry.messages is not None:
@@ -395,13 +340,8 @@ def apply_chat_template(
 def with_chat_prompts(
     llm: Any, entries: list[Line], path: Path, *, skip_bad: bool = False
 ) -> list[Line]:
-    """:func:`apply_chat_template` with the chat template and tokens of ``llm`` (a loaded
-    ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
-
-    Raises:
-        UsageError: the model has no chat template (named with the first line that needs
-            one), or (without ``skip_bad``) the template refused an item.
-    """
+    """:func:`apply_chat_template` with ``llm``'s template and tokens; UsageError when the
+    model has none (naming the first line that needs one)."""
     first = next((e.line for e in entries if isinstance(e, LineItem) and e.messages), None)
     if first is None:
         return entries
@@ -413,11 +353,8 @@ def with_chat_prompts(
 
 
 def item_samplings(entries: list[Line], base: SamplingParams, path: Path) -> list[SamplingParams]:
-    """Each item's sampling params: ``base`` (the flags) with its line's fields.
-
-    Raises:
-        UsageError: a line's fields do not go with ``base`` (named by line).
-    """
+    """Each item's sampling: ``base`` (the flags) with its line's fields; UsageError
+    naming a line whose fields do not go with ``base``."""
     out = []
     for it in entries:
         if isinstance(it, LineItem):

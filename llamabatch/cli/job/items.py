@@ -1,13 +1,5 @@
 """A PROMPTS file's items as ``llamabatch tune`` and ``llamabatch bench --prompts`` take
-them: read as ``llamabatch complete`` reads them (:func:`.input.read_prompts`), text lines
-wrapped (:func:`.input.with_text_template`), each item's sampling the base with the
-line's own fields (:func:`llamabatch.items.with_fields`); then, once the model is
-loaded, chats rendered with its chat template.
-
-Everything that can be wrong with the file is found by :func:`read_items`, before any
-model work, as a :class:`~llamabatch.cli.common.UsageError` naming the file and line
-(the same messages ``llamabatch complete`` gives).
-"""
+them, read and checked as ``llamabatch complete`` reads them, before any model work."""
 
 from __future__ import annotations
 
@@ -72,24 +64,12 @@ def read_items(
     warn: Callable[[str], None] | None = None,
     command: str = "tune",
 ) -> ReadItems:
-    """Read the items of ``path`` and each one's sampling: ``base`` with its line's fields.
-
-    Args:
-        path: the prompts file (JSONL, OpenAI batch requests or text; ``-``: stdin).
-        fmt: ``"auto"``, ``"jsonl"`` or ``"text"``.
-        base: the sampling of items that set nothing themselves.
-        system, template, raw: how a text line becomes a prompt (``--system``,
-            ``--template``, ``--raw``).
-        warn: hears about unknown fields (once per file and field).
-        command: the command that reads them, for the messages.
+    """The items of ``path`` (read as :func:`.input.read_prompts`, text lines through
+    ``system`` / ``template`` / ``raw``) and each one's sampling: ``base`` with its fields.
 
     Raises:
-        UsageError: the file is missing, unreadable or holds a bad line (named by its
-            line, as ``llamabatch complete`` names it), an id is repeated, ``template``
-            has no ``{text}``, ``system`` with ``raw``, or a line's fields do not go
-            with ``base``, or a line asks for more than one generated reply (``n`` > 1,
-            ``score_choices`` with choices, ``logprobs``: the command compares one
-            reply per item with ``Llama.create_completion``'s one).
+        UsageError: what ``llamabatch complete`` refuses in the file or the options, or an
+            item ``command`` cannot compare one at a time (:func:`check_one_reply`).
     """
     entries = read_prompts(path, fmt, warn=warn)
     try:
