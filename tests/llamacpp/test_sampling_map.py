@@ -20,25 +20,17 @@ from llamabatch.sampling_map import (
     request_fields,
 )
 
-TUNED = SamplingParams(
-    temperature=0.3,
-    top_k=7,
-    top_p=0.9,
-    min_p=0.1,
-    typical_p=0.8,
-    repeat_penalty=1.1,
-    frequency_penalty=0.2,
-    presence_penalty=0.1,
-    seed=5,
-    max_tokens=9,
-    stop=("END",),
-)
+#: Every field of the chain off its default (temperature, top_k, top_p, min_p, typical_p,
+#: the three penalties), and the reply's limits.
+CHAIN_VALUES = (0.3, 7, 0.9, 0.1, 0.8, 1.1, 0.2, 0.1)
+TUNED = SamplingParams(**dict(zip(CHAIN, CHAIN_VALUES)), seed=5, max_tokens=9, stop=("END",))
 
 
 def test_the_chain_is_every_field_the_table_does_not_name():
     names = [f.name for f in dataclasses.fields(SamplingParams)]
     assert SPECIAL <= set(names)
     assert list(CHAIN) == [n for n in names if n not in SPECIAL]
+    assert all(getattr(TUNED, n) != getattr(SamplingParams(), n) for n in CHAIN)
 
 
 def test_the_keywords_are_llama_cpp_pythons_own():
