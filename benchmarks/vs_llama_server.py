@@ -157,12 +157,15 @@ class Server:
                 self.proc.wait(timeout=10)
         self._log.close()
 
-    def complete(self, prompt: str, max_tokens: int) -> int:
+    def complete(self, prompt: str, max_tokens: int, **sampling: float) -> int:
+        """One ``/completion``: greedy unless ``sampling`` gives the chain's fields
+        (``temperature``, ``top_k``, ...); the reply's tokens."""
         body = json.dumps(
             {
                 "prompt": prompt,
                 "n_predict": max_tokens,
                 "temperature": 0.0,
+                **sampling,
                 "cache_prompt": True,
                 "stream": False,
             }
@@ -173,7 +176,9 @@ class Server:
         with urllib.request.urlopen(req, timeout=600) as r:
             return int(json.loads(r.read())["tokens_predicted"])
 
-    def complete_all(self, prompts: list[str], max_tokens: int, clients: int) -> int:
+    def complete_all(
+        self, prompts: list[str], max_tokens: int, clients: int, **sampling: float
+    ) -> int:
         """Send ``prompts`` through ``clients`` concurrent clients; total reply tokens."""
         todo: queue.Queue[str] = queue.Queue()
         for p in prompts:
@@ -188,7 +193,7 @@ class Server:
                 except queue.Empty:
                     return
                 try:
-                    tokens.append(self.complete(p, max_tokens))
+                    tokens.append(self.complete(p, max_tokens, **sampling))
                 except BaseException as exc:  # noqa: BLE001 - reported below
                     errors.append(exc)
                     return
