@@ -56,6 +56,17 @@ def usage_error(exc: Exception, args: argparse.Namespace) -> UsageError:
     return UsageError(str(exc))
 
 
+def note(args: argparse.Namespace, message: str) -> None:
+    """Print ``llamabatch: message`` on stderr, unless ``--quiet``."""
+    if not args.quiet:
+        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
+
+
+def warner(prog: str) -> Callable[[str], None]:
+    """``warn(message)``: print ``prog: warning: message`` on stderr."""
+    return lambda message: print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
+
+
 def error_line(prog: str, message: object) -> None:
     """Print ``prog: error: message`` as one line on stderr."""
     text = " ".join(str(message).split())

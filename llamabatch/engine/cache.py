@@ -87,7 +87,7 @@ class SlotTable:
         n_own: int,
         planned: Mapping[int, Sequence[int]],
         min_gain: int,
-        exact: bool,
+        partial_trim: bool,
         holds: Holds | None = None,
     ) -> CopyPlan | None:
         """The slot other than ``dst`` (whose own cache saves ``n_own``) sharing the
@@ -96,8 +96,8 @@ class SlotTable:
 
         Args:
             planned: seq id -> the tokens a busy slot will hold once prefilled.
-            exact: the memory cannot be cut back: a source must hold, or come to hold,
-                exactly the shared prefix.
+            partial_trim: the memory can be cut back; without, a source must hold, or
+                come to hold, exactly the shared prefix.
             holds: an idle source it refuses to cut back to the prefix does not qualify.
         """
         best: CopyPlan | None = None
@@ -108,7 +108,7 @@ class SlotTable:
             n = reusable(tokens, prompt)
             if n - n_own < min_gain or n == 0:
                 continue
-            if exact and len(slot.cached) > n:
+            if not partial_trim and len(slot.cached) > n:
                 continue  # already past the shared prefix: cannot cut back
             idle = not slot.busy and slot.seq_id not in planned
             if idle and holds is not None and n < len(slot.cached) and not holds(slot, n):
@@ -193,19 +193,19 @@ class HostCache:
         self.n_bytes += n_bytes
         return True
 
-    def best(self, prompt: Sequence[int], exact: bool) -> tuple[SavedState, int] | None:
+    def best(self, prompt: Sequence[int], partial_trim: bool) -> tuple[SavedState, int] | None:
         """The kept state that saves ``prompt`` the most tokens, and how many (never the
         prompt's last token); marked as used.
 
         Args:
-            exact: the memory cannot be cut back (recurrent / hybrid): only a state whose
-                every token is a prefix of ``prompt`` qualifies.
+            partial_trim: the memory can be cut back; without (recurrent / hybrid) only a
+                state whose every token is a prefix of ``prompt`` qualifies.
         """
         best: tuple[SavedState, int] | None = None
         limit = len(prompt) - 1
         for saved in reversed(self._states.values()):
             n = min(common_prefix(saved.tokens, prompt), limit)
-            if n <= 0 or (exact and n != len(saved.tokens)) or not saved.serves(n):
+            if n <= 0 or (not partial_trim and n != len(saved.tokens)) or not saved.serves(n):
                 continue
             if best is None or n > best[1]:
                 best = (saved, n)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+__all__ = ["SeqOutput", "Span", "StepResult", "Targets", "TokenLogprobs"]
+
 #: One token's log-probabilities: ``(token_id, logprob)`` pairs, likeliest first.
 TokenLogprobs = tuple[tuple[int, float], ...]
 

@@ -10,19 +10,8 @@ from typing import Any
 
 from .. import _ffi
 from .._ffi.version import check_version
-from ..engine.backend import (
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Release,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-)
+from ..engine import backend as ops
+from ..engine.backend import BackendInfo, BatchLimits
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import (
     BackendError,
@@ -34,6 +23,7 @@ from ..errors import (
 )
 from ..locks import llm_lock
 from ..params import SamplingParams
+from ..sampling_map import generate_kwargs, llama_settings
 from .alone_grammar import AloneGrammar
 from .batch import LlamaBatch
 from .constraints import grammar_of
@@ -203,7 +193,7 @@ class LlamaBackend:
             raise BackendError("the batch context was freed: the Llama was closed")
         return self._ctx, self._batch
 
-    def apply(self, op: SeqOp) -> Any:
+    def apply(self, op: ops.SeqOp) -> Any:
         """One operation on the sequences: ``Start`` builds a :class:`SeqSampler`; ``Trim`` is
         ``llama_memory_seq_rm``; ``Copy``, ``Save``, ``Load`` are ``llama_state_seq_get/set_data``;
         ``CutFloor`` reads ``llama_memory_seq_pos_min``; ``Clear`` empties every sequence;
@@ -214,15 +204,15 @@ class LlamaBackend:
             BackendError: llama.cpp copied, saved or loaded nothing, or the ``Llama`` was closed.
             GrammarError: ``Start``: llama.cpp refused the grammar.
         """
-        if isinstance(op, Release):
+        if isinstance(op, ops.Release):
             self._release()
             return None
-        if isinstance(op, Clear):
+        if isinstance(op, ops.Clear):
             if self._ctx is not None and not self._ctx.closed:
                 self._ctx.clear(range(self._ctx.limits.n_seq_max))
             return None
         ctx, _ = self._open()
-        if isinstance(op, Start):
+        if isinstance(op, ops.Start):
             n = ctx.limits.n_seq_max
             if not isinstance(op.seq_id, int) or not 0 <= op.seq_id < n:
                 raise ValueError(f"seq_id={op.seq_id!r} is out of range: valid is [0, {n})")
@@ -231,26 +221,11 @@ class LlamaBackend:
                 old.close()
             self._samplers[op.seq_id] = SeqSampler(self._llm, op.sampling)
             return None
-        if isinstance(op, Trim):
+        if isinstance(op, ops.Trim):
             return ctx.trim(op.seq_id, op.n_keep)
-        if isinstance(op, Copy):
-            if ctx.copy_seq(op.src, op.dst) == 0:
-                raise BackendError(
-                    f"llama_state_seq_get/set_data copied nothing from seq {op.src} to seq {op.dst}"
-                )
-            return None
-        if isinstance(op, Save):
-            state = ctx.save_seq(op.seq_id)
-            if state is None:
-                raise BackendError(f"llama_state_seq_get_data saved nothing of seq {op.seq_id}")
-            return state
-        if isinstance(op, Load):
-            if ctx.load_seq(op.seq_id, op.state) == 0:
-                raise BackendError(
-                    f"llama_state_seq_set_data refused the state for seq {op.seq_id}"
-                )
-            return None
-        if isinstance(op, CutFloor):
+        if isinstance(op, (ops.Copy, ops.Save, ops.Load)):
+            return _state_op(ctx, op)
+        if isinstance(op, ops.CutFloor):
             return cut_floor(ctx.seq_pos_min(op.seq_id), self.n_swa)
         raise TypeError(f"unknown operation {op!r}")
 
@@ -376,17 +351,10 @@ class LlamaBackend:
         try:
             forget_stale_window(llm, tokens, self.n_swa)
             llm.set_seed(sampling.effective_seed)
-            llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+            _ffi.set_llm_settings(llm, llama_settings(sampling))  # read when the chain is built
             stream = llm.generate(
                 tokens,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                min_p=sampling.min_p,
-                typical_p=sampling.typical_p,
-                temp=sampling.temperature,
-                repeat_penalty=sampling.repeat_penalty,
-                frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty,
+                **generate_kwargs(sampling),
                 reset=True,
                 logits_processor=None if grammar is None else [grammar],
             )
@@ -447,3 +415,17 @@ class LlamaBackend:
 def _check_ids(ids: Sequence[int], n_vocab: int) -> None:
     if any(not 0 <= t < n_vocab for t in ids):
         raise ValueError(f"target ids {tuple(ids)!r} out of range: valid is [0, {n_vocab})")
+
+
+def _state_op(ctx: BatchContext, op: ops.Copy | ops.Save | ops.Load) -> Any:
+    """``Copy`` / ``Save`` / ``Load`` through ``llama_state_seq_*``: the saved state, or
+    ``None``; BackendError when llama.cpp copied, saved or loaded nothing."""
+    if isinstance(op, ops.Copy):
+        done, what = ctx.copy_seq(op.src, op.dst), f"copied nothing from seq {op.src} to {op.dst}"
+    elif isinstance(op, ops.Save):
+        done, what = ctx.save_seq(op.seq_id), f"saved nothing of seq {op.seq_id}"
+    else:
+        done, what = ctx.load_seq(op.seq_id, op.state), f"refused the state for seq {op.seq_id}"
+    if not done:  # 0 bytes, or no state
+        raise BackendError(f"llama_state_seq_get/set_data {what}")
+    return done if isinstance(op, ops.Save) else None

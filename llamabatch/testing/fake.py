@@ -9,19 +9,8 @@ import random
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from ..engine.backend import (
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Release,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-)
+from ..engine import backend as ops
+from ..engine.backend import BackendInfo, BatchLimits
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
 from ..llamacpp.ubatch import shape
@@ -405,25 +394,25 @@ class FakeBackend:
             return ((token, 0.0),)
         return None
 
-    def apply(self, op: SeqOp) -> Any:
+    def apply(self, op: ops.SeqOp) -> Any:
         """``Backend.apply`` on the fake's memory (see the class). BackendError for an injected
         fault (``fail_copy_at``, ``fail_state_at``), GrammarError for ``Start`` with
         ``refuse_grammar``, FakeBackendViolation without a batch context or out of range."""
-        if isinstance(op, Start):
+        if isinstance(op, ops.Start):
             return self._start(op.seq_id, op.sampling)
-        if isinstance(op, Trim):
+        if isinstance(op, ops.Trim):
             return self._trim(op.seq_id, op.n_keep)
-        if isinstance(op, Copy):
+        if isinstance(op, ops.Copy):
             return self._copy(op.src, op.dst)
-        if isinstance(op, Save):
+        if isinstance(op, ops.Save):
             return self._save(op.seq_id)
-        if isinstance(op, Load):
+        if isinstance(op, ops.Load):
             return self._load(op.seq_id, op.state)
-        if isinstance(op, CutFloor):
+        if isinstance(op, ops.CutFloor):
             return cut_floor(self.seq_pos_min(op.seq_id), self.n_swa)
-        if isinstance(op, Clear):
+        if isinstance(op, ops.Clear):
             return self._clear()
-        if isinstance(op, Release):
+        if isinstance(op, ops.Release):
             return None  # the fake keeps no state between items alone
         raise self._rules.violation(f"apply of {op!r}, not an operation")
 

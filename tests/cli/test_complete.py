@@ -80,7 +80,7 @@ OPTION_HELP = {
     "--max-tokens": "most generated tokens per reply (default: 200)",
     "--n-batch": "most tokens per llama_decode call (default: 512)",
     "--lookahead": "how far ahead of the oldest unfinished item others may start, a multiple",
-    "--page-size": "with --server: most completions per page written together (default: 16)",
+    "--page-size": "with --server or --ray: most completions per page written together",
     "--temperature": "sampling temperature, >= 0; 0 = greedy (default: 0.1)",
     "--top-k": "keep the K likeliest tokens, 0 = off (default: 40)",
     "--top-p": "probability mass, in (0, 1] (default: 0.95)",
