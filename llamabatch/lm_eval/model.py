@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 try:
     from lm_eval.api.model import LM
@@ -132,7 +132,7 @@ class LlamaBatchLM(LM):
         vocab = self.generator.backend.vocab
         self._tokenize = vocab.tokenize
         self._bos_prefix = len(vocab.tokenize(""))  # tokens the tokenizer puts first
-        room = self.generator.config.n_ctx_seq - 2
+        room = cast(int, self.generator.config.n_ctx_seq) - 2  # resolved by the generator
         self.max_length = room if max_length is None else _int_arg("max_length", max_length, 1)
         self.max_gen_toks = _int_arg("max_gen_toks", max_gen_toks, 1)
         if prefix_token_id is None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from llamabatch import BatchGenerator, ModelFileError
+from llamabatch import BatchGenerator
+from llamabatch.errors import ModelFileError
 from llamabatch.testing import FakeBackend
 
 pytest.importorskip("lm_eval")
