@@ -63,7 +63,9 @@ def test_what_cannot_be_honoured_is_refused_by_name(kwargs, named):
         from_completion_kwargs(kwargs)
 
 
-@pytest.mark.parametrize("field, value", [("stop_token_ids", (3,)), ("n", 2), ("logprobs", 1)])
+@pytest.mark.parametrize(
+    "field, value", [("stop_token_ids", (3,)), ("n", 2), ("logprobs", 1), ("score_prompt", True)]
+)
 def test_a_field_no_call_carries_is_named_not_dropped(field, value):
     sampling = SamplingParams(**{field: value})
     with pytest.raises(ValueError, match=f"{field} has no Llama.create_completion argument"):
