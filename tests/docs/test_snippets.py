@@ -21,6 +21,9 @@ from pathlib import Path
 import pytest
 from snippets import CODE, PAGES, ROOT, Block, blocks, console_commands
 
+#: Blocks marked not runnable (benchmarks, installs, GPU builds, servers, clusters): a new
+#: one is a decision, made here.
+NOT_RUN = 37
 TIMEOUT = 300  # seconds per block; the slowest runs a 20-item job on 2 cores
 RUNNABLE = [p for p in PAGES if any(b.is_code and b.not_run is None for b in blocks(p))]
 
@@ -48,7 +51,7 @@ def test_the_count_of_blocks(capsys):
                 counts["not run" if block.not_run else "run"] += 1
     with capsys.disabled():
         print(f"\ndoc code blocks: {counts['run']} run, {counts['not run']} marked not run")
-    assert counts["run"] >= counts["not run"]
+    assert counts["not run"] <= NOT_RUN
     assert CODE == {"python", "sh", "bash", "console"}
 
 
