@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: (item, prompt tokens, reply tokens) placed in each slot in turn, in steps of the picture
-SLOTS = [
-    [("1", 3, 5), ("5", 2, 3), ("9", 3, 4)],
-    [("2", 3, 2), ("4", 2, 6), ("8", 2, 3)],
-    [("3", 2, 8), ("7", 3, 4)],
-    [("6", 3, 3), ("10", 2, 3), ("11", 3, 5)],
-]
+#: (prompt tokens, reply tokens) of items 1, 2, ... in input order, in steps of the picture
+ITEMS = [(3, 5), (3, 2), (2, 8), (3, 3), (2, 3), (2, 6), (3, 4), (3, 3), (2, 4), (2, 3), (3, 4)]
+N_SLOTS = 4
+
+
+def place(items: list[tuple[int, int]], n_slots: int) -> list[list[tuple[str, int, int]]]:
+    """Each slot's items: the first n_slots start together, then the next item in input
+    order takes the slot that frees first."""
+    slots: list[list[tuple[str, int, int]]] = [[] for _ in range(n_slots)]
+    ends = [0] * n_slots
+    for number, (prompt, reply) in enumerate(items, 1):
+        slot = min(range(n_slots), key=lambda k: (ends[k], k))
+        slots[slot].append((str(number), prompt, reply))
+        ends[slot] += prompt + reply
+    return slots
+
+
+SLOTS = place(ITEMS, N_SLOTS)
 STEP, ROW, LEFT, TOP = 18, 34, 170, 70
 PREFILL, DECODE = "#f4b860", "#5b8def"
 
