@@ -60,7 +60,8 @@ class SamplingParams:
     alone; names follow llama-cpp-python's ``create_completion`` and vLLM):
 
     Attributes:
-        temperature: >= 0; 0 picks greedily (the command line's default is 0.1).
+        temperature: how flat the distribution is made, >= 0; 0 picks greedily (the command
+            line's default is 0.1).
         top_k: keep the ``top_k`` likeliest tokens; 0 = off.
         top_p: nucleus sampling: the likeliest tokens up to this probability mass, (0, 1].
         min_p: drop tokens below ``min_p`` times the likeliest one's probability, [0, 1].
