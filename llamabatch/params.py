@@ -60,7 +60,7 @@ class SamplingParams:
     alone; names follow llama-cpp-python's ``create_completion`` and vLLM):
 
     Attributes:
-        temperature: how flat the distribution is made, >= 0; 0 picks greedily (the command
+        temperature: the logits are divided by it, >= 0; 0 picks greedily (the command
             line's default is 0.1).
         top_k: keep the ``top_k`` likeliest tokens; 0 = off.
         top_p: nucleus sampling: the likeliest tokens up to this probability mass, (0, 1].
