@@ -60,6 +60,17 @@ class SamplingParams:
     alone; names follow llama-cpp-python's ``create_completion`` and vLLM):
 
     Attributes:
+        temperature: the logits are divided by it, >= 0; 0 picks greedily (the command
+            line's default is 0.1).
+        top_k: keep the ``top_k`` likeliest tokens; 0 = off.
+        top_p: nucleus sampling: the likeliest tokens up to this probability mass, (0, 1].
+        min_p: drop tokens below ``min_p`` times the likeliest one's probability, [0, 1].
+        typical_p: locally typical sampling mass, (0, 1]; 1 = off.
+        repeat_penalty: factor on the logits of tokens among the last ``penalty_last_n``
+            generated, > 0; 1 = off.
+        frequency_penalty: subtracted per earlier occurrence of a token; 0 = off.
+        presence_penalty: subtracted once from a token that occurred; 0 = off.
+        penalty_last_n: how many generated tokens the penalties look back on.
         max_tokens: most reply tokens of this item; ``None`` = the generator's
             ``max_tokens``.
         stop: strings that end the reply (one ``str`` or a sequence); the reply is cut

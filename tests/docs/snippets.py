@@ -1,0 +1,99 @@
+"""The fenced code blocks of README.md and docs/*.md, as the snippet tests read them.
+
+A block's language says what it is: ``python``, ``sh``/``bash`` (a script) and ``console``
+(``$ command`` lines, each followed by the output it shows) are code and run; anything else
+(``text``, ``json``, ``yaml``) is shown data. Two HTML comments on the line right above a
+fence change that: ``<!-- not run: REASON -->`` marks a code block that cannot run on a test
+machine (the reason is required and is counted), ``<!-- file: PATH -->`` writes the block to
+PATH in the page's working directory before the blocks after it run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+CODE = frozenset({"python", "sh", "bash", "console"})
+
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
+NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>.*?)\s*-->$")
+FILE = re.compile(r"^<!--\s*file:\s*(?P<path>\S+)\s*-->$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: Path
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+    not_run: str | None = None  # the reason, when marked not runnable
+    file: str | None = None  # where the page's blocks write it
+
+    @property
+    def is_code(self) -> bool:
+        return self.lang in CODE
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def blocks(page: Path) -> list[Block]:
+    """Every fenced block of ``page`` in order, with the marker right above it."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent = len(opening["indent"])
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        code = "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n"
+        above = lines[i - 1].strip() if i > 0 else ""
+        not_run, file = NOT_RUN.match(above), FILE.match(above)
+        found.append(
+            Block(
+                page,
+                i + 1,
+                opening["lang"],
+                code,
+                not_run["reason"] if not_run else None,
+                file["path"] if file else None,
+            )
+        )
+        i = end + 1
+    return found
+
+
+@dataclass(frozen=True)
+class Command:
+    command: str
+    shown: list[str]  # the output lines the page shows after it
+
+
+def console_commands(code: str) -> list[Command]:
+    """The ``$ `` commands of a console block (a trailing backslash continues one) and the
+    output lines shown after each."""
+    commands: list[Command] = []
+    lines = code.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith("$ "):
+            if commands:
+                commands[-1].shown.append(line)
+            i += 1
+            continue
+        command = line[2:]
+        while command.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            command += "\n" + lines[i]
+        commands.append(Command(command, []))
+        i += 1
+    return commands
