@@ -59,7 +59,9 @@ CASES = [
     (42, "prompt is int"),
     (None, "prompt is NoneType"),
     (3.5, "prompt is float"),
-    ({"prompt": "hi"}, "prompt is dict"),
+    ({"prompt": "hi"}, None),  # a mapping item with its own fields
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens=0"),
+    ({"text": "hi"}, 'one of "prompt" or "messages"'),
     (object(), "prompt is object"),
     (b"\xff\xfe\xfd", "not valid UTF-8"),
     ("caf\ud800", "cannot be tokenized"),  # a lone surrogate cannot be UTF-8 encoded
