@@ -426,3 +426,33 @@ class BatchGenerator(Closing):
         return self._all(
             self._requests([{"messages": c} for c in conversations], sampling, template)
         )
+
+    def create_completions(self, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
+        """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
+        dict per prompt, in order, field for field as ``Llama.create_completion``'s;
+        ``n`` gives ``n`` choices. The keyword rules are in :mod:`llamabatch.create`.
+
+        Raises:
+            ValueError: a keyword the batch path cannot honour (named), a bad value.
+            TypeError: ``prompts`` is one prompt, not a list.
+            GeneratorClosed, GeneratorBusy: as :meth:`complete_many`.
+        """
+        from .create import completions
+
+        return completions(self, self._llm, prompts, kwargs)
+
+    def create_chat_completions(
+        self, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
+    ) -> list[dict]:
+        """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched,
+        formatted with the model's own chat template (as :meth:`chat`); the dicts are
+        ``create_chat_completion``'s.
+
+        Raises:
+            ValueError: as :meth:`create_completions`; the ``Llama`` was given another
+                ``chat_format`` or ``chat_handler`` than its GGUF template.
+            TypeError: ``messages_list`` is one conversation, not a list of them.
+        """
+        from .create import chat_completions
+
+        return chat_completions(self, self._llm, messages_list, kwargs)
