@@ -1,17 +1,9 @@
-"""Batched calls shaped as llama-cpp-python's: :func:`create_completions` and
-:func:`create_chat_completions` take a list of prompts (or conversations) and the keyword
-arguments of ``Llama.create_completion`` / ``create_chat_completion``, and return one
-response dict each, as those return (:mod:`llamabatch.responses`), in input order.
-
-The keyword arguments go through :func:`~llamabatch.sampling_map.from_completion_kwargs`
-(one that cannot be honoured is refused by name) with the binding's defaults
-(``max_tokens=16`` for a completion, ``temperature=0.2`` for a chat); besides them ``n``
-(replies per prompt, one choice each) and ``model`` (the response's ``model``; default the
-``Llama``'s ``model_path``). ``max_tokens`` ``None`` or <= 0 means the generator's
-``max_tokens`` (the binding's "until the context is full" would keep items out of the
-batch). ``grammar`` is GBNF text (a ``LlamaGrammar`` is refused). A chat takes
-``response_format`` and ``logprobs`` / ``top_logprobs`` as the binding's chat handler does.
-"""
+"""llama-cpp-python's ``create_completion`` / ``create_chat_completion`` over a list of
+prompts, batched: the binding's keyword arguments (through
+:func:`~llamabatch.sampling_map.from_completion_kwargs`: refused by name when the batch
+path cannot honour one) and defaults, plus ``n`` and ``model``; its response dicts
+(:mod:`llamabatch.responses`). Differences (docs/embedding.md): ``max_tokens`` ``None``
+or <= 0 is the generator's ``max_tokens``; ``grammar`` is GBNF text."""
 
 from __future__ import annotations
 
@@ -90,12 +82,7 @@ def _len(prompt: object) -> int:
 def chat_completions(
     gen: BatchGenerator, llm: Any, conversations: Iterable[object], kwargs: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """:meth:`BatchGenerator.create_chat_completions` (see the module's rules).
-
-    Raises:
-        ValueError: the ``Llama`` formats chats with another handler than its GGUF's
-            template (``chat_format`` / ``chat_handler`` given), or a keyword as above.
-    """
+    """:meth:`BatchGenerator.create_chat_completions`."""
     conversations = _as_list(conversations, "messages_list")
     if conversations and isinstance(conversations[0], Mapping):
         raise TypeError("messages_list is one conversation; give a list of them, e.g. [messages]")
@@ -138,11 +125,7 @@ def create_chat_completions(
     llm: Any, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
 ) -> list[dict]:
     """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched, as
-    :func:`create_completions`.
-
-    Raises:
-        ValueError, TypeError: as :func:`create_completions` and :func:`chat_completions`.
-    """
+    :func:`create_completions` (errors: as :meth:`BatchGenerator.create_chat_completions`)."""
     from .generator import BatchGenerator
 
     with BatchGenerator(llm) as gen:
