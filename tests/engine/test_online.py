@@ -151,3 +151,38 @@ def test_an_engine_thread_exception_reaches_every_pending_future():
     with pytest.raises(RuntimeError, match="boom"):
         again.result(timeout=30)
     gen.close()
+
+
+CTRL_C = """
+import os, signal, threading
+from llamabatch import BatchGenerator
+from llamabatch.testing import FakeBackend
+
+class Gated(FakeBackend):
+    gate = threading.Event()
+    def run(self, plan):
+        self.gate.wait(60)
+        return super().run(plan)
+
+gen = BatchGenerator(backend=Gated({"p1": "one"}), slots=2)
+future = gen.submit("p1")
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    future.result()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+Gated.gate.set()
+gen.close()
+print("closed", future.result(timeout=0).text)
+"""
+
+
+def test_ctrl_c_stops_a_wait_on_a_future_and_close_then_finishes_the_item():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["interrupted", "closed", "one"]
