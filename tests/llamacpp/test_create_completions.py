@@ -88,3 +88,13 @@ def test_an_unsupported_keyword_is_refused_by_name(llm):
         llamabatch.create_chat_completions(
             llm, [[{"role": "user", "content": "hi"}]], function_call="auto"
         )
+
+
+def test_an_item_too_long_for_a_slot_is_completed_alone_in_its_place(llm):
+    """Failed before: the one-at-a-time path passed score_prompt to Llama.generate."""
+    long = "apple, " * 300
+    with llamabatch.BatchGenerator(llm, slots=2, n_ctx_seq=256) as gen:
+        out = gen.create_completions([long, PROMPTS[0], PROMPTS[1]], max_tokens=4, temperature=0)
+    assert [r["choices"][0]["finish_reason"] for r in out] == ["length"] * 3
+    assert all("error" not in r for r in out)
+    assert gen.stats.items_alone >= 1
