@@ -3,13 +3,16 @@
 What a user calls: :class:`BatchGenerator` (its keyword arguments, or a ready
 :class:`BatchConfig`), :class:`SamplingParams`, what comes back (:class:`Completion`,
 :class:`Sample`, :class:`Stats`, :class:`KvEstimate`), :class:`ChatTemplate`,
-:func:`llm_lock` and :func:`tune`. Every error derives from :class:`LlamaBatchError`;
-the errors themselves are in :mod:`llamabatch.errors`. A custom backend implements
-:class:`llamabatch.engine.Backend`. Importing this package loads no native library.
+:func:`llm_lock`, :func:`tune`, and :func:`create_completions` /
+:func:`create_chat_completions` (llama-cpp-python's calls, batched). Every error derives
+from :class:`LlamaBatchError`; the errors themselves are in :mod:`llamabatch.errors`. A
+custom backend implements :class:`llamabatch.engine.Backend`. Importing this package
+loads no native library.
 """
 
 from .chat import ChatTemplate
 from .completion import Completion, KvEstimate, Sample, Stats
+from .create import create_chat_completions, create_completions
 from .errors import LlamaBatchError
 from .generator import BatchGenerator
 from .locks import llm_lock
@@ -27,6 +30,8 @@ __all__ = [
     "SamplingParams",
     "Stats",
     "TuneReport",
+    "create_chat_completions",
+    "create_completions",
     "llm_lock",
     "tune",
 ]

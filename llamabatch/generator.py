@@ -4,10 +4,14 @@ given back in input order, a page of ``slots`` items at a time."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
+import sys
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -19,6 +23,7 @@ from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
 from .items import per_item_sampling, resolve_item
+from .online import Feed
 from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
@@ -175,6 +180,8 @@ class BatchGenerator(Closing):
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
         self._template: ChatTemplate | None = None
+        self._feed: Feed | None = None  # made by the first submit
+        self._feed_lock = threading.Lock()
 
     @staticmethod
     def estimate_memory(
@@ -206,7 +213,13 @@ class BatchGenerator(Closing):
         return self._closed
 
     def close(self) -> None:
-        """Free the batch context (callable many times). The ``Llama`` stays usable."""
+        """Free the batch context (callable many times). The ``Llama`` stays usable.
+
+        With submitted items (:meth:`submit`): stop accepting (``submit`` then raises
+        GeneratorClosed), cancel the futures still waiting, let the running items finish
+        and end the engine thread, then free."""
+        if self._feed is not None:
+            self._feed.close()
         with self.lock:
             if not self._closed:
                 self._closed = True
@@ -246,16 +259,19 @@ class BatchGenerator(Closing):
     ) -> Iterator[Request]:
         """Each item's request (:func:`~llamabatch.items.resolve_item`, a chat through
         :func:`~llamabatch.chat.chat_prompt`); a bad item is its request's error."""
-        vocab, n_ctx = self.backend.vocab, self.backend.info.n_ctx
         pairs = per_item_sampling(items, self.sampling if sampling is None else sampling)
         for i, (item, base) in enumerate(pairs):
-            try:
-                it = resolve_item(item, base)
-                prompt = it.prompt if it.messages is None else self._chat(it.messages, template)
-            except (ValueError, TypeError, RuntimeError, UnicodeError, LlamaBatchError) as exc:
-                yield Request(i, [], base, error=str(exc))
-                continue
-            yield prepare(i, prompt, it.sampling, vocab, n_ctx)
+            yield self._request(i, item, base, template)
+
+    def _request(
+        self, i: int, item: object, base: SamplingParams, template: ChatTemplate | None = None
+    ) -> Request:
+        try:
+            it = resolve_item(item, base)
+            prompt = it.prompt if it.messages is None else self._chat(it.messages, template)
+        except (ValueError, TypeError, RuntimeError, UnicodeError, LlamaBatchError) as exc:
+            return Request(i, [], base, error=str(exc))
+        return prepare(i, prompt, it.sampling, self.backend.vocab, self.backend.info.n_ctx)
 
     def _chat(self, messages: object, template: ChatTemplate | None) -> object:
         from .chat import chat_prompt
@@ -340,6 +356,9 @@ class BatchGenerator(Closing):
     def _pages(self, requests: Iterator[Request], *, hand_back: bool) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
+        if self._feed is not None:  # the engine thread owns the slots: share them
+            yield from self._fed_pages(self._feed, requests)
+            return
         slots = self.config.slots
         done: dict[int, Completion] = {}
         page_start = 0
@@ -359,6 +378,30 @@ class BatchGenerator(Closing):
                     page_start += slots
             if done:  # the run has ended: the Llama is already given back
                 yield self._deliver([done.pop(i) for i in sorted(done)])
+
+    def _fed_pages(self, feed: Feed, requests: Iterator[Request]) -> Iterator[list[Completion]]:
+        """The pages of ``requests`` run by the engine thread beside the submitted items
+        (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
+        lookahead, slots = cast(int, self.config.lookahead), self.config.slots
+        pending: deque[tuple[int, Future[Completion]]] = deque()
+        page: list[Completion] = []
+        try:
+            while True:
+                while len(pending) < lookahead and (req := next(requests, None)) is not None:
+                    i, req.index = req.index, feed.number()
+                    pending.append((i, feed.put(req)))
+                if not pending:
+                    break
+                i, future = pending.popleft()
+                page.append(dataclasses.replace(future.result(), index=i))
+                if len(page) == slots:
+                    yield page
+                    page = []
+            if page:
+                yield page
+        finally:
+            for _, future in pending:  # stopped early: those still waiting never run
+                future.cancel()
 
     def _deliver(self, page: list[Completion]) -> list[Completion]:
         for c in page:
@@ -426,3 +469,86 @@ class BatchGenerator(Closing):
         return self._all(
             self._requests([{"messages": c} for c in conversations], sampling, template)
         )
+
+    def create_completions(self, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
+        """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
+        dict per prompt, in order, field for field as ``Llama.create_completion``'s;
+        ``n`` gives ``n`` choices. The keyword rules are in :mod:`llamabatch.create`.
+
+        Raises:
+            ValueError: a keyword the batch path cannot honour (named), a bad value.
+            TypeError: ``prompts`` is one prompt, not a list.
+            GeneratorClosed, GeneratorBusy: as :meth:`complete_many`.
+        """
+        from .create import completions
+
+        return completions(self, self._llm, prompts, kwargs)
+
+    def create_chat_completions(
+        self, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
+    ) -> list[dict]:
+        """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched,
+        formatted with the model's own chat template (as :meth:`chat`); the dicts are
+        ``create_chat_completion``'s.
+
+        Raises:
+            ValueError: as :meth:`create_completions`; the ``Llama`` was given another
+                ``chat_format`` or ``chat_handler`` than its GGUF template.
+            TypeError: ``messages_list`` is one conversation, not a list of them.
+        """
+        from .create import chat_completions
+
+        return chat_completions(self, self._llm, messages_list, kwargs)
+
+    # -- online -----------------------------------------------------------------------
+    def submit(self, item: object, sampling: SamplingParams | None = None) -> Future[Completion]:
+        """Queue one item from any thread; it joins the running batch as a slot frees up
+        (one daemon engine thread, started here, owns the slots; a ``complete_many`` /
+        ``iter_groups`` called meanwhile shares them). ``item`` and ``sampling``: as one
+        item of :meth:`iter_groups`.
+
+        Returns:
+            a ``concurrent.futures.Future`` of its :class:`Completion` (``index``: the
+            submission number, 0, 1, ...). ``cancel()`` works while it waits (it then
+            never runs), not once the engine took it; ``result()`` yields to Ctrl-C; an
+            exception of the engine thread is set on every future not yet done.
+
+        Raises:
+            GeneratorClosed: the generator (or its ``Llama``) was closed.
+            ValueError: ``sampling`` is not a SamplingParams.
+        """
+        self._check_open()
+        if sampling is not None and not isinstance(sampling, SamplingParams):
+            raise ValueError(f"sampling is {type(sampling).__name__}; give a SamplingParams")
+        with self._feed_lock:
+            if self._feed is None:
+                self._feed = Feed(self._serve)
+        feed = self._feed
+        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+
+    async def acomplete(self, item: object, sampling: SamplingParams | None = None) -> Completion:
+        """:meth:`submit` awaited from asyncio (cancelling the task cancels a waiting item).
+
+        Raises:
+            GeneratorClosed, ValueError: as :meth:`submit`.
+        """
+        return await asyncio.wrap_future(self.submit(item, sampling))
+
+    def _serve(self, feed: Feed) -> None:
+        """The engine thread: steps while the feed has work, waits idle without any lock."""
+        try:
+            with self._run():
+                with self._turn():
+                    self._scheduler.open()
+                steps = self._scheduler.iter_steps(feed.source(), self._turn, sys.maxsize)
+                for done in steps:
+                    for c in done:
+                        self._scheduler.count(c)
+                        feed.resolve(c)
+                    if feed.idle:
+                        self._scheduler.release_alone()
+                        feed.wait()
+        except BaseException as exc:  # noqa: BLE001 - every waiting future must learn it
+            feed.fail(exc)
+        else:
+            feed.ended()

@@ -34,6 +34,8 @@ from .slot_engine import BatchFailed, SlotEngine
 
 log = logging.getLogger("llamabatch")
 
+_END: Any = object()  # the end of a stream of requests
+
 
 def smaller_tries(
     slots: int, n_ctx_seq: int, min_n_ctx_seq: int, max_n_ctx_seq: int | None = None
@@ -195,23 +197,31 @@ class Scheduler:
         return req.need() <= n_ctx_seq
 
     def iter_steps(
-        self, items: Iterator[Request], hold: Callable[[], Any], lookahead: int
+        self, items: Iterator[Request | None], hold: Callable[[], Any], lookahead: int
     ) -> Iterator[list[Completion]]:
         """Complete ``items`` (in input order, read lazily), one step at a time, holding
         ``hold()`` around each; an item starts only while it is fewer than ``lookahead``
-        places after the oldest unfinished one. Yields each step's completions."""
+        places after the oldest unfinished one. Yields each step's completions.
+
+        ``items`` may yield ``None``: nothing now, but not exhausted (a feed of requests
+        submitted online). A step with nothing to run then yields ``[]`` instead of
+        ending, holding nothing: the caller waits for more outside ``hold()``."""
         queue: deque[Request] = deque()
         open_: set[int] = set()
         self._retry.clear()
-        state = {"next": 0, "exhausted": False}
+        state = {"next": 0, "exhausted": False, "pending": False}
 
         def pull(n_wanted: int) -> None:
+            state["pending"] = False
             while len(queue) < n_wanted and not state["exhausted"]:
                 oldest = min(open_) if open_ else state["next"]
                 if state["next"] >= oldest + lookahead:
                     return
-                item = next(items, None)
+                item = next(items, _END)
                 if item is None:
+                    state["pending"] = True
+                    return
+                if item is _END:
                     state["exhausted"] = True
                     return
                 state["next"] = item.index + 1
@@ -223,7 +233,9 @@ class Scheduler:
                 with hold():
                     done = self._step(queue, pull)
                 if done is None:
-                    return
+                    if not state["pending"]:
+                        return
+                    done = []  # idle: the source has nothing now
                 completions = self.features.merge(done)
                 for c in completions:
                     open_.discard(c.index)

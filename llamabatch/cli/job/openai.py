@@ -28,12 +28,12 @@ A failed item has ``"response": null`` and ``"error": {"code", "message"}``, in 
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from ...completion import Completion, Sample
+from ...completion import Completion
+from ...responses import response
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -97,47 +97,7 @@ def response_record(
     """The output line of one completed (or failed) item, as the Batch API writes it."""
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
-    created = int(time.time())
-    # ``n`` replies: one choice each
-    replies: Sequence[Sample | Completion] = completion.samples or (completion,)
-    if url == CHAT_URL:
-        body = {
-            "id": f"chatcmpl-{_request_id()}",
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": j,
-                    "message": {"role": "assistant", "content": r.text},
-                    "logprobs": None,
-                    "finish_reason": r.finish_reason,
-                }
-                for j, r in enumerate(replies)
-            ],
-        }
-    else:
-        body = {
-            "id": f"cmpl-{_request_id()}",
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [
-                {
-                    "index": j,
-                    "text": r.text,
-                    "logprobs": None,
-                    "finish_reason": r.finish_reason,
-                }
-                for j, r in enumerate(replies)
-            ],
-        }
-    n_tokens = completion.completion_tokens
-    body["usage"] = {
-        "prompt_tokens": completion.n_prompt_tokens,
-        "completion_tokens": n_tokens,
-        "total_tokens": completion.n_prompt_tokens + n_tokens,
-    }
+    body = response(completion, model=model, chat=url == CHAT_URL)
     for key in ("choice_probs", "votes"):  # llamabatch's own, when asked for
         if getattr(completion, key) is not None:
             body[key] = getattr(completion, key)

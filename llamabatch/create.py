@@ -1,0 +1,132 @@
+"""llama-cpp-python's ``create_completion`` / ``create_chat_completion`` over a list of
+prompts, batched: the binding's keyword arguments (through
+:func:`~llamabatch.sampling_map.from_completion_kwargs`: refused by name when the batch
+path cannot honour one) and defaults, plus ``n`` and ``model``; its response dicts
+(:mod:`llamabatch.responses`). Differences (docs/embedding.md): ``max_tokens`` ``None``
+or <= 0 is the generator's ``max_tokens``; ``grammar`` is GBNF text."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .params import SamplingParams
+from .responses import response
+from .sampling_map import from_completion_kwargs
+
+if TYPE_CHECKING:
+    from .generator import BatchGenerator
+
+#: ``create_chat_completion`` arguments without a batch counterpart, accepted when off.
+_CHAT_OFF = ("functions", "function_call", "tools", "tool_choice")
+
+#: The chat format ``Llama`` uses for the GGUF's own template.
+_GGUF_TEMPLATE = "chat_template.default"
+
+
+def _sampling(kwargs: Mapping[str, Any], *, chat: bool) -> tuple[SamplingParams, Any, Any]:
+    """The sampling params, ``model`` and (chat) ``response_format`` of a call's keywords."""
+    kw = dict(kwargs)
+    model, n = kw.pop("model", None), kw.pop("n", 1)
+    response_format = None
+    if chat:
+        on = [name for name in _CHAT_OFF if kw.pop(name, None) is not None]
+        if on:
+            raise ValueError(
+                f"cannot honour {', '.join(on)}: create_chat_completions has no tool calls; "
+                "leave it None"
+            )
+        response_format = kw.pop("response_format", None)
+        wanted, top = kw.pop("logprobs", None), kw.pop("top_logprobs", None)
+        kw["logprobs"] = top if wanted else None  # as the binding's chat handler passes it
+        kw.setdefault("temperature", 0.2)
+    else:
+        kw.setdefault("max_tokens", 16)
+    return dataclasses.replace(from_completion_kwargs(kw), n=n), model, response_format
+
+
+def _texts(llm: Any, gen: BatchGenerator) -> Any:
+    """Token ids -> text as the binding shows them (the ``Llama``'s ``detokenize``)."""
+    if llm is None:
+        return gen.backend.vocab.detokenize
+    return lambda ids: llm.detokenize(list(ids)).decode("utf-8", errors="ignore")
+
+
+def _as_list(values: Iterable[object], what: str) -> list[object]:
+    if isinstance(values, (str, bytes, Mapping)):
+        raise TypeError(f"{what} is one {type(values).__name__}; give a list of them")
+    return list(values)
+
+
+def completions(
+    gen: BatchGenerator, llm: Any, prompts: Iterable[object], kwargs: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """:meth:`BatchGenerator.create_completions` (see the module's rules)."""
+    prompts = _as_list(prompts, "prompts")
+    sampling, model, _ = _sampling(kwargs, chat=False)
+    done = gen.complete_many(prompts, sampling)
+    name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
+    text_of = _texts(llm, gen)
+    return [
+        response(c, model=name, chat=False, text_of=text_of, offset=_len(p))
+        for c, p in zip(done, prompts, strict=True)
+    ]
+
+
+def _len(prompt: object) -> int:
+    """The binding's ``text_offset`` base: ``len(prompt)`` (characters or token ids)."""
+    return len(prompt) if isinstance(prompt, (str, Sequence)) else 0
+
+
+def chat_completions(
+    gen: BatchGenerator, llm: Any, conversations: Iterable[object], kwargs: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """:meth:`BatchGenerator.create_chat_completions`."""
+    conversations = _as_list(conversations, "messages_list")
+    if conversations and isinstance(conversations[0], Mapping):
+        raise TypeError("messages_list is one conversation; give a list of them, e.g. [messages]")
+    sampling, model, response_format = _sampling(kwargs, chat=True)
+    if llm is not None:
+        fmt, handler = getattr(llm, "chat_format", None), getattr(llm, "chat_handler", None)
+        if handler is not None or fmt not in (None, _GGUF_TEMPLATE):
+            raise ValueError(
+                f"this Llama formats chats with chat_format={fmt!r}"
+                f"{' and a chat_handler' if handler is not None else ''}; "
+                "create_chat_completions formats them with the model's own template "
+                "(GGUF tokenizer.chat_template): load the Llama without chat_format / "
+                "chat_handler, or give ready prompts to create_completions"
+            )
+    extra = {} if response_format is None else {"response_format": response_format}
+    done = gen.complete_many([{"messages": m, **extra} for m in conversations], sampling)
+    name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
+    text_of = _texts(llm, gen)
+    return [
+        response(c, model=name, chat=True, text_of=text_of, offset=c.n_prompt_tokens) for c in done
+    ]
+
+
+def create_completions(llm: Any, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
+    """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
+    dict per prompt, in order, from a :class:`~llamabatch.BatchGenerator` opened on
+    ``llm`` for this call (keep one and call its method to reuse its context).
+
+    Raises:
+        ValueError: a keyword that cannot be honoured (named) or a bad value.
+        TypeError: ``prompts`` is one prompt, not a list; ``llm`` is not a ``Llama``.
+    """
+    from .generator import BatchGenerator
+
+    with BatchGenerator(llm) as gen:
+        return gen.create_completions(prompts, **kwargs)
+
+
+def create_chat_completions(
+    llm: Any, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
+) -> list[dict]:
+    """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched, as
+    :func:`create_completions` (errors: as :meth:`BatchGenerator.create_chat_completions`)."""
+    from .generator import BatchGenerator
+
+    with BatchGenerator(llm) as gen:
+        return gen.create_chat_completions(messages_list, **kwargs)

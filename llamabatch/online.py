@@ -1,0 +1,127 @@
+"""Online use: :class:`Feed`, the thread-safe queue of submitted requests and their
+futures, and the source of the engine thread that owns the slots (``None`` while nothing
+waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follow
+``concurrent.futures``: cancellable while waiting, running once the engine took them."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+
+from .completion import Completion
+from .engine.request import Request
+from .errors import GeneratorClosed
+
+
+class Feed:
+    """Submitted requests waiting for the engine, and the futures of all not yet done;
+    ``run(feed)`` is the engine thread's body, started by :meth:`put` when none runs."""
+
+    def __init__(self, run: Callable[[Feed], None]) -> None:
+        self._run = run
+        self._cond = threading.Condition()
+        self._waiting: deque[Request] = deque()
+        self._futures: dict[int, Future[Completion]] = {}
+        self._taken = 0  # requests the engine took and has not completed yet
+        self._next = 0
+        self._accepting = True
+        self._thread: threading.Thread | None = None
+
+    def number(self) -> int:
+        """The next submission number (``Completion.index``); GeneratorClosed once closed."""
+        with self._cond:
+            self._check_accepting()
+            n, self._next = self._next, self._next + 1
+            return n
+
+    def _check_accepting(self) -> None:
+        if not self._accepting:
+            raise GeneratorClosed("this BatchGenerator is closed; create a new one")
+
+    def put(self, req: Request) -> Future[Completion]:
+        """Queue ``req`` (its ``index`` a :meth:`number`) and wake the engine thread,
+        starting one when none runs. Raises GeneratorClosed once closed."""
+        future: Future[Completion] = Future()
+        with self._cond:
+            self._check_accepting()
+            self._futures[req.index] = future
+            self._waiting.append(req)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, args=(self,), name="llamabatch-engine", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+        return future
+
+    def source(self) -> Iterator[Request | None]:
+        """The engine's requests: the next live one (a cancelled one is skipped), ``None``
+        while none waits; ends once closed and empty."""
+        while True:
+            with self._cond:
+                req = self._take()
+                if req is None and not self._accepting:
+                    return
+            yield req
+
+    def _take(self) -> Request | None:
+        while self._waiting:
+            req = self._waiting.popleft()
+            if self._futures[req.index].set_running_or_notify_cancel():
+                self._taken += 1
+                return req
+            del self._futures[req.index]  # cancelled while it waited: never runs
+        return None
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing waits and the engine holds nothing."""
+        with self._cond:
+            return not self._waiting and self._taken == 0
+
+    def wait(self) -> None:
+        """Block until a request is submitted or the feed is closed (no lock held)."""
+        with self._cond:
+            while not self._waiting and self._accepting:
+                self._cond.wait()
+
+    def resolve(self, completion: Completion) -> None:
+        """Give ``completion`` to its future."""
+        with self._cond:
+            future = self._futures.pop(completion.index)
+            self._taken -= 1
+        future.set_result(completion)  # callbacks run here, outside the feed's lock
+
+    def fail(self, exc: BaseException) -> None:
+        """The engine thread ended with ``exc``: set it on every future not yet done; a
+        later :meth:`put` starts a new engine thread."""
+        with self._cond:
+            futures = list(self._futures.values())
+            self._futures.clear()
+            self._waiting.clear()
+            self._taken = 0
+            self._thread = None
+        for future in futures:
+            if future.running() or future.set_running_or_notify_cancel():
+                future.set_exception(exc)
+
+    def ended(self) -> None:
+        """The engine thread ended normally (the feed is closed)."""
+        with self._cond:
+            self._thread = None
+
+    def close(self) -> None:
+        """Stop accepting, cancel the waiting futures, wake the engine thread and wait
+        for it to finish the requests it took (unless called from it)."""
+        with self._cond:
+            self._accepting = False
+            waiting = [self._futures.pop(r.index) for r in self._waiting]
+            self._waiting.clear()
+            thread = self._thread
+            self._cond.notify_all()
+        for future in waiting:
+            future.cancel()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()

@@ -1,0 +1,188 @@
+"""Online use on the fake backend: items submitted from many threads (or awaited from
+asyncio) share the slots; cancellation, close and an engine-thread failure."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.errors import GeneratorClosed
+from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
+
+REPLIES = {f"p{i}": f"reply {i}" + " x" * (i % 5) for i in range(64)}
+SAMPLING = SamplingParams(temperature=0, seed=1)
+
+
+def _gen(**kwargs: object) -> BatchGenerator:
+    fake = FakeBackend(REPLIES, **kwargs)  # type: ignore[arg-type]
+    return BatchGenerator(backend=fake, slots=4, max_tokens=40, sampling=SAMPLING)
+
+
+def _wait(predicate, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def test_sixteen_threads_of_four_prompts_share_the_slots():
+    with _gen() as gen:
+        want = {c.text for c in gen.complete_many(list(REPLIES))}
+        futures: dict[str, object] = {}
+        put = threading.Lock()
+
+        def client(k: int) -> None:
+            for j in range(4):
+                prompt = f"p{4 * k + j}"
+                future = gen.submit(prompt)
+                with put:
+                    futures[prompt] = future
+
+        before = (gen.stats.decode_calls, gen.stats.generated_tokens)
+        with gen.lock:  # the engine cannot step: every submission waits together
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        results = {p: f.result(timeout=30) for p, f in futures.items()}  # type: ignore[attr-defined]
+        assert {p: c.text for p, c in results.items()} == REPLIES
+        assert {c.text for c in results.values()} == want
+        assert sorted(c.index for c in results.values()) == list(range(64))  # submission numbers
+        assert all(c.path == "batch" for c in results.values())
+        decodes = gen.stats.decode_calls - before[0]
+        tokens = gen.stats.generated_tokens - before[1]
+        assert decodes < tokens / 2, (decodes, tokens)  # several sequences per decode
+
+
+def test_a_cancelled_waiting_item_never_runs_and_the_others_complete():
+    with _gen() as gen:
+        with gen.lock:
+            first = gen.submit("p1")
+            cancelled = gen.submit("p2", SamplingParams(temperature=0, seed=999))
+            last = gen.submit("p3")
+            assert cancelled.cancel()
+        assert (first.result(timeout=30).text, last.result(timeout=30).text) == (
+            REPLIES["p1"],
+            REPLIES["p3"],
+        )
+        assert cancelled.cancelled()
+        ran = [
+            c.sampling.seed
+            for c in gen.backend.log  # type: ignore[attr-defined]
+            if isinstance(c, (StartSeqCall, AloneCall))
+        ]
+        assert 999 not in ran and ran
+
+
+def test_asyncio_gather_of_acomplete():
+    async def main(gen: BatchGenerator) -> list:
+        return await asyncio.gather(*(gen.acomplete(f"p{i}") for i in range(16)))
+
+    with _gen() as gen:
+        out = asyncio.run(main(gen))
+    assert [c.text for c in out] == [REPLIES[f"p{i}"] for i in range(16)]
+    assert len({c.index for c in out}) == 16
+
+
+def test_complete_many_while_the_engine_thread_runs_keeps_its_order():
+    with _gen() as gen:
+        futures = [gen.submit(f"p{i}") for i in range(8)]
+        got = gen.complete_many([f"p{i}" for i in range(20, 40)])
+        pages = list(gen.iter_groups([f"p{i}" for i in range(40, 50)]))
+        assert [c.index for c in got] == list(range(20))
+        assert [c.text for c in got] == [REPLIES[f"p{i}"] for i in range(20, 40)]
+        assert [len(p) for p in pages] == [4, 4, 2]
+        assert [c.text for p in pages for c in p] == [REPLIES[f"p{i}"] for i in range(40, 50)]
+        assert [f.result(timeout=30).text for f in futures] == [REPLIES[f"p{i}"] for i in range(8)]
+
+
+class Gated(FakeBackend):
+    """A backend whose batch steps wait for ``gate`` (``entered``: one began)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.entered, self.gate = threading.Event(), threading.Event()
+
+    def run(self, plan):  # type: ignore[no-untyped-def]
+        self.entered.set()
+        assert self.gate.wait(20)
+        return super().run(plan)
+
+
+def test_close_cancels_waiting_items_lets_running_ones_finish_and_refuses_more():
+    fake = Gated(REPLIES)
+    gen = BatchGenerator(backend=fake, slots=2, sampling=SAMPLING)
+    with gen.lock:  # both wait, so the first step takes both
+        running = [gen.submit("p1"), gen.submit("p2")]
+    assert fake.entered.wait(20)  # the engine is inside a step with both items
+    waiting = gen.submit("p3")
+    closer = threading.Thread(target=gen.close)
+    closer.start()
+    _wait(waiting.cancelled, "close cancels the waiting item")
+    with pytest.raises(GeneratorClosed):
+        gen.submit("p4")
+    assert closer.is_alive()  # close waits for the running items
+    fake.gate.set()
+    closer.join(timeout=30)
+    assert not closer.is_alive() and gen.closed
+    assert [f.result(timeout=0).text for f in running] == [REPLIES["p1"], REPLIES["p2"]]
+
+
+class Broken(FakeBackend):
+    """A backend whose one-at-a-time path fails with an error the engine does not expect."""
+
+    def run_alone(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("boom")
+
+
+def test_an_engine_thread_exception_reaches_every_pending_future():
+    gen = BatchGenerator(backend=Broken(REPLIES), slots=1, sampling=SAMPLING)
+    with gen.lock:
+        futures = [gen.submit(f"p{i}") for i in range(5)]
+    for f in futures:
+        with pytest.raises(RuntimeError, match="boom"):
+            f.result(timeout=30)
+    again = gen.submit("p1")  # a new engine thread: fails the same way, never hangs
+    with pytest.raises(RuntimeError, match="boom"):
+        again.result(timeout=30)
+    gen.close()
+
+
+CTRL_C = """
+import os, signal, threading
+from llamabatch import BatchGenerator
+from llamabatch.testing import FakeBackend
+
+class Gated(FakeBackend):
+    gate = threading.Event()
+    def run(self, plan):
+        self.gate.wait(60)
+        return super().run(plan)
+
+gen = BatchGenerator(backend=Gated({"p1": "one"}), slots=2)
+future = gen.submit("p1")
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    future.result()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+Gated.gate.set()
+gen.close()
+print("closed", future.result(timeout=0).text)
+"""
+
+
+def test_ctrl_c_stops_a_wait_on_a_future_and_close_then_finishes_the_item():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["interrupted", "closed", "one"]
