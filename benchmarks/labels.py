@@ -55,7 +55,7 @@ from llamabatch import SamplingParams
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.one_at_a_time import logits_all_logprob
 from llamabatch.measure.records import WorkItem
-from llamabatch.measure.rounds import Pass, order, run_rounds
+from llamabatch.measure.rounds import order, print_each_round, run_rounds
 from llamabatch.measure.stats import paired, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,18 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, p in enumerate(fresh_prompts(tag, args.items, args.fresh_at))
         ]
 
-    def report(r: int, p: Pass) -> None:
-        heard[p.path] = p.s_per_item
-        if len(heard) == len(METHODS):
-            print(
-                f"round {r + 1}: "
-                + ", ".join(f"{m} {heard.pop(m) * 1000:.1f} ms" for m in METHODS),
-                flush=True,
-            )
-
-    heard: dict[str, float] = {}
     paths = {m: partial(lambda its, tick, m: run(m, its), m=m) for m in METHODS}
-    done = run_rounds(paths, items, args.rounds, on_pass=report)
+    done = run_rounds(paths, items, args.rounds, on_pass=print_each_round(METHODS))
     times = {m: per_round(done, m) for m in METHODS}
     med = {m: statistics.median(v) for m, v in times.items()}
     ratios = {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS}

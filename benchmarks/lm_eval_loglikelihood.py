@@ -32,7 +32,7 @@ from functools import partial
 
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.one_at_a_time import logits_all_logprob
-from llamabatch.measure.rounds import Pass, run_rounds
+from llamabatch.measure.rounds import print_each_round, run_rounds
 from llamabatch.measure.stats import paired, per_round
 
 METHODS = ("llamabatch", "logits_all")
@@ -82,19 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             return lm.loglikelihood([Instance("loglikelihood", {}, p, 0) for p in pairs])
         return [logits_all_logprob(ref, c, x) for c, x in pairs]
 
-    def report(r: int, p: Pass) -> None:
-        heard[p.path] = p.s_per_item
-        if len(heard) == len(METHODS):
-            print(
-                f"round {r + 1}: "
-                + ", ".join(f"{m} {heard.pop(m) * 1000:.1f} ms" for m in METHODS),
-                flush=True,
-            )
-
-    heard: dict[str, float] = {}
     paths = {m: partial(lambda its, tick, m: run(m, its), m=m) for m in METHODS}
     done = run_rounds(
-        paths, lambda r, m: requests(f"r{r}", args.items, args.shots), args.rounds, on_pass=report
+        paths,
+        lambda r, m: requests(f"r{r}", args.items, args.shots),
+        args.rounds,
+        on_pass=print_each_round(METHODS),
     )
     worst = 0.0  # the largest |difference| of a log-likelihood between the methods
     for rnd in done:
