@@ -43,6 +43,7 @@ methods ran minutes apart at most).
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -52,8 +53,9 @@ from pathlib import Path
 
 from llamabatch import SamplingParams
 from llamabatch.cli.options import script_parser
+from llamabatch.measure.one_at_a_time import logits_all_logprob
 from llamabatch.measure.records import WorkItem
-from llamabatch.measure.rounds import Pass, order, run_rounds
+from llamabatch.measure.rounds import order, print_each_round, run_rounds
 from llamabatch.measure.stats import paired, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,34 +130,11 @@ def with_label_tokens(llm, prompt: str, written: str) -> list[int]:
 
 def llama_cpp_python_way(ref, prompt: str) -> dict[str, float]:
     """Every label's log-probability the way a llama-cpp-python user computes it: one
-    ``Llama.eval(prompt + label)`` per label and form on a ``Llama(logits_all=True)``,
-    keeping the prefix its cache already holds (as ``Llama.generate`` does: ``n_tokens``
-    cut to the common prefix), then the log-softmax of ``scores`` at the label's rows."""
-    import math
-
-    import numpy as np
-
-    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+    ``Llama.eval(prompt + label)`` per label and form on a ``Llama(logits_all=True)``
+    (:func:`llamabatch.measure.one_at_a_time.logits_all_logprob`), the two forms summed."""
     scores = {}
     for label in LABELS:
-        parts = []
-        for written in (label, " " + label):
-            full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
-            k = 0
-            while k < min(len(p), len(full)) and p[k] == full[k]:
-                k += 1
-            cached = ref.input_ids[: ref.n_tokens].tolist()
-            keep = 0
-            while keep < min(len(cached), k - 1) and cached[keep] == full[keep]:
-                keep += 1
-            ref.n_tokens = keep
-            ref.eval(full[keep:])
-            total = 0.0
-            for j in range(k, len(full)):
-                row = np.asarray(ref.scores[j - 1], dtype=np.float64)
-                top = row.max()
-                total += row[full[j]] - top - math.log(float(np.exp(row - top).sum()))
-            parts.append(total)
+        parts = [logits_all_logprob(ref, prompt, w)[0] for w in (label, " " + label)]
         top = max(parts)
         scores[label] = top + math.log(sum(math.exp(v - top) for v in parts))
     return scores
@@ -207,18 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, p in enumerate(fresh_prompts(tag, args.items, args.fresh_at))
         ]
 
-    def report(r: int, p: Pass) -> None:
-        heard[p.path] = p.s_per_item
-        if len(heard) == len(METHODS):
-            print(
-                f"round {r + 1}: "
-                + ", ".join(f"{m} {heard.pop(m) * 1000:.1f} ms" for m in METHODS),
-                flush=True,
-            )
-
-    heard: dict[str, float] = {}
     paths = {m: partial(lambda its, tick, m: run(m, its), m=m) for m in METHODS}
-    done = run_rounds(paths, items, args.rounds, on_pass=report)
+    done = run_rounds(paths, items, args.rounds, on_pass=print_each_round(METHODS))
     times = {m: per_round(done, m) for m in METHODS}
     med = {m: statistics.median(v) for m, v in times.items()}
     ratios = {f"{a} / {b}": med[a] / med[b] for a, b in RATIOS}

@@ -148,3 +148,34 @@ class LlamaLoop(OneAtATime):
     def close(self) -> None:
         """Put the ``Llama``'s settings and cache back as they were."""
         self._guard.restore()
+
+
+def logits_all_logprob(ref: Any, context: str, continuation: str) -> tuple[float, bool]:
+    """``(log P(continuation | context), is_greedy)`` the way a llama-cpp-python user
+    computes it on a ``Llama(logits_all=True)`` ``ref``: ``eval`` of ``context +
+    continuation`` keeping the prefix its cache already holds (as ``Llama.generate``
+    does), the log-softmax of ``scores`` at the continuation's rows summed, greedy when
+    each of its tokens is its row's argmax. The continuation's tokens are what follows
+    the context's in ``tokenize(context + continuation)`` (BOS as the model wants)."""
+    import math
+
+    import numpy as np
+
+    p = ref.tokenize(context.encode(), add_bos=True, special=True)
+    full = ref.tokenize((context + continuation).encode(), add_bos=True, special=True)
+    k = 0
+    while k < min(len(p), len(full)) and p[k] == full[k]:
+        k += 1
+    cached = ref.input_ids[: ref.n_tokens].tolist()
+    keep = 0
+    while keep < min(len(cached), k - 1) and cached[keep] == full[keep]:
+        keep += 1
+    ref.n_tokens = keep
+    ref.eval(full[keep:])
+    total, greedy = 0.0, True
+    for j in range(k, len(full)):
+        row = np.asarray(ref.scores[j - 1], dtype=np.float64)
+        top = row.max()
+        total += row[full[j]] - top - math.log(float(np.exp(row - top).sum()))
+        greedy = greedy and int(row.argmax()) == full[j]
+    return float(total), greedy

@@ -232,3 +232,24 @@ def sample_rounds(n_prompts: int, rounds: int, items: int, seed: int = 0) -> lis
         raise ValueError(f"{rounds} x {items} items do not fit in {n_prompts} prompts")
     drawn = random.Random(seed).sample(range(n_prompts), rounds * items)
     return [sorted(drawn[r * items : (r + 1) * items]) for r in range(rounds)]
+
+
+def print_each_round(paths: Sequence[str]) -> Callable[[int, Pass], None]:
+    """An ``on_pass`` for :func:`run_rounds` that prints one line per round, once all
+    ``paths`` have passed: each path's milliseconds per item (``failed`` for a failed
+    pass), in ``paths``' order."""
+    heard: dict[str, Pass] = {}
+
+    def on_pass(r: int, p: Pass) -> None:
+        heard[p.path] = p
+        if len(heard) == len(paths):
+            figures = ((m, heard.pop(m).s_per_item) for m in paths)
+            print(
+                f"round {r + 1}: "
+                + ", ".join(
+                    f"{m} {'failed' if s is None else f'{s * 1000:.1f} ms'}" for m, s in figures
+                ),
+                flush=True,
+            )
+
+    return on_pass

@@ -31,7 +31,7 @@ def test_requests_share_the_shots_and_a_question_per_four_choices():
 def test_a_tiny_run_end_to_end(model_path, tmp_path):
     pytest.importorskip("lm_eval")
     out = tmp_path / "r.json"
-    argv = ["--rounds", "2", "--questions", "2", "--shots", "1", "--slots", "2"]
+    argv = ["--rounds", "2", "--items", "2", "--shots", "1", "--slots", "2"]
     argv += ["--threads", "1", "--model", str(model_path), "--json", str(out)]
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, env=dict(os.environ)
