@@ -11,6 +11,7 @@ exception of a backend call becomes :class:`BatchFailed`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 from ..completion import Stats
@@ -330,6 +331,7 @@ class SlotEngine:
         Raises:
             BatchFailed: a backend call failed (call :meth:`reset`).
         """
+        start = perf_counter()
         spans = self._plan()
         self.dirty = True
         try:
@@ -381,6 +383,13 @@ class SlotEngine:
         for req in done:
             table[req.seq_id].busy = False
             del running[req.seq_id]
+        stats.backend_sampled_rows += result.backend_sampled
+        times = result.times
+        if times is not None:
+            stats.decode_seconds += times.decode
+            stats.logits_seconds += times.logits
+            stats.sampling_seconds += times.sampling
+        stats.step_seconds += perf_counter() - start
         return done
 
     @staticmethod

@@ -70,6 +70,23 @@ class SeqOutput:
 
 
 @dataclass(slots=True)
+class StepTimes:
+    """Where a backend's ``run`` spent its time, in seconds (``time.perf_counter``); the
+    rest of a step is the host's own work (``Stats.step_split``).
+
+    Attributes:
+        decode: computing the step (for llama.cpp: ``llama_decode`` and
+            ``llama_synchronize``, the logits' copy to the host included).
+        logits: reading rows as numbers (log-probabilities, label scores).
+        sampling: sampler chains picking each sampled row's token.
+    """
+
+    decode: float = 0.0
+    logits: float = 0.0
+    sampling: float = 0.0
+
+
+@dataclass(slots=True)
 class StepResult:
     """What a backend's ``run`` gives back.
 
@@ -77,10 +94,15 @@ class StepResult:
         decoded: per span, how many of its tokens were decoded (a prefix, >= 1; all of
             them unless the backend shortened a ``precise`` span).
         outputs: seq id -> its :class:`SeqOutput` (every sequence that sampled or scored).
+        times: where the call spent its time, or ``None`` (not measured).
+        backend_sampled: rows whose token a sampler chain chose on the model's own
+            device (llama.cpp's backend sampling) instead of the host.
     """
 
     decoded: tuple[int, ...]
     outputs: dict[int, SeqOutput] = field(default_factory=dict)
+    times: StepTimes | None = None
+    backend_sampled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
