@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -287,11 +288,8 @@ class BatchGenerator(Closing):
             finally:
                 self._run_owner = None
 
-    @contextmanager
-    def _turn(self) -> Iterator[None]:
-        with self.lock, callback_interrupts():  # Ctrl-C inside a C callback too
-            self._check_open()
-            yield
+    def _turn(self) -> _Turn:
+        return _Turn(self)
 
     def iter_groups(
         self,
@@ -343,7 +341,9 @@ class BatchGenerator(Closing):
             ):
                 for c in finished:
                     done[c.index] = c
-                while all(i in done for i in range(page_start, page_start + slots)):
+                while page_start in done and all(
+                    i in done for i in range(page_start + 1, page_start + slots)
+                ):
                     page = self._deliver(
                         [done.pop(i) for i in range(page_start, page_start + slots)]
                     )
@@ -434,6 +434,39 @@ class BatchGenerator(Closing):
             else c
             for c in done
         ]
+
+
+class _Turn:
+    """One step's hold of a generator: its lock, and Ctrl-C inside a C callback raised after
+    the step (a class, not a generator: it is entered around every decode step)."""
+
+    __slots__ = ("_gen", "_block")
+
+    def __init__(self, gen: BatchGenerator) -> None:
+        self._gen = gen
+
+    def __enter__(self) -> None:
+        gen = self._gen
+        gen.lock.__enter__()
+        try:
+            self._block = callback_interrupts()
+            self._block.__enter__()
+        except BaseException:
+            gen.lock.__exit__(*sys.exc_info())
+            raise
+        try:
+            gen._check_open()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._block.__exit__(exc_type, exc, tb)
+        except BaseException:
+            self._gen.lock.__exit__(*sys.exc_info())
+            raise
+        self._gen.lock.__exit__(exc_type, exc, tb)
 
 
 def _lookahead(lookahead: int | None, page_size: int | None) -> int | None:
