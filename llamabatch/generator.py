@@ -98,6 +98,12 @@ class BatchGenerator(Closing):
             failure empties the caches and costs only the items in flight one retry
             alone; a grammar error is the item's own error and never counts
             (:mod:`llamabatch.engine.scheduler`, docs/reliability-rules.md).
+        backend_sampling: with ``llm``, sample the replies of plain chains (no grammar,
+            penalties, logprobs or label scores) on the model's own device, llama.cpp's
+            backend sampling: the same chain and seed, only the token comes back to the host
+            (``Stats.backend_sampled_rows`` counts them). ``None`` (default): where it pays,
+            when the model's output layer is on a GPU; True / False: always / never
+            (docs/performance.md).
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
@@ -136,6 +142,7 @@ class BatchGenerator(Closing):
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
         page_size: int | None = None,
+        backend_sampling: bool | None = None,
     ) -> None:
         lookahead = _lookahead(lookahead, page_size)
         # every plain parameter is checked before any library work (n_ctx_seq=None: a
@@ -167,14 +174,23 @@ class BatchGenerator(Closing):
                 "an integer >= 0 (MiB; 0 keeps no state in host memory)",
             )
         check_max_batch_failures(max_batch_failures)
+        if backend_sampling is not None and not isinstance(backend_sampling, bool):
+            raise ParameterError(
+                "backend_sampling", backend_sampling, "True, False or None (where it pays)"
+            )
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
+        if backend is not None and backend_sampling is not None:
+            raise ValueError(
+                "backend_sampling applies to an llm (a llama_cpp.Llama); a backend decides "
+                "its own sampling (e.g. LlamaBackend(llm, backend_sampling=...))"
+            )
         self.sampling = sampling
         if backend is None:
             _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
-            backend = LlamaBackend(llm)
+            backend = LlamaBackend(llm, backend_sampling=backend_sampling)
         caps = backend.info
         if slots > caps.max_slots:
             raise ParameterError(

@@ -160,7 +160,7 @@ class SlotEngine:
         req.seq_id, req.path, req.status = slot.seq_id, "batch", PREFILL
         self.running[slot.seq_id] = req  # from here a failure hands the request back
         try:
-            self._apply(Start(slot.seq_id, req.sampling), changes=False)
+            self._apply(Start(slot.seq_id, req.sampling, req.group is not None), changes=False)
         except GrammarError:
             del self.running[slot.seq_id]
             slot.busy = False

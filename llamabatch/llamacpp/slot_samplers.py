@@ -1,0 +1,90 @@
+"""The sampler chain of each sequence of a batch context, on the host or on the model's device.
+
+llama.cpp's backend sampling (``llama_set_sampler``, experimental in llama.h) runs a sequence's
+chain inside the decode's compute graph, on the device that computes the logits: only the
+chosen token comes back to the host, not a row of ``n_vocab`` logits, and no host thread
+walks the vocabulary. It runs the chain's leading stages the device supports (top-k, top-p,
+min-p, temperature, dist with the chain's own seed, greedy: the same stages, the same
+distribution) and leaves the rest to the host (``llama_sampler_sample``). It has no grammar
+stage, and a sequence with an attached chain gets no raw logits for the host to read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._util.closing import Closing
+from ..params import SamplingParams
+from .context import BatchContext
+from .sampler import SeqSampler, samples_on_backend
+
+
+class SlotSamplers(Closing):
+    """One :class:`SeqSampler` per started sequence of ``ctx``.
+
+    With ``on_backend``, the chain of a request that may sample there
+    (:func:`~.sampler.samples_on_backend`) and whose rows no other sequence samples
+    (``shares``: ``Span.share``) is attached to ``ctx``; every other chain (a grammar, active
+    penalties, logprobs, label scores, shared rows) samples on the host. An attached chain
+    stays attached to its sequence: the next request with an equal chain but for the seed takes
+    it over (its fresh state carried in, :meth:`SeqSampler.carry_into`), since llama.cpp
+    rebuilds its compute graphs at the next decode after each attach or detach.
+
+    Args:
+        llm: the ``llama_cpp.Llama`` (its model's vocabulary).
+        ctx: the batch context.
+        on_backend: attach the chains that may run on the backend.
+    """
+
+    def __init__(self, llm: Any, ctx: BatchContext, on_backend: bool) -> None:
+        self._llm, self._ctx, self.on_backend = llm, ctx, on_backend
+        self._samplers: dict[int, SeqSampler] = {}
+        self.attached: set[int] = set()  # seq ids whose chain is attached to ctx
+        self._closed = False
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._samplers
+
+    def __getitem__(self, seq_id: int) -> SeqSampler:
+        return self._samplers[seq_id]
+
+    def start(self, seq_id: int, params: SamplingParams, shares: bool = False) -> None:
+        """A fresh chain for ``seq_id`` from ``params``; ``shares``: other sequences may sample
+        its rows. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
+        fresh = SeqSampler(self._llm, params)
+        old = self._samplers.get(seq_id)
+        backend = self.on_backend and not shares and samples_on_backend(params)
+        if backend and seq_id in self.attached and old is not None and old.key == fresh.key:
+            fresh.carry_into(old)  # same stages, the fresh seed: no new attach
+            fresh.close()
+            return
+        ctx = self._ctx
+        if backend:  # replaces (so releases) the chain attached before, if any
+            if ctx.set_sampler(seq_id, fresh.chain):
+                self.attached.add(seq_id)
+            else:
+                self.attached.discard(seq_id)  # refused: llama.cpp detached the sequence
+        elif seq_id in self.attached:
+            ctx.set_sampler(seq_id, None)
+            self.attached.discard(seq_id)
+        self._samplers[seq_id] = fresh
+        if old is not None:
+            old.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Detach the attached chains (while the context is open), then free every chain;
+        idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._ctx.closed:  # a freed context holds no chain any more
+            for seq_id in sorted(self.attached):
+                self._ctx.set_sampler(seq_id, None)
+        self.attached.clear()
+        for sampler in self._samplers.values():
+            sampler.close()
+        self._samplers.clear()
