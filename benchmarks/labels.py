@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     longest = " " + max(LABELS, key=len)
 
     def run(method: str, items: Sequence[WorkItem]) -> None:
-        prompts = [it.engine for it in items]
+        prompts = [it.prompt for it in items]
         if method == "llama-cpp-python":
             for p in prompts:
                 llama_cpp_python_way(ref, str(p))
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         tag = job_tag(r, order(METHODS, r).index(method))
         sampling = replace(SAMPLINGS[method], seed=1000 * r)
         return [
-            WorkItem(i, p, p, sampling)
+            WorkItem(i, p, sampling)
             for i, p in enumerate(fresh_prompts(tag, args.items, args.fresh_at))
         ]
 

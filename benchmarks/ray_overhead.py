@@ -37,7 +37,7 @@ from pathlib import Path
 # the local cluster on 127.0.0.1 only (see tests/conftest.py); read when ray is imported
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-from llamabatch import BatchGenerator, SamplingParams
+from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.rounds import run_rounds
 from llamabatch.measure.stats import per_round, seconds
@@ -68,12 +68,13 @@ def run_ray(args: argparse.Namespace, items: list[str], actors: int) -> list[str
 
     config = ProcessorConfig(
         model_path=str(args.model),
-        n_ctx=args.n_ctx_seq,
+        batch_config=BatchConfig(
+            slots=args.slots,
+            n_ctx_seq=args.n_ctx_seq,
+            max_tokens=args.max_tokens,
+            sampling=GREEDY,
+        ),
         n_threads=args.threads,
-        slots=args.slots,
-        n_ctx_seq=args.n_ctx_seq,
-        max_tokens=args.max_tokens,
-        sampling=GREEDY,
         batch_size=args.page_size,
         concurrency=actors,
     )

@@ -53,7 +53,7 @@ from typing import Any
 
 from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.cli.options import script_parser
-from llamabatch.measure.baseline import LlamaLoop
+from llamabatch.measure.one_at_a_time import LlamaLoop
 from llamabatch.measure.records import WorkItem
 from llamabatch.measure.rounds import Pass, run_rounds
 from llamabatch.measure.stats import paired, per_round
@@ -157,12 +157,15 @@ class Server:
                 self.proc.wait(timeout=10)
         self._log.close()
 
-    def complete(self, prompt: str, max_tokens: int) -> int:
+    def complete(self, prompt: str, max_tokens: int, **sampling: float) -> int:
+        """One ``/completion``: greedy unless ``sampling`` gives the chain's fields
+        (``temperature``, ``top_k``, ...); the reply's tokens."""
         body = json.dumps(
             {
                 "prompt": prompt,
                 "n_predict": max_tokens,
                 "temperature": 0.0,
+                **sampling,
                 "cache_prompt": True,
                 "stream": False,
             }
@@ -173,7 +176,9 @@ class Server:
         with urllib.request.urlopen(req, timeout=600) as r:
             return int(json.loads(r.read())["tokens_predicted"])
 
-    def complete_all(self, prompts: list[str], max_tokens: int, clients: int) -> int:
+    def complete_all(
+        self, prompts: list[str], max_tokens: int, clients: int, **sampling: float
+    ) -> int:
         """Send ``prompts`` through ``clients`` concurrent clients; total reply tokens."""
         todo: queue.Queue[str] = queue.Queue()
         for p in prompts:
@@ -188,7 +193,7 @@ class Server:
                 except queue.Empty:
                     return
                 try:
-                    tokens.append(self.complete(p, max_tokens))
+                    tokens.append(self.complete(p, max_tokens, **sampling))
                 except BaseException as exc:  # noqa: BLE001 - reported below
                     errors.append(exc)
                     return
@@ -205,7 +210,7 @@ class Server:
 
 def items_of(prompts: Sequence[str], max_tokens: int) -> list[WorkItem]:
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    return [WorkItem(k, p, p, greedy) for k, p in enumerate(prompts)]
+    return [WorkItem(k, p, greedy) for k, p in enumerate(prompts)]
 
 
 def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
@@ -229,10 +234,10 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
             if path == "one":
                 return sum(r.n_tokens for r in alone(items, lambda n: None).replies)
             if path == "batch":
-                done = gen.complete_many([it.engine for it in items], [it.sampling for it in items])
+                done = gen.complete_many([it.prompt for it in items], [it.sampling for it in items])
                 return sum(c.n_tokens for c in done)
             cap = items[0].sampling.max_tokens
-            return server.complete_all([str(it.engine) for it in items], cap, b)
+            return server.complete_all([str(it.prompt) for it in items], cap, b)
 
         warm = items_of(WORKLOADS["L"].prompts(2, tokenize, seed=999_999), 4)
         for path in PATHS:  # untimed warm-up of every path

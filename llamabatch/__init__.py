@@ -1,46 +1,29 @@
 """llamabatch: batched generation of many short prompts on a loaded ``llama_cpp.Llama``.
 
-Public names only: what a user calls or catches. Importing this package loads no native
-library. The parameters of a run are ``BatchGenerator``'s own keyword arguments
-(``llamabatch.params.BatchConfig`` is the checked bundle it makes of them, not a second
-way in). Errors that never reach a caller of ``BatchGenerator`` (``DecodeError``,
-``BatchUnavailable``), the pool of servers' and the command line's are not exported
-here: see :mod:`llamabatch.errors`, :mod:`llamabatch.remote`, :mod:`llamabatch.cli.errors`.
+What a user calls: :class:`BatchGenerator` (its keyword arguments, or a ready
+:class:`BatchConfig`), :class:`SamplingParams`, what comes back (:class:`Completion`,
+:class:`Sample`, :class:`Stats`, :class:`KvEstimate`), :class:`ChatTemplate`,
+:func:`llm_lock` and :func:`tune`. Every error derives from :class:`LlamaBatchError`;
+the errors themselves are in :mod:`llamabatch.errors`. A custom backend implements
+:class:`llamabatch.engine.Backend`. Importing this package loads no native library.
 """
 
-from .completion import Completion, Stats
-from .errors import (
-    BackendError,
-    ChatTemplateError,
-    Closed,
-    GeneratorBusy,
-    GeneratorClosed,
-    GrammarError,
-    LibraryError,
-    LlamaBatchError,
-    ModelError,
-    ModelFetchError,
-    ModelFileError,
-)
+from .chat import ChatTemplate
+from .completion import Completion, KvEstimate, Sample, Stats
+from .errors import LlamaBatchError
 from .generator import BatchGenerator
 from .locks import llm_lock
-from .params import SamplingParams
+from .params import BatchConfig, SamplingParams
 from .tuning import TuneReport, tune
 
 __all__ = [
-    "BackendError",
+    "BatchConfig",
     "BatchGenerator",
-    "ChatTemplateError",
-    "Closed",
+    "ChatTemplate",
     "Completion",
-    "GeneratorBusy",
-    "GeneratorClosed",
-    "GrammarError",
-    "LibraryError",
+    "KvEstimate",
     "LlamaBatchError",
-    "ModelError",
-    "ModelFetchError",
-    "ModelFileError",
+    "Sample",
     "SamplingParams",
     "Stats",
     "TuneReport",

@@ -1,4 +1,5 @@
-"""What one input item becomes: a :class:`Completion`, and the generator's :class:`Stats`."""
+"""What one input item becomes: a :class:`Completion`; and the generator's :class:`Stats`
+and memory estimate (:class:`KvEstimate`)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,12 @@ class Completion:
         choice_probs: the same normalised over the labels (they sum to 1; with forms
             left out a value can move either way by about ``SKIP_NATS``); ``text`` is
             the label with the highest one (the first of equal ones).
+        choice_greedy: with ``score_choices``, label -> True when each token of its
+            likeliest written form is the likeliest at its place (greedy decoding writes
+            it); ``None`` with a backend that reports no row maxima.
+        prompt_logprobs: with ``SamplingParams(score_prompt=True)``, log P(prompt token
+            j | the tokens before it) in nats for j = 1 … ``n_prompt_tokens`` - 1 (the
+            first token has no context); else ``None``.
         samples: with ``SamplingParams(n=K)``, K > 1, the K replies (:class:`Sample`),
             reply j drawn with seed ``seed + j``; ``text``, ``token_ids``,
             ``finish_reason`` and ``logprobs`` are reply 0's. Else ``None``.
@@ -78,6 +85,8 @@ class Completion:
     logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     choice_logprobs: dict[str, float] | None = None
     choice_probs: dict[str, float] | None = None
+    choice_greedy: dict[str, bool] | None = None
+    prompt_logprobs: tuple[float, ...] | None = None
     samples: tuple[Sample, ...] | None = None
     votes: dict[str, int] | None = None
 
@@ -255,3 +264,23 @@ class StepSplit:
         doc.update({f"{part}_s": getattr(self, part) for part in SPLIT_PARTS})
         doc["backend_sampled_rows"] = self.backend_sampled_rows
         return doc
+
+
+@dataclass(frozen=True, slots=True)
+class KvEstimate:
+    """KV cache size of a batch context: ``bytes_per_token`` (K and V over all layers),
+    ``n_ctx_seq`` (padded to 256, as allocated), ``bytes_per_slot``, ``slots``,
+    ``total_bytes``; ``exact`` is False for sliding-window (upper bound), recurrent or hybrid
+    models."""
+
+    bytes_per_token: int
+    n_ctx_seq: int
+    bytes_per_slot: int
+    slots: int
+    total_bytes: int
+    exact: bool
+
+    @property
+    def total_mib(self) -> float:
+        """``total_bytes`` in MiB (2**20 bytes), as llama.cpp logs it."""
+        return self.total_bytes / 2**20

@@ -1,13 +1,8 @@
-"""The error hierarchy of llamabatch.
-
-Every error raised on purpose by llamabatch derives from :class:`LlamaBatchError` and is
-defined here, the pool of servers' (:mod:`llamabatch.remote`) included; the command
-line's own two (``UsageError``, ``OutputCorrupt``) are in :mod:`llamabatch.cli.errors`.
-``DecodeError`` and ``BatchUnavailable`` never reach a caller of ``BatchGenerator`` (the
-scheduler turns them into a completion's error or into batching turned off), so
-:mod:`llamabatch` does not export them; backends raise them.
-Errors that come from llama.cpp carry the return code of the C call in ``.code``
-(``None`` when there was no code), in the manner of python-soundfile's ``LibsndfileError``.
+"""Every error llamabatch raises on purpose: a :class:`LlamaBatchError` (the only one
+:mod:`llamabatch` exports), defined here; the command line's own two are in
+:mod:`llamabatch.cli.errors`. ``DecodeError`` and ``BatchUnavailable`` are raised by
+backends and never reach a caller of ``BatchGenerator``. An error from a llama.cpp call
+carries its return code in ``.code`` (as python-soundfile's ``LibsndfileError``).
 """
 
 from __future__ import annotations
@@ -30,18 +25,11 @@ class BackendError(LlamaBatchError):
 
 
 class DecodeError(BackendError):
-    """``llama_decode`` returned non-zero.
-
-    Codes (llama.h, ``llama_decode``): 1 no KV slot for the batch (state restored),
-    2 aborted, -1 invalid batch, < -1 fatal (already processed ubatches stay in memory).
-    """
+    """``llama_decode`` returned non-zero (``.code``: :func:`decode_meaning`)."""
 
 
 class BatchUnavailable(BackendError):
-    """The batch context could not be created, so batching is off.
-
-    Raised by ``Backend.open`` (memory exhausted, essential symbol missing, …).
-    """
+    """``Backend.open`` could not create the batch context (memory, a missing symbol ...)."""
 
 
 class LibraryError(LlamaBatchError):
@@ -79,10 +67,8 @@ class GrammarError(LlamaBatchError, ValueError):
 
 
 class Closed(LlamaBatchError, ValueError):
-    """An object was used after its ``close()`` (or after the ``Llama`` it needs was closed).
-
-    A ``ValueError`` too, as Python's own closed files raise.
-    """
+    """An object was used after its ``close()``, or after its ``Llama``'s (a ``ValueError``,
+    as Python's closed files raise)."""
 
 
 class GeneratorClosed(Closed):

@@ -1,10 +1,6 @@
-"""BatchGenerator: the public entry point.
-
-Holds a backend (llama.cpp through a loaded ``llama_cpp.Llama``, or a fake), reads the
-prompts lazily, hands them to the :class:`~llamabatch.engine.scheduler.Scheduler` (the slot
-engine) and gives the completions back in input order, a page of ``slots`` items at a
-time, as soon as each page is complete.
-"""
+"""BatchGenerator, the public entry point: items read lazily, resolved
+(:mod:`llamabatch.items`), run by the :class:`~llamabatch.engine.scheduler.Scheduler` and
+given back in input order, a page of ``slots`` items at a time."""
 
 from __future__ import annotations
 
@@ -12,26 +8,22 @@ import dataclasses
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
-from .completion import Completion, Stats
+from .completion import Completion, KvEstimate, Stats
 from .engine.backend import Backend, BatchLimits
-from .engine.request import prepare
-from .engine.scheduler import MAX_BATCH_FAILURES, Scheduler, check_max_batch_failures
-from .errors import GeneratorBusy, GeneratorClosed, ParameterError
-from .fields import per_item_sampling
-from .params import BatchConfig, SamplingParams
+from .engine.request import Request, prepare
+from .engine.scheduler import Scheduler
+from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
+from .items import per_item_sampling, resolve_item
+from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
 
 if TYPE_CHECKING:
-    from .llamacpp.kv_size import KvEstimate
-
-#: Most KV cache tokens per sequence by default (``n_ctx_seq=None``).
-DEFAULT_N_CTX_SEQ = 4096
+    from .chat import ChatTemplate
 
 
 def _check_llm(llm: object) -> None:
@@ -50,11 +42,11 @@ def _check_llm(llm: object) -> None:
         )
 
 
-def _check_many(prompts: object) -> None:
-    if isinstance(prompts, (str, bytes, bytearray)):
+def _check_many(items: object) -> None:
+    if isinstance(items, (str, bytes, bytearray, Mapping)):
         raise TypeError(
-            f"prompts is one {type(prompts).__name__}; give a list of prompts "
-            "(e.g. [prompt]), not a single prompt"
+            f"items is one {type(items).__name__}; give a list of items (e.g. [item]), "
+            "not a single item"
         )
 
 
@@ -68,11 +60,10 @@ class BatchGenerator(Closing):
             :class:`llamabatch.testing.FakeBackend`). Exactly one of the two is given.
         slots: sequences decoded together (``n_seq_max``), 1 to
             ``llama_max_parallel_sequences()``; 1 completes every item alone.
-        n_ctx_seq: KV cache tokens per sequence (prompt + reply); llama.cpp pads it to a
-            multiple of 256. A prompt with ``n_prompt + max_tokens > n_ctx_seq`` is
-            completed alone. ``None`` (default): ``min(4096, n_ctx)`` of the ``Llama``
-            (no item longer than its ``n_ctx`` can be completed anyway, so more KV cache
-            could never be used); :meth:`estimate_memory` tells its bytes.
+        n_ctx_seq: KV cache tokens per sequence (prompt + reply; llama.cpp pads it to a
+            multiple of 256); an item with ``n_prompt + max_tokens > n_ctx_seq`` is
+            completed alone. ``None``: ``min(4096, n_ctx)`` of the ``Llama`` (no item
+            needs more); :meth:`estimate_memory` tells its bytes.
         n_batch: most tokens per ``llama_decode`` (also ``n_ubatch``); for llama.cpp at
             least ``slots`` (each decode step has one output row per sequence).
         max_tokens: most generated tokens per item (``SamplingParams.max_tokens``
@@ -80,51 +71,40 @@ class BatchGenerator(Closing):
         sampling: the default sampler chain of every item (default: llama-cpp-python's
             defaults); ``complete_many`` / ``iter_groups`` may give one per item.
         lookahead: how far ahead of the oldest unfinished item the engine may start
-            items (at most ``lookahead`` items wait to be given back in order), a
-            multiple of ``slots`` (default: the largest such number <= max(16,
-            4 * slots), :func:`~llamabatch.params.default_lookahead`).
-        page_size: the former name of ``lookahead`` (deprecated: a
-            ``DeprecationWarning``; a page is what :meth:`iter_groups` yields).
+            items (so at most that many wait to be given back in order), a multiple of
+            ``slots``; default :func:`~llamabatch.params.default_lookahead`.
         min_copy_tokens: copy another slot's cache to share a prompt prefix only when
-            that saves at least this many prompt tokens (default 32; a copy costs
-            about as much as prefilling a few tokens, see docs/engine.md).
-        cache_ram_mib: MiB of host memory for the states of slots whose cache was about
-            to be mostly thrown away, so that a later prompt sharing their prefix loads it
-            instead of prefilling it again (llama-server's ``--cache-ram``, which
-            defaults to 8192; :mod:`llamabatch.engine.host_cache`). Default 1024; 0 turns it off.
-        max_batch_failures: failures of the batch path in a row (a failed decode, cache
-            copy or state save/load; no item completed in the batch in between) after
-            which batching is turned off for good (default 3, >= 1). Before that, each
-            failure empties the caches and costs only the items in flight one retry
-            alone; a grammar error is the item's own error and never counts
-            (:mod:`llamabatch.engine.scheduler`, docs/reliability-rules.md).
-        backend_sampling: with ``llm``, sample the replies of plain chains (no grammar,
-            penalties, logprobs or label scores) on the model's own device, llama.cpp's
-            backend sampling: the same chain and seed, only the token comes back to the host
-            (``Stats.backend_sampled_rows`` counts them). ``None`` (default): where it pays,
-            when the model's output layer is on a GPU; True / False: always / never
+            that saves at least this many prompt tokens (docs/engine.md).
+        cache_ram_mib: MiB of host memory for the states of slots about to be mostly
+            overwritten, loaded back for a later prompt sharing their prefix (as
+            llama-server's ``--cache-ram``); 0 turns it off.
+        max_batch_failures: failures of the batch path in a row (decode, cache copy,
+            state save/load) after which batching is off for good, >= 1; before that
+            each failure costs the items in flight one retry alone
+            (docs/reliability-rules.md).
+        backend_sampling: with ``llm``, sample plain chains (no grammar, active penalties,
+            logprobs or label scores) on the model's device, llama.cpp's backend sampling:
+            the same chain and seed, only the token comes back (``Stats.backend_sampled_rows``).
+            ``None``: when the model's output layer is on a GPU; True / False: always / never
             (docs/performance.md).
+
+    The keywords are one :class:`~llamabatch.BatchConfig`, checked before any library
+    work; :meth:`from_config` takes a ready one.
 
     Raises:
         ValueError: a parameter out of range (named), a combination llama.cpp would
-            abort on (e.g. ``slots > n_batch``, see ``docs/asserts.md``), or
-            neither/both of llm and backend.
+            abort on (``slots > n_batch``, docs/asserts.md), neither/both of llm and
+            backend.
         TypeError: ``llm`` is not a loaded ``llama_cpp.Llama`` (e.g. a model path).
-        llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol even
-            for completing alone.
+        llamabatch.errors.LibraryError: llama-cpp-python lacks an essential symbol.
 
     Attributes:
-        lock: the lock held around every use of llama.cpp (each group, ``close``): for a
-            ``Llama``, :func:`llamabatch.llm_lock` ``(llm)``, shared with every other
-            generator on that ``Llama`` and with your own calls of it.
+        lock: held around every use of llama.cpp: for a ``Llama``,
+            :func:`llamabatch.llm_lock` ``(llm)``, shared with every generator on it.
 
-    Thread safety: a generator may be shared by threads; one run (``iter_groups`` /
-    ``complete_many``) at a time uses its slots, a run of another thread waits for it
-    to end. Each decode runs under :attr:`lock`; between decodes other threads may use
-    the ``Llama``. The ``Llama`` itself is not thread-safe: wrap your own calls of it
-    (``create_completion``, ``close`` ...) in ``with llamabatch.llm_lock(llm):`` when
-    generators run in other threads (and do not hold that lock while waiting for a
-    generator another thread is running).
+    Thread safety: one run (``iter_groups`` / ``complete_many``) at a time uses the slots;
+    another thread's waits. Between decodes other threads may use the ``Llama``; wrap your
+    own calls of it in ``with llamabatch.llm_lock(llm):`` (docs/reliability.md).
     """
 
     def __init__(
@@ -141,85 +121,73 @@ class BatchGenerator(Closing):
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
-        page_size: int | None = None,
         backend_sampling: bool | None = None,
     ) -> None:
-        lookahead = _lookahead(lookahead, page_size)
-        # every plain parameter is checked before any library work (n_ctx_seq=None: a
-        # stand-in until the Llama's n_ctx is known)
-        stand_in = DEFAULT_N_CTX_SEQ if n_ctx_seq is None else n_ctx_seq
-        config = BatchConfig(
+        config = BatchConfig(  # every plain parameter is checked before any library work
             slots=slots,
-            n_ctx_seq=stand_in,
+            n_ctx_seq=n_ctx_seq,
             n_batch=n_batch,
             max_tokens=max_tokens,
+            sampling=SamplingParams() if sampling is None else sampling,
             lookahead=lookahead,
+            min_copy_tokens=min_copy_tokens,
+            cache_ram_mib=cache_ram_mib,
+            max_batch_failures=max_batch_failures,
+            backend_sampling=backend_sampling,
         )
-        if sampling is None:
-            sampling = SamplingParams()
-        if not isinstance(sampling, SamplingParams):
-            raise ValueError(
-                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
-            )
-        if not isinstance(min_copy_tokens, int) or min_copy_tokens < 1:
-            raise ParameterError("min_copy_tokens", min_copy_tokens, "an integer >= 1")
-        if (
-            not isinstance(cache_ram_mib, int)
-            or isinstance(cache_ram_mib, bool)
-            or cache_ram_mib < 0
-        ):
-            raise ParameterError(
-                "cache_ram_mib",
-                cache_ram_mib,
-                "an integer >= 0 (MiB; 0 keeps no state in host memory)",
-            )
-        check_max_batch_failures(max_batch_failures)
-        if backend_sampling is not None and not isinstance(backend_sampling, bool):
-            raise ParameterError(
-                "backend_sampling", backend_sampling, "True, False or None (where it pays)"
-            )
+        self._open(llm, backend, config)
+
+    @classmethod
+    def from_config(
+        cls, config: BatchConfig, llm: object = None, *, backend: Backend | None = None
+    ) -> BatchGenerator:
+        """A generator of a ready :class:`~llamabatch.BatchConfig` (what the command line,
+        Ray and ``tune`` pass): ``BatchGenerator(llm, **fields)`` without checking again.
+
+        Raises:
+            TypeError: ``config`` is not a BatchConfig, or as the constructor.
+            ValueError: as the constructor.
+        """
+        gen = cls.__new__(cls)
+        if not isinstance(config, BatchConfig):
+            raise TypeError(f"config is {type(config).__name__}; give a llamabatch.BatchConfig")
+        gen._open(llm, backend, config)
+        return gen
+
+    def _open(self, llm: object, backend: Backend | None, config: BatchConfig) -> None:
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
-        if backend is not None and backend_sampling is not None:
+        if backend is not None and config.backend_sampling is not None:
             raise ValueError(
                 "backend_sampling applies to an llm (a llama_cpp.Llama); a backend decides "
                 "its own sampling (e.g. LlamaBackend(llm, backend_sampling=...))"
             )
-        self.sampling = sampling
         if backend is None:
             _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
-            backend = LlamaBackend(llm, backend_sampling=backend_sampling)
+            backend = LlamaBackend(llm, backend_sampling=config.backend_sampling)
         caps = backend.info
-        if slots > caps.max_slots:
+        if config.slots > caps.max_slots:
             raise ParameterError(
                 "slots",
-                slots,
+                config.slots,
                 f"1 to {caps.max_slots} (llama_max_parallel_sequences(): the most "
                 "sequences this llama.cpp decodes together)",
             )
-        if n_ctx_seq is None:
-            n_ctx_seq = min(DEFAULT_N_CTX_SEQ, caps.n_ctx)
-            config = dataclasses.replace(config, n_ctx_seq=n_ctx_seq)
-        self.config = config
-        check = caps.check_batch_params  # llama.cpp's own limits
-        if check is not None and slots > 1:
-            check(slots, n_ctx_seq, n_batch)
+        if config.n_ctx_seq is None:
+            config = dataclasses.replace(config, n_ctx_seq=min(DEFAULT_N_CTX_SEQ, caps.n_ctx))
+        self.config, self.sampling = config, config.sampling
+        if caps.check_batch_params is not None and config.slots > 1:  # llama.cpp's own limits
+            caps.check_batch_params(config.slots, cast(int, config.n_ctx_seq), config.n_batch)
         self.backend = backend
         self._llm = llm
-        self._scheduler = Scheduler(
-            backend,
-            self.config,
-            min_copy_tokens,
-            cache_ram_mib * 1024 * 1024,
-            max_batch_failures=max_batch_failures,
-            info=caps,
-        )
+        self._scheduler = Scheduler(backend, config, info=caps)
         self.lock = caps.lock if caps.lock is not None else threading.RLock()
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
+        self._template: ChatTemplate | None = None
 
     @staticmethod
     def estimate_memory(
@@ -234,7 +202,7 @@ class BatchGenerator(Closing):
             slots, n_ctx_seq: as for the generator (n_ctx_seq padded up to 256).
 
         Returns:
-            a :class:`llamabatch.llamacpp.kv_size.KvEstimate`; the formula and its
+            a :class:`~llamabatch.KvEstimate`; the formula and its
             source (llama.cpp's ``llama_kv_cache`` constructor) are in that module.
 
         Raises:
@@ -283,11 +251,42 @@ class BatchGenerator(Closing):
         these are the limits of the one that was created."""
         return self._scheduler.limits
 
-    def _samplings(
-        self, prompts: Iterable[object], sampling: SamplingParams | Sequence[SamplingParams] | None
-    ) -> Iterator[tuple[object, SamplingParams]]:
-        """Each prompt with its SamplingParams, checked up front (:func:`per_item_sampling`)."""
-        return per_item_sampling(prompts, self.sampling if sampling is None else sampling)
+    def _requests(
+        self,
+        items: Iterable[object],
+        sampling: SamplingParams | Sequence[SamplingParams] | None,
+        template: ChatTemplate | None = None,
+    ) -> Iterator[Request]:
+        """Each item's request (:func:`~llamabatch.items.resolve_item`, a chat through
+        :func:`~llamabatch.chat.chat_prompt`); a bad item is its request's error."""
+        vocab, n_ctx = self.backend.vocab, self.backend.info.n_ctx
+        pairs = per_item_sampling(items, self.sampling if sampling is None else sampling)
+        for i, (item, base) in enumerate(pairs):
+            try:
+                it = resolve_item(item, base)
+                prompt = it.prompt if it.messages is None else self._chat(it.messages, template)
+            except (ValueError, TypeError, RuntimeError, UnicodeError, LlamaBatchError) as exc:
+                yield Request(i, [], base, error=str(exc))
+                continue
+            yield prepare(i, prompt, it.sampling, vocab, n_ctx)
+
+    def _chat(self, messages: object, template: ChatTemplate | None) -> object:
+        from .chat import chat_prompt
+
+        return chat_prompt(messages, template or self._model_template(), self._llm)
+
+    def _model_template(self) -> ChatTemplate:
+        """The ``Llama``'s chat template (ChatTemplateError when it has none)."""
+        if self._template is None:
+            if self._llm is None:
+                raise ValueError(
+                    "a chat needs a chat template: the generator has a backend and no Llama; "
+                    "give chat(..., template=llamabatch.ChatTemplate(...))"
+                )
+            from .chat import ChatTemplate
+
+            self._template = ChatTemplate.from_llama(self._llm)
+        return self._template
 
     @contextmanager
     def _run(self) -> Iterator[None]:
@@ -309,51 +308,54 @@ class BatchGenerator(Closing):
 
     def iter_groups(
         self,
-        prompts: Iterable[object],
+        items: Iterable[object],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> Iterator[list[Completion]]:
-        """Complete ``prompts``, yielding them a page of ``slots`` items at a time.
+        """Complete ``items``, yielding them a page of ``slots`` items at a time.
 
         Items run in the slot engine as slots free up; a page is yielded as soon as all
         its items are done (later items may already be running: closing the iterator
         loses only those, never a yielded page).
 
         Args:
-            prompts: any iterable of ``str``, UTF-8 ``bytes`` (``bytearray``, a
-                ``memoryview`` of bytes) or lists of token ids; it is read lazily, so a
-                generator of a huge backlog is fine.
+            items: any iterable, read lazily (a generator of a huge backlog is fine), of
+                items: a prompt (``str``, tokenized like ``Llama.create_completion``;
+                UTF-8 ``bytes``, ``bytearray`` or a ``memoryview`` of bytes; a list of
+                token ids), chat messages (a list of ``{"role", "content"}``, formatted
+                with the model's chat template as :meth:`chat` does), or a mapping with
+                exactly one of ``"prompt"`` / ``"messages"`` and the item's own
+                :class:`SamplingParams` fields (and OpenAI's ``response_format``) over
+                ``sampling`` (:mod:`llamabatch.items`).
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
-                one per prompt (default: the generator's ``sampling``).
+                one per item (default: the generator's ``sampling``).
 
         Yields:
             lists of ``slots`` completions (the last one maybe shorter) in input
-            order; all together hold exactly one completion per prompt, ``index``
-            counting from 0.
+            order; all together hold exactly one completion per item, ``index``
+            counting from 0. An item that cannot be completed (a bad field, messages
+            the template refuses, a prompt that cannot be tokenized) has its error in
+            its place.
 
         Raises:
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
-                the prompts' (checked up front for a sized ``prompts``).
+                the items' (checked up front for a sized ``items``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
             GeneratorBusy: this thread is already inside a run of this generator.
-            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
+            TypeError: ``items`` is one ``str``, ``bytes`` or mapping (not a list).
         """
-        _check_many(prompts)
+        _check_many(items)
         self._check_open()
-        return self._pages(self._samplings(prompts, sampling), hand_back=True)
+        return self._pages(self._requests(items, sampling), hand_back=True)
 
-    def _pages(
-        self, prompts: Iterator[tuple[object, SamplingParams]], *, hand_back: bool
-    ) -> Iterator[list[Completion]]:
+    def _pages(self, requests: Iterator[Request], *, hand_back: bool) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
-        slots, backend = self.config.slots, self.backend
-        vocab, n_ctx = backend.vocab, backend.info.n_ctx
-        items = (prepare(i, p, s, vocab, n_ctx) for i, (p, s) in enumerate(prompts))
+        slots = self.config.slots
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
             for finished in self._scheduler.iter_steps(
-                items, self._turn, cast(int, self.config.lookahead)
+                requests, self._turn, cast(int, self.config.lookahead)
             ):
                 for c in finished:
                     done[c.index] = c
@@ -377,35 +379,41 @@ class BatchGenerator(Closing):
 
     def complete_many(
         self,
-        prompts: Iterable[object],
+        items: Iterable[object],
         sampling: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[Completion]:
-        """Complete every prompt; ``result[i]`` belongs to ``prompts[i]``.
+        """Complete every item; ``result[i]`` belongs to ``items[i]``.
 
         Args:
-            prompts, sampling: as for :meth:`iter_groups`.
+            items, sampling: as for :meth:`iter_groups`.
 
         Raises:
-            ValueError: a bad ``sampling`` (see :meth:`iter_groups`).
-            GeneratorClosed: the generator, or its ``Llama``, was closed.
-            TypeError: ``prompts`` is one ``str`` or ``bytes`` (not a list of prompts).
+            ValueError, GeneratorClosed, GeneratorBusy, TypeError: as :meth:`iter_groups`.
         """
-        _check_many(prompts)
+        _check_many(items)
         self._check_open()
-        pages = self._pages(self._samplings(prompts, sampling), hand_back=False)
-        return [c for group in pages for c in group]
+        return self._all(self._requests(items, sampling))
+
+    def _all(self, requests: Iterator[Request]) -> list[Completion]:
+        return [c for page in self._pages(requests, hand_back=False) for c in page]
 
     def chat(
-        self, conversations: Iterable[Sequence[Mapping[str, Any]]], *, template: Any = None
+        self,
+        conversations: Iterable[Sequence[Mapping[str, Any]]],
+        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        template: ChatTemplate | None = None,
     ) -> list[Completion]:
         """Complete chats: each conversation (a list of ``{"role", "content"}`` messages)
         is formatted with the model's own chat template, generation prompt appended, and
-        tokenized as llama-cpp-python's chat handlers do (:mod:`llamabatch.llamacpp.chat`, what
-        ``llamabatch complete`` does with ``messages``).
+        tokenized as llama-cpp-python's chat handlers do
+        (:func:`~llamabatch.chat.chat_prompt`, what ``llamabatch complete`` does
+        with ``messages``).
 
         Args:
             conversations: a list of conversations (a list of message lists).
-            template: a :class:`~llamabatch.llamacpp.chat.ChatTemplate` instead of the model's
+            sampling: as for :meth:`iter_groups`.
+            template: a :class:`~llamabatch.ChatTemplate` instead of the model's
                 (needed with a ``backend`` and no ``Llama``).
 
         Returns:
@@ -418,8 +426,6 @@ class BatchGenerator(Closing):
             ChatTemplateError: the model has no chat template (and none was given).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
         """
-        from .llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
         _check_many(conversations)
         conversations = list(conversations)
         if conversations and isinstance(conversations[0], Mapping):
@@ -427,29 +433,11 @@ class BatchGenerator(Closing):
                 "conversations is one conversation (a list of messages); "
                 "give a list of conversations, e.g. [messages]"
             )
-        if template is None:
-            if self._llm is None:
-                raise ValueError(
-                    "chat needs template= (a llamabatch.llamacpp.chat.ChatTemplate) "
-                    "when the generator has a backend and no Llama"
-                )
-            template = ChatTemplate.from_llama(self._llm)
-        prompts: list[object] = []
-        refused: dict[int, str] = {}
-        for k, messages in enumerate(conversations):
-            try:
-                text = template.render(check_messages(messages))
-                prompts.append(chat_tokens(self._llm, text) if self._llm is not None else text)
-            except (ValueError, TypeError, RuntimeError, UnicodeError) as exc:
-                refused[k] = f"conversation {k}: {exc}"
-                prompts.append([])  # an empty prompt: no model work, replaced below
-        done = self.complete_many(prompts)
-        return [
-            dataclasses.replace(c, error=refused[c.index], finish_reason="error")
-            if c.index in refused
-            else c
-            for c in done
-        ]
+        self._check_open()
+        template = template or self._model_template()  # no template: raised here
+        return self._all(
+            self._requests([{"messages": c} for c in conversations], sampling, template)
+        )
 
 
 class _Turn:
@@ -483,17 +471,3 @@ class _Turn:
             self._gen.lock.__exit__(*sys.exc_info())
             raise
         self._gen.lock.__exit__(exc_type, exc, tb)
-
-
-def _lookahead(lookahead: int | None, page_size: int | None) -> int | None:
-    """``lookahead``, or the deprecated ``page_size`` given in its place."""
-    if page_size is None:
-        return lookahead
-    if lookahead is not None:
-        raise ValueError("lookahead and page_size are both set: give lookahead only")
-    warnings.warn(
-        "BatchGenerator(page_size=...) is deprecated: call it lookahead=...",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return page_size

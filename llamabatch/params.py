@@ -28,6 +28,12 @@ MIN_DEFAULT_LOOKAHEAD = 16
 #: Items per slot that the default look-ahead lets run ahead of the oldest unfinished one.
 LOOKAHEAD_PER_SLOT = 4
 
+#: Failures of the batch path in a row after which batching is off (``max_batch_failures``).
+MAX_BATCH_FAILURES = 3
+
+#: Most KV cache tokens per sequence by default (``n_ctx_seq=None``: at most the model's).
+DEFAULT_N_CTX_SEQ = 4096
+
 
 def _check(ok: bool, name: str, value: object, valid: str) -> None:
     if not ok:
@@ -91,11 +97,18 @@ class SamplingParams:
             two continuations are summed (a form that cannot move the sum by more than
             :data:`~llamabatch.engine.features.labels.SKIP_NATS` is left unfinished). False
             scores each label as written only.
+        score_prompt: score the prompt's own tokens instead of generating:
+            ``Completion.prompt_logprobs`` holds log P(token | the tokens before it) for
+            each prompt token after the first (what a server's ``echo`` with
+            ``logprobs`` gives; a text's log-likelihood). No reply; the prompt needs two
+            tokens at least.
 
     At most one of ``grammar``, ``json_schema``, ``choices`` is set. ``score_choices``
     acts only with ``choices`` (without them the item samples a reply, so that a job's
     ``--score-choices`` applies to the lines that carry labels), and then needs
-    ``n == 1`` (scores are deterministic: one set per prompt).
+    ``n == 1`` (scores are deterministic: one set per prompt). ``score_prompt`` needs
+    ``n == 1`` and none of grammar / json_schema / choices (there is no reply to
+    constrain).
 
     Raises:
         ValueError: a parameter outside its range or of the wrong type (named in the
@@ -122,6 +135,7 @@ class SamplingParams:
     n: int = 1
     score_choices: bool = False
     choice_leading_space: bool = True
+    score_prompt: bool = False
 
     def __post_init__(self) -> None:
         _normalize_reply_fields(self)
@@ -278,9 +292,9 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
 
 
 def _check_samples_and_scores(p: SamplingParams) -> None:
-    """Check ``n``, ``score_choices`` and ``choice_leading_space`` (and ``seed + n - 1``,
-    the seed of the last reply, which must stay below ``LLAMA_DEFAULT_SEED``: that value
-    asks llama.cpp for a random seed)."""
+    """Check ``n``, ``score_choices``, ``choice_leading_space`` and ``score_prompt`` (and
+    ``seed + n - 1``, the seed of the last reply, which must stay below
+    ``LLAMA_DEFAULT_SEED``: that value asks llama.cpp for a random seed)."""
     _check(_is_int(p.n) and 1 <= p.n <= 1024, "n", p.n, "an integer in [1, 1024]")
     _check(
         isinstance(p.score_choices, bool),
@@ -299,6 +313,13 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
             f"n={p.n} with score_choices=True: label scores are deterministic, give n=1 "
             "(or score_choices=False to draw n constrained replies and count votes)"
         )
+    _check(isinstance(p.score_prompt, bool), "score_prompt", p.score_prompt, "True or False")
+    if p.score_prompt and (p.n != 1 or p.constraint is not None):
+        given = f"n={p.n}" if p.n != 1 else f"{p.constraint} is set"
+        raise ValueError(
+            f"score_prompt=True with {given}: scoring the prompt generates no reply, so it "
+            "takes n=1 and none of grammar, json_schema, choices"
+        )
     if p.seed is not None and p.n > 1 and p.seed + p.n - 1 >= LLAMA_DEFAULT_SEED:
         raise ValueError(
             f"seed={p.seed} with n={p.n}: reply j uses seed + j, which must stay below "
@@ -307,73 +328,67 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
 
 
 def default_lookahead(slots: int) -> int:
-    """The largest multiple of ``slots`` that is <= max(16, 4 * slots): 16 for 1, 2 and
-    4 slots, 15 for 3 and 5, 32 for 8, 64 for 16.
-
-    The look-ahead is how far ahead of the oldest unfinished item the engine may start
-    items (so at most that many completions wait to be given back in input order); a
-    multiple of ``slots`` splits into whole pages. Four slots' worth keeps slots busy
-    while one long reply runs (the decode steps this saves on the fake backend are in
-    docs/engine.md).
-    """
+    """The default look-ahead: the largest multiple of ``slots`` that is <= max(16, 4 *
+    slots) (16 for 1, 2 and 4 slots, 15 for 3, 32 for 8): whole pages, and four slots'
+    worth keeps slots busy while a long reply runs (docs/engine.md)."""
     limit = max(MIN_DEFAULT_LOOKAHEAD, LOOKAHEAD_PER_SLOT * slots)
     return max(slots, limit - limit % slots)
 
 
-def default_page_size(slots: int) -> int:
-    """The former name of :func:`default_lookahead`."""
-    return default_lookahead(slots)
-
-
 @dataclass(frozen=True, slots=True)
 class BatchConfig:
-    """The shape of the batch context and of the work.
+    """A run of the slot engine: :class:`~llamabatch.BatchGenerator`'s keyword arguments
+    as one value, checked once (each field's meaning is there). The command line, Ray
+    (:class:`~llamabatch.ray.ProcessorConfig`) and ``tune`` build one and pass it
+    (:meth:`~llamabatch.BatchGenerator.from_config`).
 
-    Attributes:
-        slots: sequences decoded together (llama.cpp ``n_seq_max``), >= 1.
-        n_ctx_seq: tokens of KV cache per sequence requested (prompt + reply); llama.cpp
-            pads it up to a multiple of 256 for a non-unified cache, and the scheduler
-            plans with what was allocated.
-        n_batch: most tokens in one ``llama_decode`` (also ``n_ubatch``), >= 1.
-        max_tokens: most generated tokens per item, >= 1.
-        lookahead: how far ahead of the oldest unfinished item the engine may start
-            items; ``None`` picks :func:`default_lookahead`; a multiple of ``slots``.
+    ``n_ctx_seq`` ``None`` is ``min(4096, n_ctx)`` of the model, set by the generator;
+    ``lookahead`` ``None`` is :func:`default_lookahead`, set here.
 
     Raises:
-        ValueError: a value outside its range (named in the message).
+        ValueError: a value outside its range (:class:`~llamabatch.errors.ParameterError`,
+            named as the field).
     """
 
     slots: int = 4
-    n_ctx_seq: int = 4096
+    n_ctx_seq: int | None = None
     n_batch: int = 512
     max_tokens: int = 200
+    sampling: SamplingParams = SamplingParams()
     lookahead: int | None = None
+    min_copy_tokens: int = 32
+    cache_ram_mib: int = 1024
+    max_batch_failures: int = MAX_BATCH_FAILURES
+    backend_sampling: bool | None = None
 
     def __post_init__(self) -> None:
+        for name, low, valid in (
+            ("slots", 1, "1 = every item alone; the most is llama.cpp's, checked with the model"),
+            ("n_ctx_seq", 1, "tokens per sequence"),
+            ("n_batch", 1, "tokens per llama_decode"),
+            ("max_tokens", 1, ""),
+            ("min_copy_tokens", 1, "prompt tokens a cache copy must save"),
+            ("cache_ram_mib", 0, "MiB; 0 keeps no state in host memory"),
+            ("max_batch_failures", 1, "batch failures in a row before batching is off"),
+        ):
+            value = getattr(self, name)
+            if name == "n_ctx_seq" and value is None:
+                continue
+            _check(
+                _is_int(value) and value >= low,
+                name,
+                value,
+                f"an integer >= {low}" + (f" ({valid})" if valid else ""),
+            )
+        if not isinstance(self.sampling, SamplingParams):
+            raise ValueError(
+                f"sampling is {type(self.sampling).__name__}; expected a llamabatch.SamplingParams"
+            )
         _check(
-            _is_int(self.slots) and self.slots >= 1,
-            "slots",
-            self.slots,
-            "an integer >= 1 (1 = every item alone; the most is llama.cpp's, checked "
-            "when the model is loaded)",
-        )
-        _check(
-            _is_int(self.n_ctx_seq) and self.n_ctx_seq >= 1,
-            "n_ctx_seq",
-            self.n_ctx_seq,
-            "an integer >= 1 (tokens per sequence)",
-        )
-        _check(
-            _is_int(self.n_batch) and self.n_batch >= 1,
-            "n_batch",
-            self.n_batch,
-            "an integer >= 1 (tokens per llama_decode)",
-        )
-        _check(
-            _is_int(self.max_tokens) and self.max_tokens >= 1,
-            "max_tokens",
-            self.max_tokens,
-            "an integer >= 1",
+            self.backend_sampling is None or isinstance(self.backend_sampling, bool),
+            "backend_sampling",
+            self.backend_sampling,
+            "True, False or None (where it pays)",
         )
         lookahead = default_lookahead(self.slots) if self.lookahead is None else self.lookahead
         object.__setattr__(self, "lookahead", lookahead)

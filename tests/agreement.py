@@ -244,19 +244,38 @@ def _log_softmax(row: Any) -> Any:
     return row - (top + math.log(float(np.exp(row - top).sum())))
 
 
+def reference_scores(ref: Any, tokens: Sequence[int], start: int) -> tuple[float, bool]:
+    """On a ``Llama(logits_all=True)`` ``ref``, from one eval of ``tokens``: log P(tokens[start:]
+    | tokens[:start]) (log-softmax of ``scores`` summed) and whether each of those tokens is
+    its row's argmax (greedy)."""
+    import numpy as np
+
+    tokens = list(tokens)
+    ref.reset()
+    ref.eval(tokens)
+    total, greedy = 0.0, True
+    for j in range(start, len(tokens)):
+        row = ref.scores[j - 1]
+        total += float(_log_softmax(row)[tokens[j]])
+        greedy = greedy and int(np.argmax(row)) == tokens[j]
+    return total, greedy
+
+
+def reference_continuation(ref: Any, prompt: str, written: str) -> tuple[float, bool]:
+    """log P(written | prompt) and its greedy flag, ``written`` exactly as given: its tokens are
+    what follows the prompt's own in ``tokenize(prompt + written)`` (BOS as the model wants)."""
+    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
+    full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
+    k = 0
+    while k < min(len(p), len(full)) and p[k] == full[k]:
+        k += 1
+    return reference_scores(ref, full, k)
+
+
 def reference_logprob(ref: Any, prompt: str, label: str) -> float:
     """The label scores' independent computation on a ``Llama(logits_all=True)`` ``ref``:
     log P(label | prompt): the label as written and with one leading space, each the
     sum of log-softmax over its tokens after the prompt's, from one eval of the whole."""
-    p = ref.tokenize(prompt.encode(), add_bos=True, special=True)
-    parts = []
-    for written in (label, " " + label):
-        full = ref.tokenize((prompt + written).encode(), add_bos=True, special=True)
-        k = 0
-        while k < min(len(p), len(full)) and p[k] == full[k]:
-            k += 1
-        ref.reset()
-        ref.eval(full)
-        parts.append(sum(_log_softmax(ref.scores[j - 1])[full[j]] for j in range(k, len(full))))
+    parts = [reference_continuation(ref, prompt, w)[0] for w in (label, " " + label)]
     top = max(parts)
     return top + math.log(sum(math.exp(v - top) for v in parts))

@@ -126,6 +126,9 @@ PRESETS: dict[str, Shape] = {
     "1b": Shape(128256, 2048, 16, 32, 8, 8192),
     # a CPU-sized model with a real vocabulary (~9 M parameters)
     "small": Shape(32000, 256, 4, 4, 2, 768),
+    # Llama 3's vocabulary on a tiny body: a decode that is mostly the output layer, as
+    # on a GPU the host work per step shows (benchmarks/host_cost.py)
+    "widevocab": Shape(128256, 128, 2, 4, 2, 512),
     # for tests: loads in milliseconds
     "tiny": Shape(512, 64, 2, 4, 2, 128, n_ctx_train=2048),
 }

@@ -116,11 +116,11 @@ def instrumented_alone(llm: Any, prompts: Sequence[str], cap: int) -> dict[str, 
     import llama_cpp.llama_cpp as binding
 
     from llamabatch import SamplingParams
-    from llamabatch.measure.baseline import LlamaLoop
+    from llamabatch.measure.one_at_a_time import LlamaLoop
     from llamabatch.measure.records import WorkItem
 
     greedy = SamplingParams(temperature=0.0)
-    items = [WorkItem(k, p, p, greedy) for k, p in enumerate(prompts)]
+    items = [WorkItem(k, p, greedy) for k, p in enumerate(prompts)]
     loop = LlamaLoop(llm, cap)  # bench's one at a time: Llama.create_completion per item
     spent: dict[str, float] = defaultdict(float)
     calls: dict[str, int] = defaultdict(int)

@@ -1,77 +1,6 @@
-"""The bench's report: the JSON document, the header lines, the raw table (formatted
-and parsed) and the workload table.
-
-JSON document (``llamabatch bench --json OUT``), ``schema == "llamabatch.bench/1"``::
-
-    {
-      "schema": str,                      # "llamabatch.bench/1"
-      "header": {
-        "started_at": str,                # ISO 8601, UTC
-        "host": str, "platform": str, "python": str,
-        "cpu_model": str, "cpu_count": int, "threads": int | null,
-        "gpu_offload": bool,              # layers offloaded to a GPU device
-        "n_gpu_layers": int,
-        "devices": [{"name": str, "description": str, "type": str,
-                     "memory_total": int | null}],
-        "system_info": str | null,        # llama_print_system_info()
-        "model_path": str, "model_name": str | null, "model_arch": str | null,
-        "model_size_bytes": int | null, "quantization": str,
-        "n_ctx_seq": int | null,          # per sequence, as allocated (raw bench context);
-                                          # with only the workload, the workload's
-        "n_ctx_seq_of": "workload",       # present only then
-        "n_batch": int,
-        "llama_cpp_python_version": str,
-        "llama_cpp_version": str          # "<llama_version> (ggml <v>, commit <c>)" or "unknown"
-      },
-      "params": {"slots": [int], "parts": [str],   # parts: "raw" and/or "workload"
-                 "n_batch": int, "seed": int,
-                 "prompt_tokens": int, "gen_tokens": int, "rounds": int,
-                 "workload": str, "items": int, "workload_rounds": int,
-                 "max_tokens": int | null,        # null: the workload's reply cap
-                 "prompts": str | null,           # --prompts FILE (workload "prompts")
-                 "temperature": float,            # of a file's items that set none
-                 "n_ctx_seq": int},               # of a file's workload, both paths
-      "raw": {
-        "columns": [str],                 # RAW_COLUMNS, llama-batched-bench's headers
-        "rows": [{                        # one per B, in --slots order; keys as
-          "pp": int, "tg": int, "pl": int, "n_kv": int,   # llama-batched-bench's jsonl
-          "t_pp": float, "speed_pp": float, "t_tg": float, "speed_tg": float,
-          "t": float, "speed": float,
-          "rounds": [{"t_pp": float, "t_tg": float}],     # every measurement
-          "split": {"steps": int,         # the TG steps of all rounds, where they went
-                    "decode_s": float, "logits_s": float, "sampling_s": float,
-                    "other_s": float,     # seconds summed (Stats.step_split)
-                    "backend_sampled_rows": int} | null
-        }]
-      } | null,
-      "workload": {                       # one at a time vs each B (llamabatch.measure.compare)
-        "name": str,                      # S, U, L, tagging, or "prompts" (a file)
-        "items": int, "rounds": int, "max_tokens": int,
-        "n_ctx_seq": int,                 # asked for: longest prompt + max_tokens, padded
-                                          # (a file: --n-ctx-seq)
-        "prompt_tokens": [int],           # per item (of the first round)
-        "prompts": {                      # the workload of a file (--prompts)
-          "file": str, "n_prompts": int, "items_seed": int, "items_per_round": int,
-          "item_ids": [[str | int]],      # per round its items' ids, disjoint rounds
-          "warmup_id": str | int | null   # the untimed item (null: a built-in prompt)
-        } | null,                         # null: a synthetic workload
-        "rows": [{
-          "b": int,                       # 1 = one at a time
-          "per_item_s": [float],          # per round: wall seconds / items
-          "median_per_item_s": float,
-          "ratio": [float],               # per round: per_item_s / alone's per_item_s
-          "ratio_median": float, "ratio_min": float, "ratio_max": float,
-          "items_per_hour": float,        # 3600 / median_per_item_s
-          "tokens_per_item": float,       # generated tokens per item (mean over rounds)
-          "items_batched": int, "items_alone": int,
-          "items_failed": int,            # items that ended with an error (timed rounds)
-          "first_error": str | null,      # the first of their errors
-          "batch_disabled_reason": str | null
-        }]
-      } | null,
-      "wall_s": float                     # the whole command
-    }
-"""
+"""The bench's report: the JSON document (``llamabatch.bench/1``, its fields in
+docs/bench.md), the header lines, the raw table (formatted and parsed) and the workload
+table."""
 
 from __future__ import annotations
 
@@ -242,7 +171,8 @@ def workload_rows(settings: Sequence[SettingReport], rounds: Sequence[Round]) ->
 
 
 def format_workload_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The workload table: per B the median s/item, the ratio to alone, items/hour."""
+    """The workload table: per B (1: one at a time) the median s/item, the ratio to one at a
+    time, items/hour."""
     head = ("B", "s/item", "ratio", "min", "max", "items/h", "tok/item", "batched")
     lines = [
         "|%6s | %8s | %6s | %6s | %6s | %8s | %8s | %7s |" % head,
@@ -253,7 +183,7 @@ def format_workload_table(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             "|%6s | %8.3f | %6.3f | %6.3f | %6.3f | %8.0f | %8.1f | %7s |"
             % (
-                "alone" if r["b"] == 1 else str(r["b"]),
+                str(r["b"]),
                 r["median_per_item_s"],
                 r["ratio_median"],
                 r["ratio_min"],

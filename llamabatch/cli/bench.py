@@ -1,4 +1,4 @@
-"""``llamabatch bench``: tokens/s per slot count, and a tagging workload alone vs batched.
+"""``llamabatch bench``: tokens/s per slot count, and a tagging workload one at a time vs batched.
 
 Prints on standard output a header naming the device, model and versions, then two
 tables (a progress bar runs on stderr):
@@ -51,16 +51,16 @@ from ..bench.report import (
 from ..engine.backend import Backend
 from ..errors import ParameterError
 from ..generator import BatchGenerator
-from ..measure.baseline import LlamaLoop, check_one_reply
-from ..measure.compare import BASELINE, compare, setting_name, slots_of, warmup_item
+from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from ..measure.one_at_a_time import LlamaLoop, check_one_reply
 from ..measure.raw import ctx_per_seq, run_raw
-from ..measure.records import FileItems, WorkItem, seeded
+from ..measure.records import WorkItem, seeded
 from ..measure.rounds import items_per_round, sample_rounds
 from ..measure.summary import summarize
 from ..measure.workloads import WORKLOADS, Workload, tagging, warmup_prompt
-from ..params import BatchConfig, SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from . import options
-from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
+from .common import EXIT_OK, SUMMARIES, UsageError, guarded, usage_error, warner
 from .complete import DEFAULT_TEMPERATURE, add_format_option, add_text_line_options
 from .job.items import read_items
 from .job.report import progress_bar
@@ -113,7 +113,7 @@ class BenchParams:
     # the workload of a file (--prompts)
     prompts: str | None = None
     temperature: float = DEFAULT_TEMPERATURE
-    n_ctx_seq: int = _BATCH_DEFAULTS.n_ctx_seq
+    n_ctx_seq: int = DEFAULT_N_CTX_SEQ
 
     @property
     def reply_cap(self) -> int:
@@ -172,19 +172,20 @@ class BenchSetup:
         make_backend: a fresh backend (its batch context not open) for the raw bench.
         make_generator: ``make_generator(B, n_ctx_seq, max_tokens)``: a
             ``BatchGenerator`` with ``slots=B``.
-        tokenize: token ids of a prompt, as the generators will count them.
+        tokenize: token ids of a prompt (a string, or a chat's messages), as the
+            generators will count them.
         header: :func:`llamabatch.bench.host.collect_header`'s dict (``n_ctx_seq`` filled in
             by the bench).
-        alone: ``alone(max_tokens)``: the workload's one at a time, the ``Llama`` in a
-            loop (:class:`~llamabatch.measure.baseline.LlamaLoop`); ``None``:
+        one_at_a_time: ``one_at_a_time(max_tokens)``: the workload's one at a time, the
+            ``Llama`` in a loop (:class:`~llamabatch.measure.one_at_a_time.LlamaLoop`); ``None``:
             ``BatchGenerator(slots=1)``.
     """
 
     make_backend: Callable[[], Backend]
     make_generator: Callable[[int, int, int], BatchGenerator]
-    tokenize: Callable[[str], Sequence[int]]
+    tokenize: Callable[[Any], Sequence[int]]
     header: dict[str, Any]
-    alone: Callable[[int], LlamaLoop] | None = None
+    one_at_a_time: Callable[[int], LlamaLoop] | None = None
 
 
 # -- output --------------------------------------------------------------------------------
@@ -201,27 +202,17 @@ def bench(
     err: IO[str] | None = None,
     json_path: Path | None = None,
     quiet: bool = False,
-    items: FileItems | None = None,
+    items: Sequence[WorkItem] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """Run the raw bench and the workload, print the header and tables on ``out``.
-
-    Args:
-        setup, params: where and what (``params.workload == "prompts"``: the workload
-            is ``items``, a file's items).
-        out, err: the tables, and the progress bars (default: ``sys.stdout`` and
-            ``sys.stderr`` as they are when called).
-        json_path: also write the JSON document there.
-        quiet: no progress bars.
-        items: the items of ``params.prompts`` (needed exactly when it is set).
-        clock: the workload's clock (seconds, monotonic).
-
-    Returns:
-        the JSON document (also written to ``json_path`` when given).
+    """Run the raw bench and the workload, print the header and tables on ``out`` (and
+    progress bars on ``err``, unless ``quiet``), write the JSON document to ``json_path``
+    when given, and return it. ``items``: the items of ``params.prompts`` (given exactly
+    when it names a file); ``clock`` times the workload.
 
     Raises:
-        ValueError: ``items`` given without ``params.prompts`` or missing with it;
-            sizes that do not fit; too few items for disjoint rounds.
+        ValueError: ``items`` without ``params.prompts`` or missing with it; sizes that do
+            not fit; too few items for disjoint rounds.
     """
     if (items is None) != (params.prompts is None):
         raise ValueError("give items exactly when params.prompts names a file")
@@ -294,12 +285,12 @@ def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
     greedy = SamplingParams(temperature=0.0)
     rounds = [
         [
-            WorkItem(k, p, p, greedy)
+            WorkItem(k, p, greedy)
             for k, p in enumerate(w.prompts(params.items, setup.tokenize, params.seed + r))
         ]
         for r in range(params.workload_rounds)
     ]
-    lengths = [[_prompt_length(setup, it.engine) for it in items] for items in rounds]
+    lengths = [[_prompt_length(setup, it.prompt) for it in items] for items in rounds]
     n_ctx_seq = ctx_per_seq(max(map(max, lengths)) + params.reply_cap)
     warm = warmup_prompt()
     what = (
@@ -307,27 +298,29 @@ def _synthetic(setup: BenchSetup, params: BenchParams) -> _Work:
         f"({w.description.split(', replies')[0]}; first round "
         f"{min(lengths[0])}-{max(lengths[0])} tokens), replies up to {params.reply_cap} "
         f"tokens (natural stops, greedy), {params.workload_rounds} rounds of fresh prompts; "
-        "ratio = s/item over s/item alone (Llama.create_completion one at a time, or "
+        "ratio = s/item over s/item one at a time (Llama.create_completion, or "
         "BatchGenerator(slots=1) without a Llama) in the same round (< 1: batching saves "
         "time)"
     )
-    return _Work(rounds, WorkItem("warmup", warm, warm, greedy), n_ctx_seq, lengths[0], what)
+    return _Work(rounds, WorkItem("warmup", warm, greedy), n_ctx_seq, lengths[0], what)
 
 
-def _file_rounds(setup: BenchSetup, params: BenchParams, items: FileItems) -> _Work:
+def _file_rounds(setup: BenchSetup, params: BenchParams, items: Sequence[WorkItem]) -> _Work:
     """Disjoint rounds of a file's items, drawn as tune draws them; one item in no round
     warms up (a built-in prompt when every item is in a round)."""
     rounds = params.workload_rounds
+    path = params.prompts
     per_round = items_per_round(
-        len(items), rounds, params.items, names=("workload_rounds", "items"), source=items.path
+        len(items), rounds, params.items, names=("workload_rounds", "items"), source=path
     )
-    check_one_reply(items.samplings, lambda i: f"{items.path} item {items.ids[i]!r}", "bench")
-    work = seeded(items.work_items())
+    samplings = [it.sampling for it in items]
+    check_one_reply(samplings, lambda i: f"{path} item {items[i].id!r}", "bench")
+    work = seeded(items)
     chosen = sample_rounds(len(items), rounds, per_round, params.seed)
     warm, spare = warmup_item(work, chosen)
-    lengths = [_prompt_length(setup, items.engine[i]) for i in chosen[0]]
+    lengths = [_prompt_length(setup, items[i].prompt) for i in chosen[0]]
     what = (
-        f"workload prompts ({items.path}): {per_round} items per round of "
+        f"workload prompts ({path}): {per_round} items per round of "
         f"{len(items)}, {rounds} round{'s' if rounds != 1 else ''} of disjoint items "
         f"(sampled with seed {params.seed}; first round {min(lengths)}-{max(lengths)} "
         f"prompt tokens), each with its own sampling and constraint (temperature "
@@ -337,21 +330,21 @@ def _file_rounds(setup: BenchSetup, params: BenchParams, items: FileItems) -> _W
         "the same round (< 1: batching saves time)"
     )
     prompts = {
-        "file": items.path,
+        "file": path,
         "n_prompts": len(items),
         "items_seed": params.seed,
         "items_per_round": per_round,
-        "item_ids": [[items.ids[i] for i in r] for r in chosen],
-        "warmup_id": None if spare is None else items.ids[spare],
+        "item_ids": [[items[i].id for i in r] for r in chosen],
+        "warmup_id": None if spare is None else items[spare].id,
     }
     rounds_items = [[work[i] for i in r] for r in chosen]
     return _Work(rounds_items, warm, params.n_ctx_seq, lengths, what, prompts)
 
 
 def _prompt_length(setup: BenchSetup, prompt: object) -> int:
-    if isinstance(prompt, str):
-        return len(setup.tokenize(prompt))
-    return len(cast("Sequence[int]", prompt))  # a chat's token ids
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return len(prompt)  # token ids
+    return len(setup.tokenize(prompt))
 
 
 def _workload(
@@ -374,13 +367,13 @@ def _workload(
             engine,
             lambda b: setup.make_generator(b, work.n_ctx_seq, cap),
             warmup=work.warmup,
-            alone=None if setup.alone is None else setup.alone(cap),
+            one_at_a_time=None if setup.one_at_a_time is None else setup.one_at_a_time(cap),
             progress=bar.update,
             clock=clock,
         )
     finally:
         bar.close()
-    names = [BASELINE, *map(setting_name, engine)]
+    names = [ONE_AT_A_TIME, *map(setting_name, engine)]
     settings = [
         summarize(n, slots_of(n), done.rounds, n_prompts=n_items, has_labels=False) for n in names
     ]
@@ -388,7 +381,7 @@ def _workload(
     print(f"\n{work.what}", file=out)
     print(format_workload_table(rows), file=out, flush=True)
     for r, s in zip(rows, settings):
-        label = "alone" if r["b"] == 1 else f"B={r['b']}"
+        label = "one at a time" if r["b"] == 1 else f"B={r['b']}"
         if r["batch_disabled_reason"]:
             print(f"note: {label}: batching was off: {r['batch_disabled_reason']}", file=out)
         if s.n_failed:
@@ -416,7 +409,14 @@ def llama_setup(
     from ..llamacpp.backend import LlamaBackend
 
     greedy = SamplingParams(temperature=0.0)
-    tokenizer = LlamaBackend(llm)
+    vocab = LlamaBackend(llm).vocab
+
+    def tokenize(prompt: Any) -> Sequence[int]:
+        if isinstance(prompt, str):
+            return vocab.tokenize(prompt)
+        from ..chat import ChatTemplate, chat_prompt
+
+        return cast("list[int]", chat_prompt(prompt, ChatTemplate.from_llama(llm), llm))
 
     def make_generator(b: int, n_ctx_seq: int, max_tokens: int) -> BatchGenerator:
         return BatchGenerator(
@@ -439,7 +439,7 @@ def llama_setup(
     return BenchSetup(
         lambda: LlamaBackend(llm),
         make_generator,
-        tokenizer.vocab.tokenize,
+        tokenize,
         header,
         lambda max_tokens: LlamaLoop(llm, max_tokens),
     )
@@ -481,7 +481,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "workload items per round (default: 8; with --prompts "
                 "min(8, prompts // workload rounds))",
             ),
-            ("workload_rounds", int, "N", "workload rounds, each runs alone then every B"),
+            ("workload_rounds", int, "N", "workload rounds, each runs one at a time then every B"),
             (
                 "max_tokens",
                 int,
@@ -610,7 +610,7 @@ def _run(args: argparse.Namespace) -> int:
                 system=args.system,
                 template=args.template,
                 raw=args.raw,
-                warn=lambda m: print(f"{PROG}: warning: {m}", file=sys.stderr, flush=True),
+                warn=warner(PROG),
                 command="bench",
             )
             items = options.per_round(len(read.items), args, "--workload-rounds")
@@ -641,7 +641,7 @@ def _run(args: argparse.Namespace) -> int:
         if "raw" in params.parts:  # which also holds the raw bench's PP + TG
             n_ctx = max(params.prompt_tokens + params.gen_tokens, n_ctx)
     with loaded_llama(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=args.n_gpu_layers) as llm:
-        file_items = None if read is None else read.file_items(llm)
+        file_items = None if read is None else read.work_items(llm)
         try:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)
             bench(setup, params, json_path=args.json, quiet=args.quiet, items=file_items)

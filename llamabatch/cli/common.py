@@ -28,6 +28,7 @@ SUMMARIES = {
     "complete": "complete every prompt of a JSONL or text file",
     "bench": "measure tokens/s per slot count and a tagging workload",
     "tune": "measure which --slots pays on this machine, model and prompts",
+    "eval": "run lm-evaluation-harness tasks on a GGUF model (needs the eval extra)",
     "doctor": "check that llama-cpp-python, llama.cpp and the model work on this machine",
 }
 
@@ -53,6 +54,17 @@ def usage_error(exc: Exception, args: argparse.Namespace) -> UsageError:
         flag = "--" + exc.name.replace("_", "-")
         return UsageError(f"{flag} {exc.value} is out of range: valid is {exc.valid}")
     return UsageError(str(exc))
+
+
+def note(args: argparse.Namespace, message: str) -> None:
+    """Print ``llamabatch: message`` on stderr, unless ``--quiet``."""
+    if not args.quiet:
+        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
+
+
+def warner(prog: str) -> Callable[[str], None]:
+    """``warn(message)``: print ``prog: warning: message`` on stderr."""
+    return lambda message: print(f"{prog}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def error_line(prog: str, message: object) -> None:

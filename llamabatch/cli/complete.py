@@ -42,11 +42,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..completion import Completion
-from ..errors import LlamaBatchError, ParameterError
-from ..params import BatchConfig, SamplingParams
+from ..errors import LlamaBatchError
+from ..items import item_fields, with_fields
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
 from . import options
@@ -58,14 +59,16 @@ from .common import (
     UsageError,
     error_line,
     guarded,
+    note,
     usage_error,
+    warner,
 )
-from .job.fields import with_fields
 from .job.input import (
     FORMATS,
-    Entry,
-    PromptItem,
-    model_prompts,
+    Line,
+    LineItem,
+    item_samplings,
+    job_items,
     read_prompts,
     with_chat_prompts,
     with_text_template,
@@ -78,11 +81,17 @@ from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
 PROG = "llamabatch complete"
+_warn = warner(PROG)
 
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1
 _SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
-_BATCH_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BatchConfig)}
+#: ``BatchConfig``'s defaults, with a number of tokens per sequence (the model is loaded
+#: with that context).
+BATCH_DEFAULTS = {
+    **{f.name: f.default for f in dataclasses.fields(BatchConfig)},
+    "n_ctx_seq": DEFAULT_N_CTX_SEQ,
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     options.add(p, "--model")
     options.add_fields(
         p,
-        _BATCH_DEFAULTS,
+        BATCH_DEFAULTS,
         [
             ("slots", int, "N", "sequences decoded together; 1 = no batching"),
             (
@@ -163,8 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="with --server: most completions per page written together (default: 16); "
-        "without: the former name of --lookahead (deprecated)",
+        help="with --server or --ray: most completions per page written together (locally "
+        "a page is --slots items) (default: 16)",
     )
     add_item_options(p)
     p.add_argument(
@@ -188,8 +197,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quiet",
         help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
     )
-    remote_cli.add_arguments(p)
-    ray_cli.add_arguments(p)
+    for cli in (remote_cli, ray_cli):
+        options.add_group(p, cli.GROUP, cli.OPTIONS)
     p.set_defaults(func=run)
 
 
@@ -199,7 +208,7 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
     --json-schema, --grammar) and the text-line template; shared with ``llamabatch tune``
     (read back with :func:`sampling_params`)."""
     add_format_option(p)
-    defaults = {**_SAMPLING_DEFAULTS, **_BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
+    defaults = {**_SAMPLING_DEFAULTS, **BATCH_DEFAULTS, "temperature": DEFAULT_TEMPERATURE}
     options.add_fields(
         p,
         defaults,
@@ -345,59 +354,33 @@ def _constraint(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    """The :class:`SamplingParams` of the options :func:`add_item_options` added.
+    """The :class:`SamplingParams` of the options :func:`add_item_options` added: the
+    job's default item fields (:func:`llamabatch.items.item_fields`).
 
     Raises:
         ValueError: a value out of range, or a constraint file that cannot be read.
     """
-    return SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop or ()),
-        n=args.n,
-        score_choices=args.score_choices,
-        **_constraint(args),
-    )
+    flags = {k: v for k, v in vars(args).items() if k not in BATCH_DEFAULTS}
+    flags.update({"choices": None, "json_schema": None, "grammar": None, **_constraint(args)})
+    return with_fields(SamplingParams(), item_fields(flags))
 
 
-def _lookahead(args: argparse.Namespace, pool: bool) -> int | None:
-    """``--lookahead``, or ``--page-size`` in its former local meaning (deprecated);
-    with a pool of servers ``--page-size`` is the pool's page and ``--slots`` plays no
-    part."""
-    if pool or args.page_size is None:
-        return args.lookahead
-    if args.lookahead is not None:
-        raise ValueError("--lookahead and --page-size are both set: give --lookahead only")
-    _warn("--page-size without --server is deprecated: call it --lookahead")
-    return args.page_size
+def config_of(args: argparse.Namespace, paged: bool = False) -> BatchConfig:
+    """The run's :class:`BatchConfig`: its fields from the options named as them, the
+    sampling from :func:`sampling_params` (checked once, named by flag through
+    :func:`~.common.usage_error`).
 
-
-def _params(args: argparse.Namespace, pool: bool) -> tuple[SamplingParams, BatchConfig]:
-    sampling = sampling_params(args)
-    config = BatchConfig(
-        slots=args.slots,
-        n_ctx_seq=args.n_ctx_seq,
-        n_batch=args.n_batch,
-        max_tokens=args.max_tokens,
-        lookahead=_lookahead(args, pool),
-    )
+    Raises:
+        ValueError: a value out of range, ``--page-size`` unless ``paged`` (a pool or Ray).
+    """
+    if args.page_size is not None and not paged:
+        raise ValueError(
+            "--page-size is the page of --server and --ray; a local run writes pages of "
+            "--slots items"
+        )
     options.check_threads(args.threads)
-    if args.cache_ram_mib < 0:
-        raise ParameterError("cache_ram_mib", args.cache_ram_mib, "an integer >= 0 (MiB; 0 = off)")
-    return sampling, config
-
-
-def _note(args: argparse.Namespace, message: str) -> None:
-    if not args.quiet:
-        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
-
-
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
+    given = {k: getattr(args, k) for k in BATCH_DEFAULTS if hasattr(args, k)}
+    return BatchConfig(**{**given, "sampling": sampling_params(args)})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -413,7 +396,7 @@ class _Job:
     """
 
     args: argparse.Namespace
-    todo: list[Entry]
+    todo: list[Line]
     out: Output
     skipped: int
     t0: float
@@ -422,7 +405,7 @@ class _Job:
     model: str = "llamabatch"
     n_ctx: int | None = None
 
-    def record(self, item: PromptItem, completion: Completion) -> dict[str, Any]:
+    def record(self, item: LineItem, completion: Completion) -> dict[str, Any]:
         """The output line of a completed item, in the chosen --output-format; a prompt
         too long for the model context says which flag sets it."""
         if self.n_ctx is not None and not completion.ok:
@@ -446,7 +429,7 @@ class _Job:
         return error_record(bad)
 
     def records(
-        self, items: list[PromptItem], positions: list[int], group: list[Completion]
+        self, items: list[LineItem], positions: list[int], group: list[Completion]
     ) -> Iterator[dict[str, Any]]:
         """The records of one group, after the bad lines that come before it."""
         for completion in group:
@@ -500,10 +483,9 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     urls = remote_cli.server_urls(args)
     try:
-        sampling, config = _params(args, pool=bool(urls))
+        config = config_of(args, paged=bool(urls) or args.ray is not None)
     except ValueError as exc:
         raise usage_error(exc, args) from None
-    urls = remote_cli.server_urls(args)
     ray_cli.check(args, urls)
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
@@ -519,6 +501,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    item_samplings(entries, config.sampling, args.prompts)  # each line with the flags
     interrupts = Interrupts()
     with (
         open_output(
@@ -531,40 +514,34 @@ def _run(args: argparse.Namespace) -> int:
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
         if foreign:  # --keep-other-ids
-            _note(
+            note(
                 args,
                 f"{out.where} holds {foreign} ids that are not in {args.prompts} "
                 "(kept as they are)",
             )
-        if not any(isinstance(e, PromptItem) for e in todo):
+        if not any(isinstance(e, LineItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
-            gen = remote_cli.open_generator(args, urls, sampling, config.max_tokens, args.page_size)
-            return _generate(job, gen, remote_cli.item_prompts, remote_cli.pool_note, interrupts)
-        path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
-        job.model, job.n_ctx = path.name, config.n_ctx_seq
+            gen = remote_cli.open_generator(args, urls, config)
+            return _generate(job, gen, job_items, remote_cli.pool_note, interrupts)
+        path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
+        job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
-            gen = ray_cli.open_job(args, path, sampling, config, args.cache_ram_mib)
+            gen = ray_cli.open_job(args, path, config)
             return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
         with loaded_llama(
-            path, n_ctx=config.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
+            path, n_ctx=job.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, sampling, config, args)
-            return _generate(
-                job,
-                gen,
-                lambda items: model_prompts(llm, items),
-                lambda g: batching_note(config.slots, g.stats),
-                interrupts,
-                lambda items: [with_fields(sampling, it.fields) for it in items],
-            )
+            gen = _local_generator(llm, config, args)
+            summary = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
+            return _generate(job, gen, job_items, summary, interrupts)
 
 
-def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry]) -> None:
+def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]) -> None:
     """With --resume, check that OUT may be continued with this input (no ids of another
     input unless --keep-other-ids, no line of an id in OUT changed since); then keep the
     input's fingerprint beside OUT (:mod:`.job.resume`).
@@ -587,7 +564,7 @@ def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Entry
     write_fingerprint(out.path, args.prompts, entries, kept)
 
 
-def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry]) -> int:
+def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]) -> int:
     try:
         with interrupts.held():
             job.out.write(job.rest())
@@ -601,22 +578,11 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Entry
     return EXIT_OK
 
 
-def _local_generator(
-    llm: Any, sampling: SamplingParams, config: BatchConfig, args: argparse.Namespace
-) -> Any:
+def _local_generator(llm: Any, config: BatchConfig, args: argparse.Namespace) -> Any:
     from .. import BatchGenerator
 
     try:
-        return BatchGenerator(
-            llm,
-            slots=config.slots,
-            n_ctx_seq=config.n_ctx_seq,
-            n_batch=config.n_batch,
-            max_tokens=config.max_tokens,
-            sampling=sampling,
-            lookahead=config.lookahead,
-            cache_ram_mib=args.cache_ram_mib,
-        )
+        return BatchGenerator.from_config(config, llm)
     except ValueError as exc:  # e.g. more slots than llama.cpp allows
         raise usage_error(exc, args) from None
 
@@ -624,29 +590,19 @@ def _local_generator(
 def _generate(
     job: _Job,
     gen: Any,
-    prompts: Callable[[list[PromptItem]], Iterable[object]],
-    note: Callable[[Any], str],
+    items_of: Callable[[list[LineItem]], Iterable[object]],
+    summary_of: Callable[[Any], str],
     interrupts: Interrupts,
-    samplings_of: Callable[[list[PromptItem]], list[SamplingParams]] | None = None,
 ) -> int:
-    """Write the records of ``gen.iter_groups(prompts(items), samplings_of(items))`` page
-    by page (each item's own sampling params: the flags' with its line's fields)."""
+    """Write the records of ``gen.iter_groups(items_of(items))`` page by page (the
+    generator's sampling is the flags', each item mapping carries its line's fields)."""
     t_gen = time.perf_counter()
-    items = [e for e in job.todo if isinstance(e, PromptItem)]
-    positions = [k for k, e in enumerate(job.todo) if isinstance(e, PromptItem)]
-    try:
-        samplings = None if samplings_of is None else samplings_of(items)
-    except ValueError as exc:  # e.g. a line's choices with the flags' grammar
-        raise UsageError(str(exc)) from None
+    items = [e for e in job.todo if isinstance(e, LineItem)]
+    positions = [k for k, e in enumerate(job.todo) if isinstance(e, LineItem)]
     bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
-            groups = (
-                gen.iter_groups(prompts(items))
-                if samplings is None
-                else gen.iter_groups(prompts(items), samplings)
-            )
-            for group in groups:
+            for group in gen.iter_groups(items_of(items)):
                 with interrupts.held():
                     job.out.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)
@@ -676,5 +632,5 @@ def _generate(
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     bar.close()
-    job.summary(time.perf_counter() - t_gen, note(gen))
+    job.summary(time.perf_counter() - t_gen, summary_of(gen))
     return EXIT_OK

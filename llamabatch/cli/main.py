@@ -27,22 +27,22 @@ from .common import (
 )
 
 #: The subcommands that need llama-cpp-python (their modules import the real backend).
-NEEDS_LLAMA_CPP = ("complete", "bench", "tune")
+NEEDS_LLAMA_CPP = ("complete", "bench", "tune", "eval")
 
-#: Why ``complete``, ``bench`` and ``tune`` cannot run: llama-cpp-python is missing or
-#: outside the supported range (``None`` when it is fine). ``--help`` still lists them,
-#: saying why and how to install it; ``doctor`` and ``--version`` still work, to say what
-#: is installed.
+#: Why those cannot run: llama-cpp-python is missing or outside the supported range
+#: (``None`` when it is fine). ``--help`` still lists them, saying why and how to install
+#: it; ``doctor`` and ``--version`` still work, to say what is installed.
 UNAVAILABLE: str | None = None
 try:
     check_version()
     from . import bench, complete, tune
+    from . import eval as evaluate  # the module of `llamabatch eval`
 except LibraryError as exc:
     UNAVAILABLE = str(exc)
     #: Modules that each add one subcommand, in the order they appear in ``--help``.
     SUBCOMMANDS: tuple = (doctor,)
 else:
-    SUBCOMMANDS = (complete, bench, tune, doctor)
+    SUBCOMMANDS = (complete, bench, tune, evaluate, doctor)
 
 
 def _version() -> str:

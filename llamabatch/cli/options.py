@@ -1,12 +1,6 @@
-"""Options the subcommands share, declared once: their names, defaults and help.
-
-:func:`subcommand` adds a subcommand's parser (its help and description, ``--model``);
-:func:`add` puts one of :data:`SHARED`'s options on a parser (a subcommand may give its
-own default or help where its meaning differs); :func:`add_fields` declares options that
-set the fields of a parameters dataclass (``--top-k`` sets ``top_k``, its default is the
-field's); :func:`check_threads` is the one check of ``--threads``,
-:func:`check_output_file` of an output file (``--json``, ``--plot``), :func:`per_round` of
-a measuring command's rounds and ``--items`` against its prompts file.
+"""Options the subcommands share, declared once (:data:`SHARED`, :data:`SCRIPT`), the
+parsers made of them (:func:`subcommand`, :func:`script_parser`, :func:`add_fields`: an
+option per dataclass field, :func:`add_group`) and the checks every command makes alike.
 """
 
 from __future__ import annotations
@@ -102,6 +96,16 @@ def per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def add_group(
+    parser: argparse.ArgumentParser, group: tuple[str, str], flags: Mapping[str, dict[str, Any]]
+) -> None:
+    """Add the argument group ``(title, text)`` of ``flags`` (flag -> ``add_argument``
+    keywords; default ``None`` unless given)."""
+    added = parser.add_argument_group(*group)
+    for flag, kwargs in flags.items():
+        added.add_argument(flag, **{"default": None, **kwargs})
 
 
 def add(parser: argparse.ArgumentParser, flag: str, **overrides: Any) -> None:

@@ -22,19 +22,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
-from .common import EXIT_OK, SUMMARIES, ArgumentParser, UsageError, guarded, usage_error
+from .common import (
+    EXIT_OK,
+    SUMMARIES,
+    ArgumentParser,
+    UsageError,
+    guarded,
+    note,
+    usage_error,
+    warner,
+)
 from .complete import add_item_options, sampling_params
 from .job.items import read_items
 from .job.report import progress_bar
 from .llm import loaded_llama, model_path
 
 PROG = "llamabatch tune"
+_warn = warner(PROG)
 DEFAULT_ROUNDS = 3
 DEFAULT_SLOTS = (2, 4, 8)
 
@@ -136,15 +145,6 @@ def run(args: argparse.Namespace) -> int:
     return guarded(PROG, _run, args, "interrupted: no report was written")
 
 
-def _note(args: argparse.Namespace, message: str) -> None:
-    if not args.quiet:
-        print(f"llamabatch: {message}", file=sys.stderr, flush=True)
-
-
-def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr, flush=True)
-
-
 def complete_args(args: argparse.Namespace) -> list[str]:
     """The arguments of ``llamabatch complete`` that reproduce this run's items and
     sampling: PROMPTS, then every item option that differs from its default."""
@@ -220,16 +220,16 @@ def _run(args: argparse.Namespace) -> int:
     samplings = read.samplings
     per_round = options.per_round(len(read.items), args, "--rounds")
     n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)
-    path = model_path(args.model, quiet=args.quiet, note=lambda m: _note(args, m))
+    path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
     with loaded_llama(
         path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
     ) as llm:
-        items = read.rendered(llm)
+        work = read.work_items(llm)
         bar = progress_bar(args.rounds * per_round * n_runs, args.quiet, desc="tune")
         try:
             report = tune(
                 llm,
-                [it.messages if it.messages is not None else it.prompt for it in items],
+                [it.prompt for it in work],
                 args.slots,
                 args.rounds,
                 items=args.items,
@@ -238,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
                 n_ctx_seq=args.n_ctx_seq,
                 n_batch=args.n_batch,
                 label_regex=args.label_regex,
-                ids=[it.id for it in items],
+                ids=[it.id for it in work],
                 items_seed=args.items_seed,
                 min_gain_pct=args.min_gain,
                 max_agreement_drop=args.max_agreement_drop,
@@ -253,12 +253,12 @@ def _run(args: argparse.Namespace) -> int:
     print(report.format(), flush=True)
     if args.json is not None:
         _write_json(args.json, report.to_json())
-        _note(args, f"report with every round and reply written to {args.json}")
+        note(args, f"report with every round and reply written to {args.json}")
     if args.plot is not None:
         from ..tuning.plot import plot_report
 
         plot_report(report, args.plot)
-        _note(args, f"plot written to {args.plot}")
+        note(args, f"plot written to {args.plot}")
     return EXIT_OK
 
 

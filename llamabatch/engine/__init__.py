@@ -1,9 +1,16 @@
-"""The slot engine: pure Python, no native library.
-
-The scheduler (:mod:`.scheduler`) turns prompts into slots and decode plans, the slot engine
-(:mod:`.slot_engine`) runs one step at a time against a :class:`~.backend.Backend`, and the
-helpers below it hold plain data: one decode's spans (:mod:`.plan`), the slots' prompt-cache
-bookkeeping (:mod:`.slots`), the stop rule (:mod:`.stop`), the host-memory cache
-(:mod:`.host_cache`) and the prepared items (:mod:`.items`). Nothing in this package imports
-llama_cpp, :mod:`llamabatch._ffi` or numpy (``tests/engine/test_engine_is_pure.py``).
+"""The slot engine, pure Python (no native library, ``tests/engine/test_engine_is_pure.py``),
+and what a custom backend implements: :class:`Backend` (its capabilities as data,
+:class:`BackendInfo`; its vocabulary, :class:`Vocab`), the operations on sequences
+(:data:`SeqOp`) and one step as plain data both ways (:class:`Span` in,
+:class:`StepResult` of :class:`SeqOutput` out). :class:`llamabatch.testing.FakeBackend`
+is a complete example. Inside: :mod:`.scheduler` (queue, fits-or-alone, failures),
+:mod:`.slot_engine` (one step at a time), :mod:`.cache` (slots, prefixes, host memory),
+:mod:`.request` (one item in flight, the stop rule), :mod:`.features` (n samples, label
+scores).
 """
+
+from . import backend, step
+from .backend import *  # noqa: F403 (backend.__all__)
+from .step import *  # noqa: F403 (step.__all__)
+
+__all__ = [*backend.__all__, *step.__all__]

@@ -18,6 +18,22 @@ from typing import Any, Protocol, runtime_checkable
 from ..params import SamplingParams
 from .step import SeqOutput, Span, StepResult, Targets
 
+__all__ = [
+    "Backend",
+    "BackendInfo",
+    "BatchLimits",
+    "Clear",
+    "Copy",
+    "CutFloor",
+    "Load",
+    "Release",
+    "Save",
+    "SeqOp",
+    "Start",
+    "Trim",
+    "Vocab",
+]
+
 
 @dataclass(frozen=True, slots=True)
 class BatchLimits:

@@ -107,7 +107,7 @@ class SlotTable:
         n_own: int,
         planned: Mapping[int, Sequence[int]],
         min_gain: int,
-        exact: bool,
+        partial_trim: bool,
         holds: Holds | None = None,
     ) -> CopyPlan | None:
         """The slot other than ``dst`` (whose own cache saves ``n_own``) sharing the
@@ -116,8 +116,8 @@ class SlotTable:
 
         Args:
             planned: seq id -> the tokens a busy slot will hold once prefilled.
-            exact: the memory cannot be cut back: a source must hold, or come to hold,
-                exactly the shared prefix.
+            partial_trim: the memory can be cut back; without, a source must hold, or
+                come to hold, exactly the shared prefix.
             holds: an idle source it refuses to cut back to the prefix does not qualify.
         """
         best: CopyPlan | None = None
@@ -128,7 +128,7 @@ class SlotTable:
             n = reusable(tokens, prompt)
             if n - n_own < min_gain or n == 0:
                 continue
-            if exact and len(slot.cached) > n:
+            if not partial_trim and len(slot.cached) > n:
                 continue  # already past the shared prefix: cannot cut back
             idle = not slot.busy and slot.seq_id not in planned
             if idle and holds is not None and n < len(slot.cached) and not holds(slot, n):
@@ -246,13 +246,13 @@ class HostCache:
                 bound = bound[:c]
         return found
 
-    def best(self, prompt: Sequence[int], exact: bool) -> tuple[SavedState, int] | None:
+    def best(self, prompt: Sequence[int], partial_trim: bool) -> tuple[SavedState, int] | None:
         """The kept state that saves ``prompt`` the most tokens, and how many (never the
         prompt's last token; ties: the most recently used); marked as used.
 
         Args:
-            exact: the memory cannot be cut back (recurrent / hybrid): only a state whose
-                every token is a prefix of ``prompt`` qualifies.
+            partial_trim: the memory can be cut back; without (recurrent / hybrid) only a
+                state whose every token is a prefix of ``prompt`` qualifies.
         """
         goal = tuple(prompt[: len(prompt) - 1])  # what a state may save
         keys, states, used = self._sorted, self._states, self._used
@@ -264,7 +264,7 @@ class HostCache:
         while n > 0:  # each round: the keys sharing exactly n tokens with goal
             new_lo, new_hi = self._run(goal[:n])
             fresh = keys[new_lo:lo] + keys[hi:new_hi]
-            ok = [k for k in fresh if (len(k) == n if exact else states[k].serves(n))]
+            ok = [k for k in fresh if (states[k].serves(n) if partial_trim else len(k) == n)]
             if ok:
                 key = max(ok, key=used.__getitem__)
                 states.move_to_end(key)

@@ -104,6 +104,8 @@ class Request:
         self.sample, self.group = sample, group
         self.max_tokens = 1
         self._given_error = error
+        self._detokenize: Callable[[Sequence[int]], str] = _unbound
+        self._eog: Collection[int] = ()
         self.reset()
 
     def reset(self) -> None:
@@ -218,6 +220,10 @@ class Request:
         if self._cut is not None:
             return self._cut
         return self._detokenize(self.token_ids) if self.token_ids else ""
+
+
+def _unbound(tokens: Sequence[int]) -> str:
+    raise ValueError("the request has no vocabulary: call bind() first")
 
 
 def check_stop(req: Request, token: int, logprobs: TokenLogprobs | None = None) -> str | None:

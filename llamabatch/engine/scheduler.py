@@ -35,11 +35,6 @@ from .slot_engine import BatchFailed, SlotEngine
 log = logging.getLogger("llamabatch")
 
 
-#: Default of ``max_batch_failures``: consecutive failures of the batch path before
-#: batching is turned off for good.
-MAX_BATCH_FAILURES = 3
-
-
 def smaller_tries(
     slots: int, n_ctx_seq: int, min_n_ctx_seq: int, max_n_ctx_seq: int | None = None
 ) -> list[tuple[int, int]]:
@@ -62,48 +57,17 @@ def smaller_tries(
     return tries
 
 
-def check_max_batch_failures(max_batch_failures: object) -> None:
-    """Raise ``ValueError`` unless ``max_batch_failures`` is an integer >= 1."""
-    if (
-        not isinstance(max_batch_failures, int)
-        or isinstance(max_batch_failures, bool)
-        or max_batch_failures < 1
-    ):
-        raise ValueError(
-            f"max_batch_failures={max_batch_failures!r} is out of range: valid is an "
-            "integer >= 1 (failures of the batch path in a row before batching is "
-            "turned off; 1 turns it off at the first)"
-        )
-
-
 class Scheduler:
-    """Runs requests on a backend, batched when it can, alone when it must.
+    """Runs requests on a backend, batched when it can, alone when it must, as ``config``
+    says (its ``n_ctx_seq`` set)."""
 
-    Args:
-        min_copy_tokens, cache_ram_bytes: see :class:`~llamabatch.engine.slot_engine.SlotEngine`.
-        max_batch_failures: failures of the batch path in a row that turn batching off.
-
-    Raises:
-        ValueError: ``max_batch_failures`` is not an integer >= 1.
-    """
-
-    def __init__(
-        self,
-        backend: Backend,
-        config: BatchConfig,
-        min_copy_tokens: int = 32,
-        cache_ram_bytes: int = 0,
-        max_batch_failures: int = MAX_BATCH_FAILURES,
-        info: BackendInfo | None = None,
-    ):
-        check_max_batch_failures(max_batch_failures)
+    def __init__(self, backend: Backend, config: BatchConfig, info: BackendInfo | None = None):
         self.backend = backend
         self.info = backend.info if info is None else info
         self.vocab = backend.vocab
-        self.config = config
-        self.min_copy_tokens = min_copy_tokens
-        self.cache_ram_bytes = cache_ram_bytes
-        self.max_batch_failures = max_batch_failures
+        if config.n_ctx_seq is None:
+            raise ValueError("config.n_ctx_seq is None: give the tokens per sequence")
+        self.config, self.n_ctx_seq = config, config.n_ctx_seq
         self.stats = Stats()
         self.limits: BatchLimits | None = None
         self.engine: SlotEngine | None = None
@@ -127,8 +91,8 @@ class Scheduler:
             return False
         self._open_tried = True
         cfg = self.config
-        floor = cfg.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
-        tries = smaller_tries(cfg.slots, cfg.n_ctx_seq, floor, self.info.n_ctx)
+        floor = self.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
+        tries = smaller_tries(cfg.slots, self.n_ctx_seq, floor, self.info.n_ctx)
         why = ""
         for k, (slots, n_ctx_seq) in enumerate(tries, 1):
             try:
@@ -166,12 +130,17 @@ class Scheduler:
             "requested), n_batch %d, n_ctx %d",
             lim.n_seq_max,
             lim.n_ctx_seq,
-            cfg.n_ctx_seq,
+            self.n_ctx_seq,
             lim.n_batch,
             lim.n_ctx,
         )
         self.engine = SlotEngine(
-            self.backend, lim, self.stats, self.min_copy_tokens, self.cache_ram_bytes, self.info
+            self.backend,
+            lim,
+            self.stats,
+            self.config.min_copy_tokens,
+            self.config.cache_ram_mib << 20,
+            self.info,
         )
         return True
 
@@ -207,7 +176,7 @@ class Scheduler:
         reason, remedy = req.too_long
         counts = self.stats.alone_reasons
         if reason not in counts:
-            n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
+            n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.n_ctx_seq
             log.warning(
                 "llamabatch: items are completed alone because %s (n_ctx_seq=%d "
                 "allocated, max_tokens=%d): raise n_ctx_seq or %s to batch them",
@@ -222,7 +191,7 @@ class Scheduler:
         """True when ``req`` can run in a slot (:meth:`Request.need` <= ``n_ctx_seq``)."""
         if req.error is not None:
             return False
-        n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.config.n_ctx_seq
+        n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.n_ctx_seq
         return req.need() <= n_ctx_seq
 
     def iter_steps(
@@ -329,7 +298,7 @@ class Scheduler:
     def _longest_need(self, queue: deque[Request]) -> int | None:
         """The longest need of a waiting request that fits a slot, or ``None``."""
         needs = [r.need() for r in queue if r.error is None]
-        fitting = [n for n in needs if n <= self.config.n_ctx_seq]
+        fitting = [n for n in needs if n <= self.n_ctx_seq]
         return max(fitting) if fitting else None
 
     def _fail(self, exc: BatchFailed) -> list[Request]:
@@ -344,17 +313,18 @@ class Scheduler:
         self.stats.last_batch_failure = reason = f"{exc.reason} (with {n} sequence(s) running)"
         if exc.counts:
             self._failures += 1
-        if self._failures >= self.max_batch_failures:
+        if self._failures >= self.config.max_batch_failures:
             self._disable(
                 f"{self._failures} failure{'s' * (self._failures != 1)} of the batch path "
-                f"in a row (max_batch_failures={self.max_batch_failures}); the last: {reason}"
+                f"in a row (max_batch_failures={self.config.max_batch_failures}); "
+                f"the last: {reason}"
             )
         else:
             log.warning(
                 "llamabatch: the batch path failed (%d in a row of max_batch_failures=%d): "
                 "%s; the %d item(s) in flight are completed alone, batching goes on",
                 self._failures,
-                self.max_batch_failures,
+                self.config.max_batch_failures,
                 reason,
                 len(reqs),
             )

@@ -66,8 +66,8 @@ class SlotEngine:
         cache_ram_bytes: most bytes of states kept in host memory (0: none).
 
     Attributes:
-        exact: the memory refuses cuts to a position > 0 (declared, or learned from a
-            refused trim): caches are reused only up to their very end.
+        partial_trim: the memory takes cuts to a position > 0 (False when declared so, or
+            learned from a refused trim: caches are then reused only up to their very end).
         dirty: a backend call that changes caches is in progress (an exception escaping
             it leaves them unknown: :meth:`reset`).
     """
@@ -89,7 +89,7 @@ class SlotEngine:
             self.min_copy_tokens = limits.n_ctx_seq + 1
         self.can_save = info.can_copy and info.can_save
         self.host = HostCache(cache_ram_bytes if self.can_save else 0)
-        self.exact = not info.partial_trim
+        self.partial_trim = info.partial_trim
         self.running: dict[int, Request] = {}  # seq id -> request, in placement order
         self.dirty = False
         self._n_waiting = 0  # requests waiting for a copy
@@ -179,7 +179,7 @@ class SlotEngine:
             if r.status == COPYING:
                 planned[sid] = ()  # its cache is not its own yet: no source
         copy = self.table.copy_source(
-            prompt, slot, n_own, planned, self.min_copy_tokens, self.exact, self._holds
+            prompt, slot, n_own, planned, self.min_copy_tokens, self.partial_trim, self._holds
         )
         saved = self._saved_for(prompt, n_own)
         if saved is not None and copy is not None and saved[1] < copy.n_tokens:
@@ -193,7 +193,7 @@ class SlotEngine:
         else:
             req.copy, req.status = copy, COPYING
             src = self.running.get(copy.src)
-            if self.exact and src is not None:
+            if not self.partial_trim and src is not None:
                 src.breaks.add(copy.n_tokens)
             if not self._try_copy(req):
                 self._n_waiting += 1
@@ -219,7 +219,7 @@ class SlotEngine:
         cannot be cut back, and where the prompt fills the sliding window."""
         if not req.returns or not self.can_save:
             return False
-        return self.exact or 0 < self.info.n_swa <= len(req.prompt)
+        return not self.partial_trim or 0 < self.info.n_swa <= len(req.prompt)
 
     # -- sliding windows -----------------------------------------------------------------
     def _floor(self, seq_id: int) -> int | None:
@@ -239,7 +239,7 @@ class SlotEngine:
     def _saved_for(self, prompt: list[int], n_own: int) -> tuple[SavedState, int] | None:
         if not self.host.enabled or not self.host:
             return None
-        found = self.host.best(prompt, self.exact)
+        found = self.host.best(prompt, self.partial_trim)
         if found is None or found[1] - n_own < self.min_copy_tokens:
             return None
         return found
@@ -277,10 +277,10 @@ class SlotEngine:
         n = m
         if n < len(slot.cached):
             ok = False
-            if n > 0 and not self.exact:
+            if n > 0 and self.partial_trim:
                 ok = self._trim(slot, n)
                 if not ok:
-                    self._learn_exact()
+                    self._learn_no_partial_trim()
             if not ok:
                 n = 0
                 if not self._trim(slot, 0):
@@ -289,10 +289,10 @@ class SlotEngine:
         req.fed, req.status = n, PREFILL
         self.stats.prompt_tokens_cached += n
 
-    def _learn_exact(self) -> None:
+    def _learn_no_partial_trim(self) -> None:
         """The memory cannot be cut back (a refused trim): prefixes are reused whole from
         now on, and requests that come back aim at their prompt alone (a checkpoint)."""
-        self.exact = True
+        self.partial_trim = False
         for req in self.running.values():
             if req.returns and req.fed < len(req.prompt):
                 req.unfold()
@@ -312,7 +312,7 @@ class SlotEngine:
         req.copy = None
         if src.cached[: plan.n_tokens] != req.prompt[: plan.n_tokens]:
             self._keep(req, reusable(dst.cached, req.prompt))  # the source moved on
-        elif self.exact and have > plan.n_tokens:
+        elif not self.partial_trim and have > plan.n_tokens:
             self._keep(req, 0)  # cannot cut back: prefill instead
         elif not self._holds(src, plan.n_tokens):  # its window moved on: own cache only
             n_own = reusable(dst.cached, req.prompt)
@@ -438,11 +438,11 @@ class SlotEngine:
             req.checkpoint = (self._apply(Save(slot.seq_id), False), list(slot.cached))
         if keep >= len(slot.cached):
             return
-        if not self.exact and self._holds(slot, keep):  # else: as if it could not be cut
+        if self.partial_trim and self._holds(slot, keep):  # else: as if it could not be cut
             if self._trim(slot, keep):
                 del slot.cached[keep:]
                 return
-            self._learn_exact()
+            self._learn_no_partial_trim()
         saved = req.checkpoint
         if saved is not None and len(saved[1]) <= keep:
             state, tokens = saved

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+__all__ = ["SeqOutput", "Span", "StepResult", "Targets", "TokenLogprobs"]
+
 #: One token's log-probabilities: ``(token_id, logprob)`` pairs, likeliest first.
 TokenLogprobs = tuple[tuple[int, float], ...]
 
@@ -59,6 +61,8 @@ class SeqOutput:
         token: the sampled token, or ``None`` (nothing sampled, or ``error``).
         logprobs: the sampled token's log-probabilities when its sampling asks for them.
         scores: per row of its span, ``log_softmax`` at each target id.
+        row_max: per row of its span, the row's largest ``log_softmax`` where the row
+            has targets, else ``None`` (a target scoring it is the greedy pick).
         error: the sequence's own failure (a grammar with no way forward: nothing was
             accepted); the step itself succeeded.
     """
@@ -66,6 +70,7 @@ class SeqOutput:
     token: int | None = None
     logprobs: TokenLogprobs | None = None
     scores: tuple[tuple[float, ...], ...] | None = None
+    row_max: tuple[float | None, ...] | None = None
     error: str | None = None
 
 

@@ -11,19 +11,8 @@ from typing import Any
 
 from .. import _ffi
 from .._ffi.version import check_version
-from ..engine.backend import (
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Release,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-)
+from ..engine import backend as ops
+from ..engine.backend import BackendInfo, BatchLimits
 from ..engine.step import SeqOutput, Span, StepResult, StepTimes, Targets
 from ..errors import (
     BackendError,
@@ -36,6 +25,7 @@ from ..errors import (
 )
 from ..locks import llm_lock
 from ..params import SamplingParams
+from ..sampling_map import generate_kwargs, llama_settings
 from .alone_grammar import AloneGrammar
 from .batch import LlamaBatch
 from .constraints import grammar_of
@@ -229,7 +219,7 @@ class LlamaBackend:
             raise BackendError("the batch context was freed: the Llama was closed")
         return self._ctx, self._batch, self._samplers
 
-    def apply(self, op: SeqOp) -> Any:
+    def apply(self, op: ops.SeqOp) -> Any:
         """One operation on the sequences: ``Start`` builds a sequence's sampler chain
         (:class:`~.slot_samplers.SlotSamplers`); ``Trim`` is
         ``llama_memory_seq_rm``; ``Copy``, ``Save``, ``Load`` are ``llama_state_seq_get/set_data``;
@@ -241,40 +231,25 @@ class LlamaBackend:
             BackendError: llama.cpp copied, saved or loaded nothing, or the ``Llama`` was closed.
             GrammarError: ``Start``: llama.cpp refused the grammar.
         """
-        if isinstance(op, Release):
+        if isinstance(op, ops.Release):
             self._release()
             return None
-        if isinstance(op, Clear):
+        if isinstance(op, ops.Clear):
             if self._ctx is not None and not self._ctx.closed:
                 self._ctx.clear(range(self._ctx.limits.n_seq_max))
             return None
         ctx, _, samplers = self._open()
-        if isinstance(op, Start):
+        if isinstance(op, ops.Start):
             n = ctx.limits.n_seq_max
             if not isinstance(op.seq_id, int) or not 0 <= op.seq_id < n:
                 raise ValueError(f"seq_id={op.seq_id!r} is out of range: valid is [0, {n})")
             samplers.start(op.seq_id, op.sampling, op.shares)
             return None
-        if isinstance(op, Trim):
+        if isinstance(op, ops.Trim):
             return ctx.trim(op.seq_id, op.n_keep)
-        if isinstance(op, Copy):
-            if ctx.copy_seq(op.src, op.dst) == 0:
-                raise BackendError(
-                    f"llama_state_seq_get/set_data copied nothing from seq {op.src} to seq {op.dst}"
-                )
-            return None
-        if isinstance(op, Save):
-            state = ctx.save_seq(op.seq_id)
-            if state is None:
-                raise BackendError(f"llama_state_seq_get_data saved nothing of seq {op.seq_id}")
-            return state
-        if isinstance(op, Load):
-            if ctx.load_seq(op.seq_id, op.state) == 0:
-                raise BackendError(
-                    f"llama_state_seq_set_data refused the state for seq {op.seq_id}"
-                )
-            return None
-        if isinstance(op, CutFloor):
+        if isinstance(op, (ops.Copy, ops.Save, ops.Load)):
+            return _state_op(ctx, op)
+        if isinstance(op, ops.CutFloor):
             return cut_floor(ctx.seq_pos_min(op.seq_id), self.n_swa)
         raise TypeError(f"unknown operation {op!r}")
 
@@ -319,11 +294,13 @@ class LlamaBackend:
             outputs[seq_id] = SeqOutput(token, logprobs)
         sampled = perf_counter()
         for seq_id, first, targets in scored:
-            scores = tuple(
-                token_logsoftmax(ctx.logits(first + r, copy=False), ids) if ids else ()
+            rows_out = [
+                token_logsoftmax(ctx.logits(first + r, copy=False), ids) if ids else ((), None)
                 for r, ids in enumerate(targets)
+            ]
+            outputs[seq_id] = SeqOutput(
+                scores=tuple(v for v, _ in rows_out), row_max=tuple(m for _, m in rows_out)
             )
-            outputs[seq_id] = SeqOutput(scores=scores)
         times = StepTimes(
             decoded - start, read + perf_counter() - sampled, sampled - decoded - read
         )
@@ -408,6 +385,7 @@ class LlamaBackend:
             _check_ids(ids, self.vocab.n_vocab)
         llm, guard = self._llm, self._alone_guard
         out: list[tuple[float, ...]] = [() for _ in tokens]
+        row_max: list[float | None] = [None for _ in tokens]
         try:
             for j in [j for j, ids in enumerate(targets) if ids]:
                 start = max(0, j + 1 - MIN_SCORE_RUN)
@@ -421,13 +399,13 @@ class LlamaBackend:
                 row = _ffi.load().logits(_ffi.context_of(llm), -1, self.vocab.n_vocab)
                 if row is None:
                     raise BackendError("cannot read the Llama's logits for label scores")
-                out[j] = token_logsoftmax(row, targets[j])
+                out[j], row_max[j] = token_logsoftmax(row, targets[j])
         except (RuntimeError, ValueError) as exc:
             raise BackendError(f"llama-cpp-python: {exc}") from exc
         finally:
             if guard is not None:
                 guard.restore_settings()
-        return SeqOutput(scores=tuple(out))
+        return SeqOutput(scores=tuple(out), row_max=tuple(row_max))
 
     def _generate(self, tokens: list[int], sampling: SamplingParams) -> Iterator[SeqOutput]:
         """``Llama.generate`` with ``sampling``'s chain; the cache keeps the item's tokens for the
@@ -438,17 +416,10 @@ class LlamaBackend:
         try:
             forget_stale_window(llm, tokens, self.n_swa)
             llm.set_seed(sampling.effective_seed)
-            llm.last_n_tokens_size = sampling.penalty_last_n  # read when the chain is built
+            _ffi.set_llm_settings(llm, llama_settings(sampling))  # read when the chain is built
             stream = llm.generate(
                 tokens,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                min_p=sampling.min_p,
-                typical_p=sampling.typical_p,
-                temp=sampling.temperature,
-                repeat_penalty=sampling.repeat_penalty,
-                frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty,
+                **generate_kwargs(sampling),
                 reset=True,
                 logits_processor=None if grammar is None else [grammar],
             )
@@ -509,3 +480,17 @@ class LlamaBackend:
 def _check_ids(ids: Sequence[int], n_vocab: int) -> None:
     if any(not 0 <= t < n_vocab for t in ids):
         raise ValueError(f"target ids {tuple(ids)!r} out of range: valid is [0, {n_vocab})")
+
+
+def _state_op(ctx: BatchContext, op: ops.Copy | ops.Save | ops.Load) -> Any:
+    """``Copy`` / ``Save`` / ``Load`` through ``llama_state_seq_*``: the saved state, or
+    ``None``; BackendError when llama.cpp copied, saved or loaded nothing."""
+    if isinstance(op, ops.Copy):
+        done, what = ctx.copy_seq(op.src, op.dst), f"copied nothing from seq {op.src} to {op.dst}"
+    elif isinstance(op, ops.Save):
+        done, what = ctx.save_seq(op.seq_id), f"saved nothing of seq {op.seq_id}"
+    else:
+        done, what = ctx.load_seq(op.seq_id, op.state), f"refused the state for seq {op.seq_id}"
+    if not done:  # 0 bytes, or no state
+        raise BackendError(f"llama_state_seq_get/set_data {what}")
+    return done if isinstance(op, ops.Save) else None

@@ -4,11 +4,11 @@ of llama.cpp's ``llama_kv_cache`` constructor (docs/reliability.md gives it)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from .. import _ffi
 from .._ffi.model_facts import KvFacts, kv_facts, kv_facts_of_file, kv_types_of, type_size
+from ..completion import KvEstimate
 
 #: llama.cpp pads n_ctx_seq of a non-unified cache to a multiple of this
 #: (``GGML_PAD(cparams.n_ctx_seq, 256)`` in llama-context.cpp).
@@ -21,26 +21,6 @@ GGML_TYPE_F16 = 1
 def pad_n_ctx_seq(n_ctx_seq: int) -> int:
     """``n_ctx_seq`` rounded up to a multiple of 256, as llama.cpp allocates it."""
     return -(-n_ctx_seq // N_CTX_SEQ_PAD) * N_CTX_SEQ_PAD
-
-
-@dataclass(frozen=True, slots=True)
-class KvEstimate:
-    """KV cache size of a batch context: ``bytes_per_token`` (K and V over all layers),
-    ``n_ctx_seq`` (padded to 256, as allocated), ``bytes_per_slot``, ``slots``,
-    ``total_bytes``; ``exact`` is False for sliding-window (upper bound), recurrent or hybrid
-    models."""
-
-    bytes_per_token: int
-    n_ctx_seq: int
-    bytes_per_slot: int
-    slots: int
-    total_bytes: int
-    exact: bool
-
-    @property
-    def total_mib(self) -> float:
-        """``total_bytes`` in MiB (2**20 bytes), as llama.cpp logs it."""
-        return self.total_bytes / 2**20
 
 
 def _row_size(ggml_type: int, n: int) -> int:

@@ -55,11 +55,12 @@ def penalties_off(params: SamplingParams) -> bool:
 def samples_on_backend(params: SamplingParams) -> bool:
     """True when ``params``' chain may run on the model's device (llama.cpp's backend
     sampling): no grammar (llama.cpp has no backend grammar stage), no active penalties, no
-    logprobs and no label scores (both read the row's logits on the host)."""
+    logprobs and no scores of labels or of the prompt (they read rows' logits on the host)."""
     return (
         params.constraint is None
         and params.logprobs is None
         and not params.scores_labels
+        and not params.score_prompt
         and penalties_off(params)
     )
 
@@ -87,12 +88,12 @@ def chain_key(params: SamplingParams, grammar: str | None) -> tuple[object, ...]
     )
 
 
-def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[float, ...]:
-    """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``; ``logits`` is one row
-    of n_vocab, summed in float64."""
+def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[tuple[float, ...], float]:
+    """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``, and the row's largest
+    ``log_softmax``; ``logits`` is one row of n_vocab, summed in float64."""
     top = logits.max()
     logz = float(top) + math.log(float(np.exp(logits - top).sum(dtype=np.float64)))
-    return tuple(float(logits[t]) - logz for t in ids)
+    return tuple(float(logits[t]) - logz for t in ids), float(top) - logz
 
 
 class SeqSampler(Closing):

@@ -1,13 +1,7 @@
-"""One at a time against the slot engine on the same items: what ``llamabatch tune`` and
-``llamabatch bench``'s workload run (:func:`compare`).
-
-Settings (the paths of :func:`~llamabatch.measure.rounds.run_rounds`), in this order:
-``"one_at_a_time"`` (:data:`BASELINE`: the caller's ``Llama`` in a loop,
-:class:`~llamabatch.measure.baseline.LlamaLoop`, else ``BatchGenerator(slots=1)``),
-``"floor"`` (:data:`FLOOR`, when asked: the same loop with every seed + 1) and
-``"slots=K"`` (``BatchGenerator(slots=K)``). Every setting completes the same items in a
-round; every path first completes the warm-up item once (each ``slots=K`` twice, which
-opens its batch context).
+"""One at a time against the slot engine on the same items, what ``llamabatch tune`` and
+``bench``'s workload run (:func:`compare`): the settings :data:`ONE_AT_A_TIME` (the
+``Llama`` in a loop, else ``BatchGenerator(slots=1)``), :data:`FLOOR` (the same, every seed
++ 1) and ``"slots=K"``, each completing every round's items after a warm-up item.
 """
 
 from __future__ import annotations
@@ -21,12 +15,12 @@ from typing import Any
 
 from ..completion import Completion
 from ..generator import BatchGenerator
-from .baseline import OneAtATime
+from .one_at_a_time import OneAtATime
 from .records import Replies, Reply, WorkItem, seeded
 from .rounds import Clock, Path, Progress, Round, run_rounds
 from .workloads import warmup_prompt
 
-BASELINE = "one_at_a_time"
+ONE_AT_A_TIME = "one_at_a_time"
 FLOOR = "floor"
 
 
@@ -55,7 +49,7 @@ def warmup_item(
     if spare is not None:
         return items[spare], spare
     prompt = warmup_prompt()
-    return WorkItem("warmup", prompt, prompt, items[0].sampling), None
+    return WorkItem("warmup", prompt, items[0].sampling), None
 
 
 class EnginePath:
@@ -71,7 +65,7 @@ class EnginePath:
             self.generator = self._make()
         gen = self.generator
         done: list[Completion] = []
-        for group in gen.iter_groups([it.engine for it in items], [it.sampling for it in items]):
+        for group in gen.iter_groups([it.prompt for it in items], [it.sampling for it in items]):
             done.extend(group)
             progress(len(group))
         done.sort(key=lambda c: c.index)
@@ -116,7 +110,7 @@ def compare(
     make_generator: Callable[[int], BatchGenerator],
     *,
     warmup: WorkItem,
-    alone: OneAtATime | None = None,
+    one_at_a_time: OneAtATime | None = None,
     floor: bool = False,
     label: Callable[[str | None], Any] | None = None,
     failures: tuple[type[Exception], ...] = (),
@@ -130,9 +124,9 @@ def compare(
         rounds: rounds, >= 1.
         slots: the engine's slot counts (``"slots=K"`` settings; K > 1).
         make_generator: ``make_generator(K)``: a ``BatchGenerator`` with ``slots=K``
-            (``K = 1``: the one-at-a-time path when ``alone`` is ``None``).
+            (``K = 1``: one at a time when ``one_at_a_time`` is ``None``).
         warmup: the untimed item.
-        alone: the one-at-a-time path, e.g. the ``Llama`` loop (closed here: the
+        one_at_a_time: the one-at-a-time path, e.g. the ``Llama`` loop (closed here: the
             ``Llama`` is put back as it was).
         floor: also run :data:`FLOOR`.
         label: the label of a reply's text (``None``: a failed item), for each reply.
@@ -148,10 +142,10 @@ def compare(
         for engine in engines.values():
             stack.callback(engine.close)
         base: OneAtATime | EnginePath = (
-            alone if alone is not None else EnginePath(partial(make_generator, 1))
+            one_at_a_time if one_at_a_time is not None else EnginePath(partial(make_generator, 1))
         )
         stack.callback(base.close)
-        paths: dict[str, Path] = {BASELINE: base}
+        paths: dict[str, Path] = {ONE_AT_A_TIME: base}
         if floor:
             paths[FLOOR] = lambda items, tick: base(seeded(items, 1), tick)
         paths.update(engines)

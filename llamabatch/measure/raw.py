@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..completion import StepSplit
 from ..engine.backend import Backend, BatchLimits, Vocab
 from ..engine.request import Request
 from ..engine.scheduler import Scheduler
-from ..completion import StepSplit
 from ..engine.step import Span, StepResult
 from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
@@ -145,13 +145,11 @@ def random_prompts(n_seqs: int, n_tokens: int, n_vocab: int, rng: random.Random)
 
 
 class RawEngine:
-    """The one place the measure room drives the engine's internals: a
-    :class:`~llamabatch.engine.scheduler.Scheduler` opened once for ``slots`` sequences
-    on ``backend``, shown as the raw bench needs it: no EOG ids (every sequence
-    generates a fixed number of tokens), and the clock read right after the decode that
-    ends the last prompt of a measurement. Every other attribute is ``backend``'s.
-    ``limits`` is ``None`` when the batch context cannot be created (``disabled_reason``
-    says why). ``split``: where the TG steps of the last :meth:`time` went.
+    """``backend`` as the raw bench drives it through a
+    :class:`~llamabatch.engine.scheduler.Scheduler` opened once for ``slots``: no EOG ids,
+    the clock read right after the decode that ends the last prompt; ``limits`` ``None``
+    when the batch context cannot be created (``disabled_reason`` says why); ``split``: where
+    the TG steps of the last :meth:`time` went.
     """
 
     def __init__(
@@ -164,11 +162,15 @@ class RawEngine:
         self._split_pp: StepSplit | None = None  # the split when the TG steps began
         self.split = StepSplit()
         config = BatchConfig(
-            slots=max(slots, 2), n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=tg + 1
+            slots=max(slots, 2),
+            n_ctx_seq=n_ctx_seq,
+            n_batch=n_batch,
+            max_tokens=tg + 1,
+            min_copy_tokens=n_ctx_seq + 1,
+            cache_ram_mib=0,
+            max_batch_failures=1,  # a failure is the bench's error, not a retry alone
         )
-        self._scheduler = Scheduler(  # a failure is the bench's error, not a retry alone
-            self, config, min_copy_tokens=n_ctx_seq + 1, max_batch_failures=1
-        )
+        self._scheduler = Scheduler(self, config)
         self.limits: BatchLimits | None = self._scheduler.open()
 
     def __getattr__(self, name: str) -> Any:
@@ -250,27 +252,11 @@ def run_raw(
     clock: Clock = time.perf_counter,
     progress: Progress | None = None,
 ) -> tuple[list[RawRow], BatchLimits]:
-    """Raw throughput for each B in ``slots``, through ``backend``'s batch context.
-
-    Opens the batch context once with ``max(slots)`` sequences of ``prompt_tokens +
-    gen_tokens`` tokens (rounded up to :data:`CTX_PAD`), decodes a few tokens untimed
-    (as llama-batched-bench's warm-up), then measures every B once per round (the
-    rounds of :func:`~llamabatch.measure.rounds.run_rounds`: the order of the B values
-    alternates), each with fresh random prompts.
-
-    Args:
-        backend: a backend whose batch context is not open yet.
-        slots: the B values, each >= 1.
-        prompt_tokens: PP, >= 1.
-        gen_tokens: TG, >= 0.
-        rounds: measurements per B (the median is reported), >= 1.
-        n_batch: most tokens per decode.
-        seed: of the random prompts.
-        clock: seconds, monotonic (read by the engine around each phase).
-        progress: called with 1 after each measurement.
-
-    Returns:
-        one row per B in ``slots`` order, and the limits of the batch context.
+    """One row per B of ``slots`` (in that order) and the batch context's limits: the
+    context opened once on ``backend`` for ``max(slots)`` sequences of PP + TG tokens
+    (rounded up to :data:`CTX_PAD`), a few untimed tokens, then each B measured once per
+    round (:func:`~llamabatch.measure.rounds.run_rounds`) on fresh random prompts of
+    ``seed``; ``progress(1)`` after each measurement.
 
     Raises:
         ValueError: a size out of range or not fitting the context.
@@ -293,6 +279,7 @@ def run_raw(
     rng = random.Random(seed)
     warm = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq - 1)
     engine.time(random_prompts(1, warm, engine.vocab.n_vocab, rng), 0)
+
     def measure(items: Sequence[Any], tick: Any) -> tuple[tuple[float, float], StepSplit]:
         return engine.time(items[0], gen_tokens), engine.split
 

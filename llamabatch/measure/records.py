@@ -1,5 +1,5 @@
-"""What the item paths take and give back (plain data): a :class:`WorkItem` as each path
-takes it, a file's items (:class:`FileItems`), and a pass's :class:`Replies`."""
+"""What the item paths take and give back (plain data): a :class:`WorkItem`, and a pass's
+:class:`Replies`."""
 
 from __future__ import annotations
 
@@ -16,19 +16,18 @@ DEFAULT_SEED = 0
 
 @dataclass(frozen=True, slots=True)
 class WorkItem:
-    """One item as each path takes it.
+    """One item of a measurement, as every path takes it.
 
     Attributes:
         id: the item's id (its input id, else its index).
-        alone: what ``Llama`` gets: a prompt (string or token ids) or a chat (a list of
-            ``{"role", "content"}`` messages).
-        engine: what the engine gets: a prompt string or token ids.
+        prompt: a prompt (string or token ids) or a chat (``{"role", "content"}``
+            messages: ``create_chat_completion`` one at a time, the chat template in
+            the engine).
         sampling: its sampling, reply cap and constraint.
     """
 
     id: str | int
-    alone: object
-    engine: object
+    prompt: object
     sampling: SamplingParams
 
 
@@ -41,39 +40,6 @@ def seeded(items: Sequence[WorkItem], offset: int = 0) -> list[WorkItem]:
         sampling = dataclasses.replace(it.sampling, seed=(seed + offset) % 2**32)
         out.append(dataclasses.replace(it, sampling=sampling))
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class FileItems:
-    """The items of a prompts file, as each path takes them; every list has one entry
-    per item, in file order (``alone``, ``engine``: as in :class:`WorkItem`).
-
-    Raises:
-        ValueError: lists of different lengths, or no items.
-    """
-
-    path: str
-    ids: Sequence[str | int]
-    alone: Sequence[object]
-    engine: Sequence[object]
-    samplings: Sequence[SamplingParams]
-
-    def __post_init__(self) -> None:
-        n = len(self.ids)
-        if not n:
-            raise ValueError(f"{self.path} holds no prompts: the workload needs at least one")
-        for name in ("alone", "engine", "samplings"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n} ids")
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def work_items(self) -> list[WorkItem]:
-        return [
-            WorkItem(i, a, e, s)
-            for i, a, e, s in zip(self.ids, self.alone, self.engine, self.samplings)
-        ]
 
 
 @dataclass(frozen=True, slots=True)

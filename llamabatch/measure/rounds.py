@@ -1,14 +1,8 @@
-"""The rounds runner: every path completes each round's items, in an order that
-alternates from round to round, each pass timed by one clock.
-
-A *path* is one way of completing items (one at a time, the slot engine with K slots,
-llama-server, ...): ``path(items, progress)`` completes ``items``, may call
-``progress(n)`` as items complete, and returns what it measured. :func:`run_rounds`
-gives every path its items of each round (``items(round, path)``: fresh ones, so that no
-path replays a prompt a cache still holds from an earlier round), in :func:`order`
-(forward in even rounds, backward in odd ones: a slow drift of the machine hits every
-path alike), and keeps each :class:`Pass`. :func:`sample_rounds` draws disjoint rounds
-from a fixed list of items.
+"""The rounds runner (:func:`run_rounds`): every *path* (a way of completing items:
+``path(items, progress)`` returns what it measured) completes each round's fresh items, in
+an order that alternates from round to round (:func:`order`: a slow drift of the machine
+hits every path alike), each pass timed by one clock; :func:`sample_rounds` draws disjoint
+rounds from a fixed list of items.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .agreement import Agreement, agreement
-from .compare import BASELINE, FLOOR
+from .compare import FLOOR, ONE_AT_A_TIME
 from .records import Replies
 from .rounds import Pass, Round
 from .stats import paired, per_round
@@ -123,15 +123,15 @@ def summarize(
     passes = [r.get(setting) for r in rounds]
     per_item = tuple(per_round(rounds, setting))
     timed = [s for s in per_item if s is not None]
-    ratio = tuple(paired(rounds, setting, BASELINE))
+    ratio = tuple(paired(rounds, setting, ONE_AT_A_TIME))
     median = statistics.median(timed) if timed else None
     ratio_median = statistics.median(ratio) if ratio else None
     total = Agreement(0, 0, 0 if has_labels else None)
     for r in rounds:
-        total = total + run_agreement(r.get(setting), r.get(BASELINE), has_labels)
+        total = total + run_agreement(r.get(setting), r.get(ONE_AT_A_TIME), has_labels)
     ran = [x for p in passes if (x := _replies(p)) is not None]
     replies = [rep for x in ran for rep in x.replies]
-    n_items = sum(len(b.items) for r in rounds if (b := r.get(BASELINE)) is not None)
+    n_items = sum(len(b.items) for r in rounds if (b := r.get(ONE_AT_A_TIME)) is not None)
     errors = [rep.error for rep in replies if rep.error is not None]
     unusable = _unusable(slots, passes)
     return SettingReport(
@@ -199,7 +199,7 @@ def floor_of(rounds: Sequence[Round], has_labels: bool, seeds: tuple[int, int]) 
         )
     total = Agreement(0, 0, 0 if has_labels else None)
     for r in rounds:
-        total = total + run_agreement(r.get(FLOOR), r.get(BASELINE), has_labels)
+        total = total + run_agreement(r.get(FLOOR), r.get(ONE_AT_A_TIME), has_labels)
     return Floor(
         measured=True,
         exact_share=total.exact_share,

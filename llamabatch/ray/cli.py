@@ -8,40 +8,33 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--ray`` and ``--actors`` to ``parser``."""
-    group = parser.add_argument_group(
-        "Ray Data",
-        "complete on a Ray cluster: one model per actor (the model file must be at "
-        "the same path on every node), --slots sequences per actor, blocks of "
-        "--page-size items written in input order; needs pip install 'llamabatch[ray]'",
-    )
-    group.add_argument(
-        "--ray",
+#: ``llamabatch complete``'s Ray options: the group's title and text, then flag ->
+#: ``add_argument`` keywords (:func:`llamabatch.cli.options.add_group`).
+GROUP = (
+    "Ray Data",
+    "complete on a Ray cluster: one model per actor (the model file must be at the same "
+    "path on every node), --slots sequences per actor, blocks of --page-size items "
+    "(default 16) written in input order; needs pip install 'llamabatch[ray]'",
+)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--ray": dict(
         metavar="ADDRESS",
         nargs="?",
         const="",
-        default=None,
-        help="run on Ray: without ADDRESS a local cluster (or the one RAY_ADDRESS "
-        "names); 'auto' the cluster of this node (ray start), HOST:6379 a head node, "
+        help="run on Ray: without ADDRESS a local cluster (or the one RAY_ADDRESS names); "
+        "'auto' the cluster of this node (ray start), HOST:6379 a head node, "
         "ray://HOST:10001 a Ray Client server (default: off: the local engine)",
-    )
-    group.add_argument(
-        "--actors",
-        type=int,
-        default=None,
-        metavar="N",
-        help="actors of the pool, each loading the model once (default: 1)",
-    )
-    group.add_argument(
-        "--gpus-per-actor",
+    ),
+    "--actors": dict(
+        type=int, metavar="N", help="actors of the pool, each loading the model once (default: 1)"
+    ),
+    "--gpus-per-actor": dict(
         type=float,
-        default=None,
         metavar="X",
-        help="GPUs Ray reserves for each actor, e.g. 1 with --n-gpu-layers -1 on GPU "
-        "nodes; Ray waits until nodes with that many are free (default: 0)",
-    )
+        help="GPUs Ray reserves for each actor, e.g. 1 with --n-gpu-layers -1 on GPU nodes; "
+        "Ray waits until nodes with that many are free (default: 0)",
+    ),
+}
 
 
 def check(args: argparse.Namespace, urls: list[str]) -> None:
@@ -68,10 +61,9 @@ def check(args: argparse.Namespace, urls: list[str]) -> None:
         )
 
 
-def open_job(
-    args: argparse.Namespace, model_path: Any, sampling: Any, config: Any, cache_ram_mib: int
-) -> Any:
-    """A :class:`~llamabatch.ray.job.RayJob` for the command's options.
+def open_job(args: argparse.Namespace, model_path: Any, config: Any) -> Any:
+    """A :class:`~llamabatch.ray.job.RayJob` for the command's options and its
+    :class:`~llamabatch.BatchConfig` (the model's context: ``n_ctx_seq``).
 
     Raises:
         llamabatch.cli.common.UsageError: Ray is missing or the cluster is unreachable.
@@ -85,19 +77,12 @@ def open_job(
         raise UsageError(f"--ray needs Ray Data: pip install 'llamabatch[ray]' ({exc})") from None
     processor_config = ProcessorConfig(
         model_path=model_path,
-        n_ctx=config.n_ctx_seq,
+        batch_config=config,
         n_gpu_layers=args.n_gpu_layers,
         n_threads=args.threads,
-        slots=config.slots,
-        n_ctx_seq=config.n_ctx_seq,
-        n_batch=config.n_batch,
-        max_tokens=config.max_tokens,
-        lookahead=config.lookahead,
-        cache_ram_mib=cache_ram_mib,
-        sampling=sampling,
-        batch_size=config.lookahead,
         concurrency=args.actors or 1,
         num_gpus=args.gpus_per_actor,
+        **({} if args.page_size is None else {"batch_size": args.page_size}),
     )
     try:
         return RayJob(processor_config, args.ray)

@@ -1,24 +1,8 @@
-"""Ray Data batches as items and results, and back: the columns of
-:class:`~llamabatch.ray.BatchCompleter`.
-
-A batch is ``dict[str, np.ndarray]`` (``batch_format="numpy"``, Ray Data's default for
-``map_batches``). Its cells come back from Arrow as NumPy scalars, arrays of objects,
-``None`` or ``NaN`` for a missing value (a nullable integer column is read as floats),
-so each cell is turned into a plain Python value first (:func:`plain`), and an integer
-field given as a whole float (``5.0``) is read as the integer.
-
-Input columns of one row:
-
-- ``prompt`` (a string, or token ids) or ``messages`` (a list of ``{"role", "content"}``
-  objects, or its JSON text), formatted with the model's chat template;
-- ``sampling_params`` (optional): a mapping of line fields, or its JSON text, as Ray Data
-  LLM's processors take per-row sampling parameters;
-- any line field as its own column (:data:`llamabatch.fields.LINE_FIELDS`: ``max_tokens``,
-  ``temperature``, ``choices``, ``json_schema``, ``response_format``, ...), winning over
-  ``sampling_params``; a missing value means "not set". ``json_schema`` and
-  ``response_format`` may be JSON text.
-
-Other columns are not read.
+"""Ray Data batches (``dict[str, np.ndarray]``) as items and results, and back: the
+columns of :class:`~llamabatch.ray.BatchCompleter` (docs/ray.md). Cells come back from
+Arrow as NumPy scalars and arrays, ``None`` or ``NaN`` when missing (a nullable integer
+column is read as floats): each is made a plain value first (:func:`plain`), a whole float
+given for an integer field is read as the integer.
 """
 
 from __future__ import annotations
@@ -31,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fields import LINE_FIELDS
+from ..items import ITEM_FIELDS
 from ..params import SamplingParams
 
 #: The per-row column of line fields (a mapping, or its JSON text).
@@ -82,7 +66,7 @@ def batch_rows(batch: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def row_item(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The item mapping of one row (for :func:`llamabatch.fields.resolve_item`): its
+    """The item mapping of one row (for :func:`llamabatch.items.resolve_item`): its
     ``prompt`` or ``messages``, the fields of its ``sampling_params``, then its field
     columns; missing values left out.
 
@@ -100,7 +84,7 @@ def row_item(row: Mapping[str, Any]) -> dict[str, Any]:
                 "line fields (or its JSON text)"
             )
         item.update({k: v for k, v in given.items() if v is not None})
-    item.update({k: cells[k] for k in LINE_FIELDS if k in cells})
+    item.update({k: cells[k] for k in ITEM_FIELDS if k in cells})
     for key in ("prompt", "messages"):
         if key in cells:
             item[key] = cells[key]

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFileError
-from ..fields import resolve_item
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
-from ..params import SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, BatchConfig
 from .columns import batch_rows, result_columns, row_item
 
 
@@ -28,16 +27,14 @@ class BatchCompleter:
     Args:
         model_path: the GGUF file; every node that runs an actor must have it at this
             path (a shared file system, or the same file copied to each node).
+        batch_config: the generator's :class:`~llamabatch.BatchConfig`; its ``sampling`` is
+            every row's default, a row's own fields go on top
+            (:func:`llamabatch.items.resolve_item`).
         n_ctx: tokens of the ``Llama``'s own context (items completed alone must fit
-            it); default ``n_ctx_seq``, as ``llamabatch complete`` loads it.
+            it); default ``batch_config.n_ctx_seq`` (or 4096), as ``llamabatch complete``.
         n_gpu_layers: layers offloaded to the GPU (``-1`` = all; no effect on a CPU
             build of llama-cpp-python).
         n_threads: CPU threads of llama.cpp (default: llama-cpp-python's).
-        slots, n_ctx_seq, n_batch, max_tokens, lookahead, cache_ram_mib: the
-            :class:`~llamabatch.BatchGenerator`'s.
-        sampling: the default sampling params of every row (a :class:`SamplingParams`,
-            or a mapping of line fields); a row's own fields go on top, by
-            :func:`llamabatch.fields.resolve_item`.
         id_column: the column copied to the output as it is (when the batch has it).
 
     Raises:
@@ -62,63 +59,39 @@ class BatchCompleter:
         self,
         model_path: str | os.PathLike[str],
         *,
+        batch_config: BatchConfig | None = None,
         n_ctx: int | None = None,
         n_gpu_layers: int = 0,
         n_threads: int | None = None,
-        slots: int = 4,
-        n_ctx_seq: int = 4096,
-        n_batch: int = 512,
-        max_tokens: int = 200,
-        lookahead: int | None = None,
-        cache_ram_mib: int = 1024,
-        sampling: SamplingParams | Mapping[str, Any] | None = None,
         id_column: str | None = "id",
     ) -> None:
         from .. import BatchGenerator
-        from ..fields import line_fields, with_fields
         from ..model import load_llama
 
-        if isinstance(sampling, Mapping):
-            sampling = with_fields(SamplingParams(), line_fields(sampling))
-        self.sampling = sampling or SamplingParams()
+        config = BatchConfig() if batch_config is None else batch_config
+        self.sampling = config.sampling
         self.id_column = id_column
         if not Path(model_path).is_file():
             raise ModelFileError(
                 f"model file {model_path} is not on node {socket.gethostname()}: every "
                 "node that runs an actor needs the model at the same path"
             )
+        n_ctx = n_ctx or config.n_ctx_seq or DEFAULT_N_CTX_SEQ
         self.llm = load_llama(
-            model_path,
-            n_ctx=n_ctx or n_ctx_seq,
-            n_threads=n_threads,
-            n_gpu_layers=n_gpu_layers,
+            model_path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers
         )
-        self.generator = BatchGenerator(
-            self.llm,
-            slots=slots,
-            n_ctx_seq=n_ctx_seq,
-            n_batch=n_batch,
-            max_tokens=max_tokens,
-            sampling=self.sampling,
-            lookahead=lookahead,
-            cache_ram_mib=cache_ram_mib,
-        )
-        self._template: Any = None
+        self.generator = BatchGenerator.from_config(config, self.llm)
 
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        rows = batch_rows(batch)
-        prompts: list[object] = []
-        samplings: list[SamplingParams] = []
+        items: list[object] = []
         refused: dict[int, str] = {}
-        for k, row in enumerate(rows):
+        for k, row in enumerate(batch_rows(batch)):
             try:
-                prompt, sampling = self._prepare(row)
-            except Exception as exc:  # the row's own error, in its place
-                refused[k] = str(exc) or type(exc).__name__
-                prompt, sampling = [], self.sampling  # no model work for it
-            prompts.append(prompt)
-            samplings.append(sampling)
-        done = self.generator.complete_many(prompts, samplings)
+                items.append(row_item(row))
+            except ValueError as exc:  # a cell that is not JSON: the row's own error
+                refused[k] = str(exc)
+                items.append([])  # no model work; its error is set below
+        done = self.generator.complete_many(items)  # a bad item: its error in its place
         records = []
         for k, completion in enumerate(done):
             record = output_record(completion)
@@ -136,18 +109,6 @@ class BatchCompleter:
         if self.id_column is not None and self.id_column in batch:
             return {self.id_column: batch[self.id_column], **columns}
         return columns
-
-    def _prepare(self, row: Mapping[str, Any]) -> tuple[object, SamplingParams]:
-        """A row's prompt for the generator (a chat's token ids) and its sampling."""
-        item = resolve_item(row_item(row), self.sampling, strict=False)
-        if item.messages is None:
-            return item.prompt, item.sampling
-        from ..llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
-        if self._template is None:
-            self._template = ChatTemplate.from_llama(self.llm)  # ChatTemplateError: none
-        text = self._template.render(check_messages([dict(m) for m in item.messages]))
-        return chat_tokens(self.llm, text), item.sampling
 
     def __del__(self) -> None:
         generator = getattr(self, "generator", None)

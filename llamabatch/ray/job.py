@@ -18,31 +18,18 @@ import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from .._util.closing import Closing
 from ..completion import Completion
 from ..errors import RayJobError
 from ..outputs import extra_output_names, from_json
+from ..remote.completion import RemoteCompletion
 from .columns import SAMPLING_PARAMS_COLUMN, batch_rows
 from .processors import ProcessorConfig, processor
 
 #: The column of a row's position in the job (the completion's ``index``).
 ROW_COLUMN = "row"
-
-
-@dataclass(frozen=True, slots=True)
-class RayCompletion(Completion):
-    """A :class:`~llamabatch.Completion` read back from an output block: ``token_ids``
-    is empty (the block carries ``n_tokens``, :attr:`n_generated`)."""
-
-    n_generated: int = 0
-
-    @property
-    def n_tokens(self) -> int:
-        """Generated tokens: :attr:`n_generated`."""
-        return len(self.token_ids) or self.n_generated
 
 
 def job_row(position: int, prompt: str | None, messages: Any, fields: Mapping[str, Any]) -> dict:
@@ -179,11 +166,11 @@ def _ordered_quiet_context() -> Iterator[None]:
         ) = saved
 
 
-def _completion(row: Mapping[str, Any]) -> RayCompletion:
+def _completion(row: Mapping[str, Any]) -> RemoteCompletion:
     extras = {
         n: from_json(n, json.loads(row[n])) for n in extra_output_names() if row.get(n) is not None
     }
-    return RayCompletion(
+    return RemoteCompletion(
         index=int(row[ROW_COLUMN]),
         text=row["text"] or "",
         token_ids=(),
@@ -191,7 +178,7 @@ def _completion(row: Mapping[str, Any]) -> RayCompletion:
         error=row["error"],
         n_prompt_tokens=int(row["n_prompt_tokens"] or 0),
         path=row["path"],
-        n_generated=int(row["n_tokens"] or 0),
+        n_completion_tokens=int(row["n_tokens"] or 0),
         **extras,
     )
 

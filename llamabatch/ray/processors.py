@@ -1,12 +1,9 @@
-"""``processor(config)``: a ``Dataset -> Dataset`` function, shaped like Ray Data LLM's
-processors (``ray.data.llm.build_processor``: a config in, a callable on datasets out,
-optional ``preprocess`` / ``postprocess`` row functions), that runs
-:class:`~llamabatch.ray.BatchCompleter` as an actor pool under ``Dataset.map_batches``.
-
-Ray restarts an actor that dies and retries the batch it held (``map_batches`` sets
-``max_restarts=-1`` and ``max_task_retries=-1`` for actor pools unless told otherwise,
+"""``processor(config)``: a ``Dataset -> Dataset`` function shaped like Ray Data LLM's
+processors (``ray.data.llm.build_processor``) running :class:`~llamabatch.ray.BatchCompleter`
+as an actor pool under ``Dataset.map_batches``. Ray restarts an actor that dies and retries
+its batch (``max_restarts=-1``, ``max_task_retries=-1`` for actor pools:
 ``ray/data/_internal/execution/operators/actor_pool_map_operator.py``), so every row is
-completed once in the output.
+completed once.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..params import SamplingParams
+from ..params import BatchConfig
 from .completer import BatchCompleter
 
 
@@ -26,8 +23,7 @@ class ProcessorConfig:
 
     Attributes:
         model_path: the GGUF file, at this path on every node that runs an actor.
-        n_ctx, n_gpu_layers, n_threads, slots, n_ctx_seq, n_batch, max_tokens,
-            lookahead, cache_ram_mib, sampling, id_column: the
+        batch_config, n_ctx, n_gpu_layers, n_threads, id_column: the
             :class:`~llamabatch.ray.BatchCompleter`'s.
         batch_size: rows per ``map_batches`` call (one call completes them several
             sequences at a time, so a few times ``slots`` keeps the slots busy).
@@ -46,16 +42,10 @@ class ProcessorConfig:
     """
 
     model_path: str | os.PathLike[str]
+    batch_config: BatchConfig = BatchConfig()
     n_ctx: int | None = None
     n_gpu_layers: int = 0
     n_threads: int | None = None
-    slots: int = 4
-    n_ctx_seq: int = 4096
-    n_batch: int = 512
-    max_tokens: int = 200
-    lookahead: int | None = None
-    cache_ram_mib: int = 1024
-    sampling: SamplingParams | Mapping[str, Any] | None = None
     id_column: str | None = "id"
     batch_size: int = 16
     concurrency: int | tuple[int, int] = 1
@@ -78,19 +68,7 @@ class ProcessorConfig:
 
     def completer_kwargs(self) -> dict[str, Any]:
         """The constructor arguments of :attr:`completer`."""
-        names = (
-            "n_ctx",
-            "n_gpu_layers",
-            "n_threads",
-            "slots",
-            "n_ctx_seq",
-            "n_batch",
-            "max_tokens",
-            "lookahead",
-            "cache_ram_mib",
-            "sampling",
-            "id_column",
-        )
+        names = ("batch_config", "n_ctx", "n_gpu_layers", "n_threads", "id_column")
         return {"model_path": str(self.model_path), **{n: getattr(self, n) for n in names}}
 
     def map_batches_kwargs(self) -> dict[str, Any]:
@@ -137,11 +115,12 @@ def processor(
     Example::
 
         import ray
+        from llamabatch import BatchConfig, SamplingParams
         from llamabatch.ray import ProcessorConfig, processor
 
-        config = ProcessorConfig("/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                                 concurrency=2, slots=4, max_tokens=8,
-                                 sampling={"temperature": 0, "choices": ["bug", "billing"]})
+        labels = SamplingParams(temperature=0, choices=["bug", "billing"])
+        config = ProcessorConfig("/models/SmolLM2-135M-Instruct.Q4_1.gguf", concurrency=2,
+                                 batch_config=BatchConfig(max_tokens=8, sampling=labels))
         run = processor(config, preprocess=lambda row: {
             "id": row["id"], "messages": [{"role": "user", "content": row["ticket"]}]})
         run(ray.data.read_json("tickets.jsonl")).write_json("labels/")

@@ -4,7 +4,9 @@ server, vLLM): :class:`RemoteGenerator` has :class:`~llamabatch.BatchGenerator`'
 :class:`RemoteCompletion` objects (``path == "remote"``).
 
 Needs httpx (``pip install 'llamabatch[remote]'``); the names below are imported on first
-use, so ``import llamabatch.remote`` (and the CLI) works without it.
+use, so ``import llamabatch.remote`` (and the CLI) works without it. Its errors
+(``PoolUnavailable``, ``ServerFault``, ``ItemRejected``, ``BadItem``) are in
+:mod:`llamabatch.errors`.
 """
 
 from __future__ import annotations
@@ -12,17 +14,13 @@ from __future__ import annotations
 import importlib
 
 _NAMES = {
-    "ItemRejected": "client",
-    "ServerFault": "client",
     "RemoteCompletion": "completion",
     "RemoteGenerator": "generator",
     "RemoteStats": "completion",
-    "PoolUnavailable": "pool",
     "Server": "pool",
     "ServerPool": "pool",
     "normalize_url": "pool",
     "build_request": "request",
-    "choices_grammar": "request",
 }
 
 __all__ = sorted(_NAMES)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,40 +13,37 @@ from typing import Any
 API_KEY_ENV = "LLAMABATCH_API_KEY"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--server``, ``--servers-file`` and ``--concurrency`` to ``parser``."""
-    group = parser.add_argument_group(
-        "pool of servers",
-        "complete on OpenAI-compatible servers (llama-server, "
-        "llama-cpp-python's server, vLLM) instead of a local model: prompts go to "
-        "/v1/completions, messages to /v1/chat/completions; --model, --slots, --n-ctx-seq, "
-        "--n-batch, --threads and --n-gpu-layers are then unused; the environment "
-        f"variable {API_KEY_ENV}, when set, is sent as the bearer token (vLLM --api-key)",
-    )
-    group.add_argument(
-        "--server",
+#: ``llamabatch complete``'s pool options: the group's title and text, then flag ->
+#: ``add_argument`` keywords (:func:`llamabatch.cli.options.add_group`).
+GROUP = (
+    "pool of servers",
+    "complete on OpenAI-compatible servers (llama-server, llama-cpp-python's server, vLLM) "
+    "instead of a local model: prompts go to /v1/completions, messages to "
+    "/v1/chat/completions; --model, --slots, --n-ctx-seq, --n-batch, --threads and "
+    f"--n-gpu-layers are then unused; the environment variable {API_KEY_ENV}, when set, is "
+    "sent as the bearer token (vLLM --api-key)",
+)
+OPTIONS: dict[str, dict[str, Any]] = {
+    "--server": dict(
         metavar="URL",
         action="append",
         default=[],
-        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable "
-        "(default: none: use the local model)",
-    )
-    group.add_argument(
-        "--servers-file",
+        help="base URL of a server, e.g. http://10.0.0.2:8080; repeatable (default: none: "
+        "use the local model)",
+    ),
+    "--servers-file": dict(
         metavar="FILE",
         type=Path,
-        default=None,
-        help="file of server URLs, one per line; blank lines and lines "
-        "starting with # are skipped (default: none)",
-    )
-    group.add_argument(
-        "--concurrency",
+        help="file of server URLs, one per line; blank lines and lines starting with # are "
+        "skipped (default: none)",
+    ),
+    "--concurrency": dict(
         type=int,
-        default=None,
         metavar="N",
-        help="requests in flight per server that does not report its slots "
-        "(llama-server's /props total_slots wins) (default: 1)",
-    )
+        help="requests in flight per server that does not report its slots (llama-server's "
+        "/props total_slots wins) (default: 1)",
+    ),
+}
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -74,10 +70,9 @@ def server_urls(args: argparse.Namespace) -> list[str]:
     return urls
 
 
-def open_generator(
-    args: argparse.Namespace, urls: list[str], sampling: Any, max_tokens: int, page_size: int | None
-) -> Any:
-    """A :class:`RemoteGenerator` on ``urls``.
+def open_generator(args: argparse.Namespace, urls: list[str], config: Any) -> Any:
+    """A :class:`RemoteGenerator` on ``urls`` with the run's ``max_tokens`` and ``sampling``
+    (a :class:`~llamabatch.BatchConfig`) and ``--page-size``.
 
     Raises:
         llamabatch.cli.common.UsageError: a bad URL or option (named).
@@ -93,26 +88,13 @@ def open_generator(
         return RemoteGenerator(
             urls,
             concurrency=concurrency,
-            max_tokens=max_tokens,
-            sampling=sampling,
-            page_size=page_size,
+            max_tokens=config.max_tokens,
+            sampling=config.sampling,
+            page_size=args.page_size,
             api_key=os.environ.get(API_KEY_ENV) or None,
         )
     except ValueError as exc:
         raise usage_error(exc, args) from None
-
-
-def item_prompts(items: list[Any]) -> Iterator[object]:
-    """What the pool gets for each input item: its messages (sent to
-    ``/v1/chat/completions``, where the server applies its chat template) or its prompt,
-    as an item mapping with the line's own sampling fields when it has any."""
-    for item in items:
-        key = "messages" if item.messages is not None else "prompt"
-        fields = getattr(item, "fields", None)
-        if fields:
-            yield {key: getattr(item, key), **fields}
-        else:
-            yield getattr(item, key)
 
 
 def pool_note(gen: Any) -> str:

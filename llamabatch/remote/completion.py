@@ -10,7 +10,9 @@ from ..completion import Completion
 
 @dataclass(frozen=True, slots=True)
 class RemoteCompletion(Completion):
-    """A :class:`~llamabatch.Completion` made by a server (``path == "remote"``).
+    """A :class:`~llamabatch.Completion` made in another process: by a server of a pool
+    (``path == "remote"``), or by a Ray actor (read back from its output block: ``path`` is
+    the actor's, ``server`` ``""``).
 
     ``token_ids`` is empty unless the server sent token ids (llama-cpp-python's and
     llama-server's OpenAI endpoints do not), so :attr:`n_tokens` is the server's

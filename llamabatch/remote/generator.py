@@ -1,11 +1,8 @@
 """RemoteGenerator: the BatchGenerator surface over a pool of OpenAI-compatible servers.
 
-Concurrency: worker threads, one per slot of the pool, each sending blocking requests
-through one shared ``httpx.Client``. The caller's thread only reads prompts, queues them
-and waits on a condition, so a signal (Ctrl-C, the CLI's SIGTERM handler) reaches it at
-once; the workers are daemon threads and never hold up the interpreter's exit. Requests
-in flight are few (the pool's slots), so threads cost nothing that matters, and the
-synchronous iterator the CLI writes pages from needs no event loop in another thread.
+Worker threads (daemons, one per slot of the pool) send blocking requests through one
+shared ``httpx.Client``; the caller's thread only queues items and waits on a condition,
+so a signal reaches it at once and no event loop is needed.
 """
 
 from __future__ import annotations
@@ -20,8 +17,8 @@ import httpx
 from .._util.closing import Closing
 from ..completion import cut_off_choice
 from ..errors import GeneratorClosed, ParameterError
-from ..fields import per_item_sampling
-from ..params import SamplingParams
+from ..items import per_item_sampling
+from ..params import BatchConfig, SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
@@ -89,8 +86,10 @@ class RemoteGenerator(Closing):
     ) -> None:
         if isinstance(servers, str):
             raise ValueError("servers is one string; give a list of URLs")
+        # max_tokens and sampling: checked as for BatchGenerator
+        given = SamplingParams() if sampling is None else sampling
+        config = BatchConfig(max_tokens=max_tokens, sampling=given)
         for name, value, low in (
-            ("max_tokens", max_tokens, 1),
             ("max_attempts", max_attempts, 1),
             ("page_size", page_size or DEFAULT_PAGE_SIZE, 1),
         ):
@@ -103,13 +102,7 @@ class RemoteGenerator(Closing):
         ):
             if not isinstance(value, (int, float)) or not value >= 0:
                 raise ParameterError(name, value, "seconds >= 0")
-        if sampling is None:
-            sampling = SamplingParams()
-        if not isinstance(sampling, SamplingParams):
-            raise ValueError(
-                f"sampling is {type(sampling).__name__}; expected a llamabatch.SamplingParams"
-            )
-        self.sampling, self.max_tokens = sampling, max_tokens
+        self.sampling, self.max_tokens = config.sampling, config.max_tokens
         self.page_size = page_size or DEFAULT_PAGE_SIZE
         self._attempts, self._timeout = max_attempts, float(timeout_s)
         self._backoff, self._max_backoff = backoff_s, max_backoff_s
@@ -322,7 +315,7 @@ class RemoteGenerator(Closing):
             sampling: one :class:`SamplingParams` for every item, or a sequence of them,
                 one per prompt (default: the generator's ``sampling``), as for
                 :meth:`llamabatch.BatchGenerator.iter_groups`; an item mapping's own
-                fields go on top (:func:`llamabatch.fields.resolve_item`).
+                fields go on top (:func:`llamabatch.items.resolve_item`).
 
         Yields:
             lists of at most ``page_size`` completions, ``index`` counting from 0: each

@@ -4,54 +4,26 @@ and checked against llama.cpp's rules), hypothesis strategies, checks of a run a
 machine (:mod:`.machine`, imported explicitly). Importing it loads neither
 llama-cpp-python nor hypothesis."""
 
+from . import records
 from .fake import FakeBackend, FakeBackendViolation
 from .faults import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FailWhen, FaultPlan
-from .records import (
-    AloneCall,
-    Call,
-    ClearCall,
-    CloseCall,
-    CopyCall,
-    DecodeCall,
-    Expected,
-    LoadSeqCall,
-    OpenBatchCall,
-    SeqLog,
-    SpanRecord,
-    StartSeqCall,
-    TrimCall,
-    read_seqs,
-)
-from .replies import EOG_ID, HashReply, Reply, ReplySpec
+from .records import *  # noqa: F403 (records.__all__)
+from .replies import EOG_ID, HashReply, ReplySpec
 from .strategies import fake_backends, fault_plans, prefixed_prompts, prompts
 
 __all__ = [
+    *records.__all__,
     "BACKEND_EXCEPTIONS",
     "DECODE_FAULT_CODES",
     "EOG_ID",
-    "AloneCall",
-    "Call",
-    "ClearCall",
-    "CloseCall",
-    "CopyCall",
-    "DecodeCall",
-    "Expected",
     "FailWhen",
     "FakeBackend",
     "FakeBackendViolation",
     "FaultPlan",
-    "LoadSeqCall",
     "HashReply",
-    "OpenBatchCall",
-    "Reply",
     "ReplySpec",
-    "SeqLog",
-    "SpanRecord",
-    "StartSeqCall",
-    "TrimCall",
     "fake_backends",
     "fault_plans",
     "prefixed_prompts",
     "prompts",
-    "read_seqs",
 ]

@@ -9,19 +9,8 @@ import random
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from ..engine.backend import (
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Release,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-)
+from ..engine import backend as ops
+from ..engine.backend import BackendInfo, BatchLimits
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
 from ..llamacpp.ubatch import shape
@@ -186,7 +175,7 @@ class FakeBackend:
         self._memory = FakeMemory(recurrent, n_swa)
         self._rules = Rules()
         self._open_tried = False
-        self._rows: dict[Tokens, tuple[list[float], float]] = {}
+        self._rows: dict[Tokens, tuple[list[float], float, float]] = {}
         self.can_share_rows = True
         self.min_score_run = 2  # llama.cpp's (BackendInfo.min_score_run)
 
@@ -333,31 +322,40 @@ class FakeBackend:
         """The fake model's ``log_softmax(logits)[token]`` after ``context`` (every token from
         position 0): logits uniform in [0, 4), seeded by the context, so every path gives the same
         value for the same context, and a wrong cache another."""
+        logits, logz, _ = self._row(context)
+        return logits[token] - logz
+
+    def row_max(self, context: Sequence[int]) -> float:
+        """The largest :meth:`token_logprob` after ``context`` (its likeliest token's)."""
+        _, logz, top = self._row(context)
+        return top - logz
+
+    def _row(self, context: Sequence[int]) -> tuple[list[float], float, float]:
+        """The logits after ``context``, their log-sum-exp and their largest value."""
         key = tuple(context)
         row = self._rows.get(key)
         if row is None:
             rng = random.Random(hash(key))
             logits = [rng.uniform(0.0, 4.0) for _ in range(self.n_vocab)]
             top = max(logits)
-            row = (logits, top + math.log(sum(math.exp(v - top) for v in logits)))
+            row = (logits, top + math.log(sum(math.exp(v - top) for v in logits)), top)
             if len(self._rows) > 4096:
                 self._rows.clear()
             self._rows[key] = row
-        logits, logz = row
-        return logits[token] - logz
+        return row
 
     def _span_scores(
         self, kv: Sequence[int], span: Span, hole: tuple[int, int] | None = None
-    ) -> tuple[tuple[float, ...], ...]:
-        """Scores of ``span``'s targets after ``kv`` (the cache before it); a row past a window
-        ``hole`` sees its context without the missing positions."""
+    ) -> SeqOutput:
+        """Scores (and row maxima) of ``span``'s targets after ``kv`` (the cache before it); a
+        row past a window ``hole`` sees its context without the missing positions."""
         targets = span.targets or ()
         self._rules.require(
             len(targets) == len(span.tokens) and not span.logits,
             f"seq {span.seq_id}: targets need one tuple per token and logits=False",
         )
         path = list(kv) + list(span.tokens)
-        out = []
+        contexts = []
         for r, ids in enumerate(targets):
             self._rules.require(
                 all(0 <= t < self.n_vocab for t in ids),
@@ -366,8 +364,18 @@ class FakeBackend:
             context = path[: span.pos + r + 1]
             if hole is not None and hole[1] <= len(context):
                 context = context[: hole[0]] + context[hole[1] :]
-            out.append(tuple(self.token_logprob(context, t) for t in ids))
-        return tuple(out)
+            contexts.append(context)
+        return self._scored(contexts, targets)
+
+    def _scored(self, contexts: Sequence[Sequence[int]], targets: Targets) -> SeqOutput:
+        """Per row, the :meth:`token_logprob` of each target after its context, and the
+        :meth:`row_max` where it has targets."""
+        return SeqOutput(
+            scores=tuple(
+                tuple(self.token_logprob(c, t) for t in ids) for c, ids in zip(contexts, targets)
+            ),
+            row_max=tuple(self.row_max(c) if ids else None for c, ids in zip(contexts, targets)),
+        )
 
     def _score_alone(self, tokens: Sequence[int], targets: Targets) -> SeqOutput:
         """``run_alone`` with targets: per position ``j``, the :meth:`token_logprob` of each id of
@@ -378,12 +386,7 @@ class FakeBackend:
             raise BackendError("fake: cannot score alone")
         if self.check:
             self.log.append(AloneCall(tokens, SamplingParams(temperature=0.0)))
-        return SeqOutput(
-            scores=tuple(
-                tuple(self.token_logprob(tokens[: j + 1], t) for t in ids)
-                for j, ids in enumerate(targets)
-            )
-        )
+        return self._scored([tokens[: j + 1] for j in range(len(tokens))], targets)
 
     def _logprobs_of(self, sampling: SamplingParams | None, token: int) -> Any:
         """The fake's replies are certain: ``((token, 0.0),)`` when logprobs are asked."""
@@ -391,25 +394,25 @@ class FakeBackend:
             return ((token, 0.0),)
         return None
 
-    def apply(self, op: SeqOp) -> Any:
+    def apply(self, op: ops.SeqOp) -> Any:
         """``Backend.apply`` on the fake's memory (see the class). BackendError for an injected
         fault (``fail_copy_at``, ``fail_state_at``), GrammarError for ``Start`` with
         ``refuse_grammar``, FakeBackendViolation without a batch context or out of range."""
-        if isinstance(op, Start):
+        if isinstance(op, ops.Start):
             return self._start(op.seq_id, op.sampling)
-        if isinstance(op, Trim):
+        if isinstance(op, ops.Trim):
             return self._trim(op.seq_id, op.n_keep)
-        if isinstance(op, Copy):
+        if isinstance(op, ops.Copy):
             return self._copy(op.src, op.dst)
-        if isinstance(op, Save):
+        if isinstance(op, ops.Save):
             return self._save(op.seq_id)
-        if isinstance(op, Load):
+        if isinstance(op, ops.Load):
             return self._load(op.seq_id, op.state)
-        if isinstance(op, CutFloor):
+        if isinstance(op, ops.CutFloor):
             return cut_floor(self.seq_pos_min(op.seq_id), self.n_swa)
-        if isinstance(op, Clear):
+        if isinstance(op, ops.Clear):
             return self._clear()
-        if isinstance(op, Release):
+        if isinstance(op, ops.Release):
             return None  # the fake keeps no state between items alone
         raise self._rules.violation(f"apply of {op!r}, not an operation")
 
@@ -488,7 +491,7 @@ class FakeBackend:
             kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.targets is not None:  # after append: over a hole it notes
-                outputs[span.seq_id] = SeqOutput(scores=self._span_scores(kv, span, seq.hole))
+                outputs[span.seq_id] = self._span_scores(kv, span, seq.hole)
             if not span.logits:
                 continue
             if seq.reply is None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import DecodeError
@@ -52,19 +52,8 @@ class FaultPlan:
     dead_end_at: int | None = None
 
     def kwargs(self) -> dict[str, Any]:
-        """The plan as ``FakeBackend`` keyword arguments."""
-        return {
-            "fail_open": self.fail_open,
-            "fail_decode_at": self.fail_decode_at,
-            "fail_code": self.fail_code,
-            "fail_alone": self.fail_alone,
-            "fail_exc": self.fail_exc,
-            "fail_copy_at": self.fail_copy_at,
-            "fail_state_at": self.fail_state_at,
-            "max_kv_tokens": self.max_kv_tokens,
-            "refuse_grammar": self.refuse_grammar,
-            "dead_end_at": self.dead_end_at,
-        }
+        """The plan as ``FakeBackend`` keyword arguments (its fields are their names)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def fails_alone(rule: FailAlone | None, prompt: Tokens) -> bool:

@@ -19,9 +19,21 @@ else:  # typing_extensions is a dependency of llama-cpp-python
 
 Tokens = tuple[int, ...]
 
-#: A span as the log keeps it: the :class:`~llamabatch.engine.backend.Span` the scheduler
-#: passed, its ``tokens`` copied into a tuple.
-SpanRecord = Span
+__all__ = [
+    "AloneCall",
+    "Call",
+    "ClearCall",
+    "CloseCall",
+    "CopyCall",
+    "DecodeCall",
+    "Expected",
+    "LoadSeqCall",
+    "OpenBatchCall",
+    "SeqLog",
+    "StartSeqCall",
+    "TrimCall",
+    "read_seqs",
+]
 
 
 @dataclass_transform(frozen_default=True)

@@ -16,8 +16,6 @@ EOG_ID = 256
 ReplySpec = Union[  # noqa: UP007 (a runtime alias: ``X | Y`` of a Callable needs Python 3.10's types)
     Callable[[Tokens], Sequence[int] | str], Mapping[str | Tokens, Sequence[int] | str]
 ]
-#: The former name of :data:`ReplySpec`, kept so that existing imports keep working.
-Reply = ReplySpec
 
 
 def byte_tokens(text: str) -> list[int]:

@@ -55,7 +55,7 @@ def plot_report(report: TuneReport, path: str | os.PathLike[str]) -> None:
         bad = [s for s in report.settings if s not in ok]
         xs = [s.slots for s in ok]
         ticks = [s.slots for s in report.settings]
-        base = report.baseline.s_per_item_median
+        base = report.one_at_a_time.s_per_item_median
         if ok:
             med = [s.s_per_item_median or 0.0 for s in ok]
             lo = [m - (s.s_per_item_min or m) for m, s in zip(med, ok)]

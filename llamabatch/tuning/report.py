@@ -34,7 +34,7 @@ class TuneReport:
         label_regex: the pattern, for ``"label_regex"``.
         items_seed: seed of the sample of items.
         min_gain_pct, max_agreement_drop: the recommendation's thresholds.
-        baseline: one at a time (``Llama.create_completion`` / ``create_chat_completion``).
+        one_at_a_time: one at a time (``Llama.create_completion`` / ``create_chat_completion``).
         settings: the engine at each slot count, in ``slots`` order.
         floor: agreement of two one-at-a-time runs.
         recommendation: what to run.
@@ -55,7 +55,7 @@ class TuneReport:
     items_seed: int
     min_gain_pct: float
     max_agreement_drop: float
-    baseline: SettingReport
+    one_at_a_time: SettingReport
     settings: tuple[SettingReport, ...]
     floor: Floor
     recommendation: Recommendation
@@ -137,7 +137,7 @@ def format_report(report: TuneReport) -> str:
         "batched",
     )
     rows = [head]
-    for s in (report.baseline, *report.settings):
+    for s in (report.one_at_a_time, *report.settings):
         n = s.items_batched + s.items_alone
         rows.append(
             (

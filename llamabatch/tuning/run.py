@@ -7,58 +7,22 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..engine.backend import Backend
 from ..errors import LlamaBatchError
 from ..generator import BatchGenerator
+from ..items import is_messages, per_item_sampling
 from ..measure.agreement import compile_label_regex, label_of, label_rule
-from ..measure.baseline import LlamaLoop, OneAtATime, check_one_reply, is_chat
-from ..measure.compare import BASELINE, compare, setting_name, warmup_item
+from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, warmup_item
+from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
 from ..measure.records import Reply, WorkItem, seeded
 from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
 from ..measure.summary import floor_of, summarize
 from ..params import BatchConfig, SamplingParams
 from .report import TuneReport
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
-
-
-def _per_item(
-    sampling: SamplingParams | Sequence[SamplingParams] | None, n: int
-) -> list[SamplingParams]:
-    if sampling is None:
-        sampling = SamplingParams()
-    if isinstance(sampling, SamplingParams):
-        return [sampling] * n
-    samplings = list(sampling)
-    if len(samplings) != n or not all(isinstance(s, SamplingParams) for s in samplings):
-        raise ValueError(
-            f"sampling has {len(samplings)} entries for {n} prompts: give one "
-            "SamplingParams, or one per prompt"
-        )
-    return samplings
-
-
-def _engine_prompts(llm: Any, prompts: Sequence[object]) -> list[object]:
-    """What the engine gets: a chat is rendered with the model's chat template and
-    tokenized as llama-cpp-python's chat handlers do; a prompt as it is."""
-    if not any(is_chat(p) for p in prompts):
-        return list(prompts)
-    if llm is None:
-        raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
-    from ..llamacpp.chat import ChatTemplate, chat_tokens, check_messages
-
-    template = ChatTemplate.from_llama(llm)
-    out: list[object] = []
-    for k, p in enumerate(prompts):
-        if not is_chat(p):
-            out.append(p)
-            continue
-        try:
-            out.append(chat_tokens(llm, template.render(check_messages(p))))
-        except ValueError as exc:
-            raise ValueError(f"prompts[{k}]: {exc}") from None
-    return out
 
 
 def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
@@ -101,7 +65,7 @@ def tune(
 
     Each of ``rounds`` rounds draws ``items`` fresh prompts (disjoint from every other
     round's, sampled with ``items_seed``) and completes them one at a time
-    (``llm.create_completion``, or ``create_chat_completion`` for a chat; the baseline),
+    (``llm.create_completion``, or ``create_chat_completion`` for a chat),
     then with the slot engine at each slot count, in an order that alternates from
     round to round; at temperature > 0 a second one-at-a-time pass with every seed + 1
     measures the floor (how much two one-at-a-time runs agree). Everything is first
@@ -120,7 +84,7 @@ def tune(
             prompt (default: ``SamplingParams()``), each for one generated reply.
             Items without a seed get seed 0, so that every setting samples alike.
         max_tokens, n_ctx_seq, n_batch, cache_ram_mib: as for
-            :class:`~llamabatch.BatchGenerator` (``max_tokens`` also caps the baseline).
+            :class:`~llamabatch.BatchGenerator` (``max_tokens`` also caps one at a time).
         label_regex: a regular expression whose first match (group 1 if it has groups)
             is a reply's label; default: the reply itself with ``choices``, its JSON
             value with ``json_schema`` (every item must have that constraint).
@@ -133,8 +97,8 @@ def tune(
         model: the model's name for the report.
         progress: ``progress(n)`` after every ``n`` items timed (a progress bar).
         backend: ``backend(slots)`` gives a fresh backend (e.g. ``FakeBackend``) for the
-            generator of each slot count (1 for the baseline) instead of ``llm``.
-        one_at_a_time: ``one_at_a_time(prompt, sampling)``: the baseline's reply to one
+            generator of each slot count (1 for one at a time) instead of ``llm``.
+        one_at_a_time: ``one_at_a_time(prompt, sampling)``: the reply one at a time to one
             item (its ``id`` and ``label`` are filled in here; default: ``llm``'s
             ``create_completion``; with ``backend``, ``BatchGenerator(slots=1)``).
         clock: seconds, monotonic.
@@ -143,12 +107,10 @@ def tune(
         a :class:`~llamabatch.tuning.TuneReport`.
 
     Raises:
-        ValueError: a parameter out of range (named), too few prompts for disjoint
-            rounds, a bad ``label_regex``, ``ids`` / ``sampling`` of the wrong length, or
-            an item whose sampling asks for more than one generated reply (``n`` > 1,
-            ``score_choices`` with ``choices``, ``logprobs``: one
-            ``create_completion`` call gives one reply, so tune compares one reply per
-            item), all before any model work.
+        ValueError: before any model work: a parameter out of range (named), too few
+            prompts for disjoint rounds, a bad ``label_regex``, ``ids`` / ``sampling`` of
+            the wrong length, or an item one ``create_completion`` call cannot answer
+            (``n`` > 1, ``score_choices``, ``logprobs``, ``stop_token_ids``).
     """
     t_start = clock()
     if (llm is None) == (backend is None):
@@ -156,30 +118,27 @@ def tune(
     counts = _slot_counts(slots)
     n = len(prompts)
     per_round = items_per_round(n, rounds, items)
-    samplings = _per_item(sampling, n)
+    samplings = [s for _, s in per_item_sampling(prompts, sampling or SamplingParams())]
     check_one_reply(samplings, lambda k: f"item {k} (sampling of prompts[{k}])")
     ids = list(range(n)) if ids is None else list(ids)
     if len(ids) != n:
         raise ValueError(f"ids has {len(ids)} entries for {n} prompts")
     regex = compile_label_regex(label_regex)
     rule = label_rule(samplings, label_regex)
-    # checked up front (n_ctx_seq None: the generator's default, a stand-in here)
-    BatchConfig(slots=1, n_ctx_seq=n_ctx_seq or 1, n_batch=n_batch, max_tokens=max_tokens)
-    kwargs: dict[str, Any] = dict(
+    config = BatchConfig(  # checked up front; each setting replaces slots
         n_ctx_seq=n_ctx_seq, n_batch=n_batch, max_tokens=max_tokens, cache_ram_mib=cache_ram_mib
     )
 
     def make_generator(k: int) -> BatchGenerator:
-        if backend is not None:
-            return BatchGenerator(backend=backend(k), slots=k, **kwargs)
-        return BatchGenerator(llm, slots=k, **kwargs)
+        return BatchGenerator.from_config(
+            replace(config, slots=k, lookahead=None),
+            llm if backend is None else None,
+            backend=None if backend is None else backend(k),
+        )
 
-    work = seeded(
-        [
-            WorkItem(i, p, e, s)
-            for i, p, e, s in zip(ids, prompts, _engine_prompts(llm, prompts), samplings)
-        ]
-    )
+    if llm is None and any(is_messages(p) for p in prompts):
+        raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
+    work = seeded([WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)])
     chosen = sample_rounds(n, rounds, per_round, items_seed)
     warm, _ = warmup_item(work, chosen)
     notes = []
@@ -194,7 +153,7 @@ def tune(
         counts,
         make_generator,
         warmup=warm,
-        alone=_alone(llm, max_tokens, one_at_a_time),
+        one_at_a_time=_one_at_a_time(llm, max_tokens, one_at_a_time),
         floor=any(not s.is_greedy for s in samplings),
         label=lambda text: label_of(text, rule, regex),
         failures=(ValueError, LlamaBatchError),
@@ -202,12 +161,12 @@ def tune(
         clock=clock,
     )
     has_labels = rule is not None
-    kv = {BASELINE: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
+    kv = {ONE_AT_A_TIME: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
     report_of = {
         name: summarize(
             name, b, done.rounds, n_prompts=n, has_labels=has_labels, kv_bytes_per_slot=kv[name]
         )
-        for name, b in [(BASELINE, 1), *((setting_name(b), b) for b in counts)]
+        for name, b in [(ONE_AT_A_TIME, 1), *((setting_name(b), b) for b in counts)]
     }
     settings = tuple(report_of[setting_name(b)] for b in counts)
     seed = work[0].sampling.seed or 0
@@ -225,7 +184,7 @@ def tune(
         items_seed=items_seed,
         min_gain_pct=min_gain_pct,
         max_agreement_drop=max_agreement_drop,
-        baseline=report_of[BASELINE],
+        one_at_a_time=report_of[ONE_AT_A_TIME],
         settings=settings,
         floor=floor,
         recommendation=recommend(
@@ -241,11 +200,11 @@ def tune(
     )
 
 
-def _alone(
+def _one_at_a_time(
     llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], Reply] | None
 ) -> OneAtATime | None:
     if one is not None:
-        return OneAtATime(lambda it: dataclasses.replace(one(it.alone, it.sampling), id=it.id))
+        return OneAtATime(lambda it: dataclasses.replace(one(it.prompt, it.sampling), id=it.id))
     return None if llm is None else LlamaLoop(llm, max_tokens)
 
 

@@ -227,28 +227,32 @@ def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
     raw = parse_raw_table(text)
     assert [r["B"] for r in raw] == list(SLOTS)
     assert all(r["PP"] == 200 and r["TG"] == 8 for r in raw)
-    assert "| alone |" in text
-    split_lines = text.split("step split (TG steps, ms per step)")[1].splitlines()[1 : 1 + len(SLOTS)]
+    split_lines = text.split("step split (TG steps, ms per step)")[1].splitlines()[
+        1 : 1 + len(SLOTS)
+    ]
     assert [line.split()[0] for line in split_lines] == [f"B={b}" for b in SLOTS]
-    assert all("decode" in line and "% of rows sampled on the device" in line for line in split_lines)
+    assert all(
+        "decode" in line and "% of rows sampled on the device" in line for line in split_lines
+    )
+    assert "one at a time" in text and "|     1 |    " in text
     check_document(doc)
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
     assert doc["header"]["n_ctx_seq"] >= 208
     assert doc["params"]["slots"] == list(SLOTS)
 
 
-def test_workload_table_lists_alone_then_each_b_with_each_rounds_ratio(tmp_path):
+def test_workload_table_lists_one_at_a_time_then_each_b_with_each_rounds_ratio(tmp_path):
     params = BenchParams(
         slots=(1, 2), parts=("workload",), workload="U", items=2, workload_rounds=2, max_tokens=4
     )
     out = io.StringIO()
-    # round 1: alone 4 s, B=2 2 s; round 2 (the order reversed): B=2 3 s, alone 4 s
+    # round 1: one at a time 4 s, B=2 2 s; round 2 (the order reversed): B=2 3 s, B=1 4 s
     clock = scripted([4, 2, 3, 4])
     doc = bench(fake_setup(tmp_path, 4), params, out=out, err=out, quiet=True, clock=clock)
     lines = [line for line in out.getvalue().splitlines() if line.startswith("|")]
-    assert [line.split("|")[1].strip() for line in lines[2:]] == ["alone", "2"]
-    alone, b2 = doc["workload"]["rows"]
-    assert alone["per_item_s"] == [2.0, 2.0] and alone["ratio"] == [1.0, 1.0]
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["1", "2"]
+    one, b2 = doc["workload"]["rows"]
+    assert one["per_item_s"] == [2.0, 2.0] and one["ratio"] == [1.0, 1.0]
     assert b2["per_item_s"] == [1.0, 1.5] and b2["ratio"] == [0.5, 0.75]
     assert (b2["ratio_min"], b2["ratio_max"], b2["items_batched"]) == (0.5, 0.75, 4)
     assert len(doc["workload"]["prompt_tokens"]) == 2 and "workload U: 2 items" in out.getvalue()
@@ -259,7 +263,7 @@ def test_bench_only_raw(tmp_path):
     out = io.StringIO()
     doc = bench(fake_setup(tmp_path, 8), params, out=out, err=io.StringIO(), quiet=True)
     assert doc["workload"] is None and len(doc["raw"]["rows"]) == 2
-    assert "alone" not in out.getvalue()
+    assert "one at a time" not in out.getvalue()
 
 
 def test_document_without_parts_is_still_json():

@@ -19,8 +19,12 @@ from clocks import scripted
 from llamabatch import BatchGenerator, SamplingParams, tune
 from llamabatch.bench.host import collect_header
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
-from llamabatch.measure.records import FileItems
+from llamabatch.measure.records import WorkItem
 from llamabatch.testing import FakeBackend, StartSeqCall
+
+
+def work(ids, prompts, samplings) -> list[WorkItem]:
+    return [WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)]
 
 
 def chat(text: str) -> str:
@@ -169,7 +173,7 @@ def test_a_line_asking_for_more_than_one_reply_is_refused(capsys, tmp_path, fiel
 def test_the_library_bench_refuses_an_item_asking_for_more_than_one_reply(tmp_path):
     samplings = [SamplingParams(temperature=0.0)] * 4
     samplings[1] = SamplingParams(temperature=0.0, n=2)
-    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
+    items = work(list("abcd"), PROMPTS[:4], samplings)
     params = file_params(slots=(1, 2), items=2)
     backends: list[FakeBackend] = []
     with pytest.raises(ValueError, match="items.jsonl item 'b': n=2 asks for 2 replies"):
@@ -212,7 +216,7 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws_with_the_same_figures(tmp_p
     per-setting figures."""
     samplings = [SamplingParams(temperature=0.0, choices=LABELS)] * len(PROMPTS)
     ids = [f"t{k:02d}" for k in range(len(PROMPTS))]
-    items = FileItems("items.jsonl", ids, PROMPTS, PROMPTS, samplings)
+    items = work(ids, PROMPTS, samplings)
     params = file_params(
         slots=(1, 2, 4), items=3, workload_rounds=3, max_tokens=6, n_ctx_seq=256, seed=5
     )
@@ -245,7 +249,7 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws_with_the_same_figures(tmp_p
     )
     assert [r["item_ids"] for r in report.to_json()["rounds"]] == rounds
     rows = {r["b"]: r for r in w["rows"]}
-    for s in (report.baseline, *report.settings):
+    for s in (report.one_at_a_time, *report.settings):
         assert rows[s.slots]["per_item_s"] == pytest.approx(list(s.s_per_item))
         assert rows[s.slots]["ratio"] == pytest.approx(list(s.ratio))
     assert rows[4]["ratio"] != rows[2]["ratio"]  # the clock told the settings apart
@@ -256,7 +260,7 @@ def test_rounds_are_disjoint_and_the_ones_tune_draws_with_the_same_figures(tmp_p
 
 
 def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
-    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], [SamplingParams()] * 4)
+    items = work(list("abcd"), PROMPTS[:4], [SamplingParams()] * 4)
     params = file_params(
         slots=(1, 2),
         items=2,
@@ -279,7 +283,7 @@ def test_only_the_workload_shows_its_context_in_the_header(tmp_path):
 
 def test_failed_items_are_counted_and_named(tmp_path):
     samplings = [SamplingParams(temperature=0.0, choices=("billing", "account"))] * 4
-    items = FileItems("items.jsonl", list("abcd"), PROMPTS[:4], PROMPTS[:4], samplings)
+    items = work(list("abcd"), PROMPTS[:4], samplings)
     params = file_params(
         slots=(1, 2), items=2, workload_rounds=2, max_tokens=3, n_ctx_seq=256
     )  # max_tokens: too few for either choice
@@ -289,12 +293,12 @@ def test_failed_items_are_counted_and_named(tmp_path):
     for row in doc["workload"]["rows"]:
         assert row["items_failed"] == 4
         assert "raise max_tokens" in row["first_error"]
-    assert "note: alone: 4 of 4 items failed (first: max_tokens ended" in out.getvalue()
+    assert "note: one at a time: 4 of 4 items failed (first: max_tokens ended" in out.getvalue()
     assert "note: B=2: 4 of 4 items failed" in out.getvalue()
 
 
 def test_bench_wants_the_items_exactly_when_params_name_a_file(tmp_path):
-    items = FileItems("f", ["a"], ["x"], ["x"], [SamplingParams()])
+    items = work(["a"], ["x"], [SamplingParams()])
     setup = fake_setup(tmp_path, [])
     with pytest.raises(ValueError, match="give items exactly when"):
         bench(setup, BenchParams(parts=("workload",)), quiet=True, items=items)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_util import FAST, read_jsonl, run_cli, single_error_line, write_jsonl
 
-from llamabatch.llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens
+from llamabatch.chat import ChatTemplate, ChatTemplateError, chat_prompt
 
 #: SmolLM2's template adds this system turn when the messages have none.
 SMOL_SYSTEM = (
@@ -75,7 +75,8 @@ def test_smollm2_template_renders_chatml_with_its_default_system_turn(llm):
     template = ChatTemplate.from_llama(llm)
     assert template.render(FRUIT) == FRUIT_CHATML
     assert template.render(COLOUR) == COLOUR_CHATML
-    assert chat_tokens(llm, COLOUR_CHATML) == llm.tokenize(
+    assert chat_prompt(COLOUR, template) == COLOUR_CHATML
+    assert chat_prompt(COLOUR, template, llm) == llm.tokenize(
         COLOUR_CHATML.encode(), add_bos=False, special=True
     )
 

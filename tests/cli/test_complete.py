@@ -60,7 +60,7 @@ def test_help_without_llama_cpp_lists_every_command_and_says_how_to_install_it()
     for command in ("complete", "bench", "tune", "doctor"):
         assert f" {command} " in out, out
     assert "complete every prompt of a JSONL or text file (needs llama-cpp-python)" in out
-    assert "complete, bench and tune need llama-cpp-python, which cannot be used here" in out
+    assert "complete, bench, tune and eval need llama-cpp-python, which cannot be used here" in out
     assert "llama-cpp-python is not installed" in out and "pip install 'llama-cpp-python" in out
     done = run("complete", "in.jsonl")
     assert done.returncode == 1 and "pip install 'llama-cpp-python" in done.stderr
@@ -80,7 +80,7 @@ OPTION_HELP = {
     "--max-tokens": "most generated tokens per reply (default: 200)",
     "--n-batch": "most tokens per llama_decode call (default: 512)",
     "--lookahead": "how far ahead of the oldest unfinished item others may start, a multiple",
-    "--page-size": "with --server: most completions per page written together (default: 16)",
+    "--page-size": "with --server or --ray: most completions per page written together",
     "--temperature": "sampling temperature, >= 0; 0 = greedy (default: 0.1)",
     "--top-k": "keep the K likeliest tokens, 0 = off (default: 40)",
     "--top-p": "probability mass, in (0, 1] (default: 0.95)",

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from cli_util import ROOT, run_cli, single_error_line
 
-from llamabatch import LibraryError
 from llamabatch.cli import doctor_diagnosis as dx
+from llamabatch.errors import LibraryError
 
 STAND_IN = Path(__file__).parent / "crashing_binding"
 

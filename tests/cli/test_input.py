@@ -9,9 +9,9 @@ from cli_util import read_jsonl, run_cli, single_error_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llamabatch.chat import ChatTemplate
 from llamabatch.cli.common import UsageError
-from llamabatch.cli.job.input import BadLine, PromptItem, apply_chat_template, read_prompts
-from llamabatch.llamacpp.chat import ChatTemplate
+from llamabatch.cli.job.input import BadLine, LineItem, apply_chat_template, read_prompts
 
 USER_HI = [{"role": "user", "content": "hi"}]
 
@@ -23,9 +23,9 @@ def test_jsonl_ids_default_to_line_numbers_and_blank_lines_are_skipped(tmp_path)
         b'{"prompt": "b\\nc"}\n   \n{"prompt": "d", "id": 7}\n'
     )
     assert read_prompts(path) == [
-        PromptItem("x1", "a", 1),
-        PromptItem(3, "b\nc", 3),
-        PromptItem(7, "d", 5),
+        LineItem("x1", "a", 1),
+        LineItem(3, "b\nc", 3),
+        LineItem(7, "d", 5),
     ]
 
 
@@ -33,9 +33,9 @@ def test_text_file_one_prompt_per_line(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("first prompt\n\nsecond {prompt}\r\nthird\u2028same line\n")
     assert read_prompts(path) == [
-        PromptItem(1, "first prompt", 1, is_text=True),
-        PromptItem(3, "second {prompt}", 3, is_text=True),
-        PromptItem(4, "third\u2028same line", 4, is_text=True),
+        LineItem(1, "first prompt", 1, is_text=True),
+        LineItem(3, "second {prompt}", 3, is_text=True),
+        LineItem(4, "third\u2028same line", 4, is_text=True),
     ]
 
 
@@ -62,7 +62,7 @@ def test_messages_items_keep_their_messages_until_the_template_is_applied(tmp_pa
         {"role": "user", "content": "Name a fruit.", "name": "kept"},
     ]
     path.write_text(json.dumps({"id": "m", "messages": messages}) + '\n{"prompt": "p"}\n')
-    assert read_prompts(path) == [PromptItem("m", None, 1, messages), PromptItem(2, "p", 2)]
+    assert read_prompts(path) == [LineItem("m", None, 1, messages), LineItem(2, "p", 2)]
 
 
 BAD_LINES = [
@@ -112,7 +112,7 @@ def test_with_skip_bad_a_bad_line_is_kept_in_its_place_with_its_line_number(
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "ok"}\n\n' + line + '\n{"prompt": "last", "id": "z"}\n')
     first, bad, last = read_prompts(path, skip_bad=True)
-    assert first == PromptItem(1, "ok", 1) and last == PromptItem("z", "last", 4)
+    assert first == LineItem(1, "ok", 1) and last == LineItem("z", "last", 4)
     assert isinstance(bad, BadLine) and (bad.id, bad.line) == (3, 3)
     assert bad.error.startswith("line 3: ") and message in bad.error
 
@@ -143,7 +143,7 @@ def test_invalid_utf8_is_named_by_line_or_skipped(tmp_path):
     with pytest.raises(UsageError, match="in.txt:2: line 2: not valid UTF-8"):
         read_prompts(path)
     fine, bad = read_prompts(path, skip_bad=True)
-    assert fine == PromptItem(1, "fine", 1, is_text=True)
+    assert fine == LineItem(1, "fine", 1, is_text=True)
     assert bad.id == 2 and bad.error.startswith("line 2: not valid UTF-8")
 
 
@@ -160,14 +160,14 @@ def test_apply_chat_template_renders_or_keeps_the_refused_item_in_its_place(tmp_
         "{% if add_generation_prompt %}<assistant>{% endif %}"
     )
     entries = [
-        PromptItem("a", None, 1, USER_HI),
-        PromptItem("p", "ready", 2),
-        PromptItem("b", None, 3, [{"role": "bad", "content": "x"}]),
+        LineItem("a", None, 1, USER_HI),
+        LineItem("p", "ready", 2),
+        LineItem("b", None, 3, [{"role": "bad", "content": "x"}]),
     ]
     with pytest.raises(UsageError, match="in.jsonl:3: line 3: .*no bad roles"):
         apply_chat_template(entries, template, tmp_path / "in.jsonl")
     rendered = apply_chat_template(entries, template, tmp_path / "in.jsonl", skip_bad=True)
-    assert rendered[0] == PromptItem("a", "<user>hi<assistant>", 1, USER_HI)
+    assert rendered[0] == LineItem("a", "<user>hi<assistant>", 1, USER_HI)
     assert rendered[1] == entries[1]
     assert rendered[2] == BadLine(
         "b", 3, "line 3: the chat template refused the messages: no bad roles"

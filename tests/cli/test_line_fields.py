@@ -1,5 +1,5 @@
 """Every SamplingParams field is a line field of ``llamabatch complete`` (one resolution,
-:mod:`llamabatch.fields`), and a line's constraint replaces the flags' locally."""
+:mod:`llamabatch.items`), and a line's constraint replaces the flags' locally."""
 
 from __future__ import annotations
 

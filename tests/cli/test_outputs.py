@@ -15,7 +15,7 @@ from cli_util import EXAMPLES, FAST, example_prompts, read_jsonl, run_cli, write
 
 from llamabatch import SamplingParams
 from llamabatch.cli.job.input import read_prompts
-from llamabatch.fields import with_fields
+from llamabatch.items import with_fields
 
 LABELS = ["billing", "bug", "account", "feature_request"]
 

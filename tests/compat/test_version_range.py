@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from llamabatch import LibraryError
 from llamabatch._ffi.version import ALLOW_ENV, SUPPORTED, check_version, supported_range
+from llamabatch.errors import LibraryError
 
 ROOT = Path(__file__).resolve().parents[2]
 

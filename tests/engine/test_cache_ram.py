@@ -95,14 +95,14 @@ def test_the_host_cache_keeps_the_longest_state_and_drops_the_least_recently_use
     assert cache.add([1, 2, 3, 4], "s1234", 40)  # replaces its own prefix
     assert len(cache) == 1 and cache.n_bytes == 40
     assert cache.add([9, 9], "s99", 40)
-    assert cache.best([9, 9, 5], exact=False)[1] == 2  # [9, 9] is now the newest
+    assert cache.best([9, 9, 5], partial_trim=True)[1] == 2  # [9, 9] is now the newest
     assert cache.add([7], "s7", 40)  # over 100: oldest out
-    assert cache.best([1, 2, 3, 4, 5], exact=False) is None
-    assert cache.best([9, 9, 5], exact=False)[0].state == "s99"
+    assert cache.best([1, 2, 3, 4, 5], partial_trim=True) is None
+    assert cache.best([9, 9, 5], partial_trim=True)[0].state == "s99"
     assert not cache.add([5] * 10, "big", 101)  # larger than the limit
-    assert cache.best([7, 8], exact=True)[1] == 1
-    assert cache.best([9, 8], exact=True) is None  # shares 1 of [9, 9]: no cut back
-    assert cache.best([9, 9], exact=False)[1] == 1  # never the prompt's last token
+    assert cache.best([7, 8], partial_trim=False)[1] == 1
+    assert cache.best([9, 8], partial_trim=False) is None  # shares 1 of [9, 9]: no cut back
+    assert cache.best([9, 9], partial_trim=True)[1] == 1  # never the prompt's last token
     cache.clear()
     assert len(cache) == 0 and cache.n_bytes == 0
     with pytest.raises(ValueError, match="limit_bytes"):

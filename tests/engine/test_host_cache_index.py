@@ -48,11 +48,11 @@ class Model:
         self.states.append([key, state, n_bytes, floor])
         return True
 
-    def best(self, prompt, exact):
+    def best(self, prompt, partial_trim):
         found, limit = None, len(prompt) - 1
         for s in reversed(self.states):  # the most recently used first: it wins ties
             n = min(shared(s[0], prompt), limit)
-            if n <= 0 or (exact and n != len(s[0])) or not serves(s[0], s[3], n):
+            if n <= 0 or (not partial_trim and n != len(s[0])) or not serves(s[0], s[3], n):
                 continue
             if found is None or n > found[1]:
                 found = (s, n)

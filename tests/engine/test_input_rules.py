@@ -112,7 +112,7 @@ def test_a_rejected_openai_request_keeps_its_readable_custom_id(tmp_path):
     path = tmp_path / "requests.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     entries = read_prompts(path, skip_bad=True)
-    assert [type(e).__name__ for e in entries] == ["PromptItem", "BadLine", "BadLine", "BadLine"]
+    assert [type(e).__name__ for e in entries] == ["LineItem", "BadLine", "BadLine", "BadLine"]
     assert [e.id for e in entries] == ["r1", "ticket-7", "r3", 4]  # not a string: line number
     assert all(e.error.startswith(f"line {e.line}:") for e in entries if isinstance(e, BadLine))
 

@@ -1,6 +1,7 @@
-"""The public face: ``llamabatch.__all__`` holds what a user calls or catches, and every
-exception llamabatch defines derives from ``LlamaBatchError`` and lives in
-``llamabatch.errors`` (the command line's in ``llamabatch.cli.errors``)."""
+"""The public face: ``llamabatch.__all__`` holds what a user calls (and the base error),
+every exception llamabatch defines derives from ``LlamaBatchError`` and lives in
+``llamabatch.errors`` (the command line's in ``llamabatch.cli.errors``), and a custom
+backend needs only ``llamabatch.engine``."""
 
 from __future__ import annotations
 
@@ -56,27 +57,30 @@ def test_every_exception_derives_from_llamabatch_error_and_lives_in_errors() -> 
     assert {"PoolUnavailable", "ServerFault", "ItemRejected", "BadItem"} <= set(vars(errors))
 
 
-def test_all_holds_what_a_user_calls_or_catches() -> None:
+def test_all_holds_what_a_user_calls_and_the_errors_live_in_their_module() -> None:
     assert set(llamabatch.__all__) == {
+        "BatchConfig",
         "BatchGenerator",
-        "SamplingParams",
+        "ChatTemplate",
         "Completion",
+        "KvEstimate",
+        "LlamaBatchError",
+        "Sample",
+        "SamplingParams",
         "Stats",
+        "TuneReport",
         "llm_lock",
         "tune",
-        "TuneReport",
-        "LlamaBatchError",
-        "BackendError",
-        "ChatTemplateError",
-        "Closed",
-        "GeneratorBusy",
-        "GeneratorClosed",
-        "GrammarError",
-        "LibraryError",
-        "ModelError",
-        "ModelFetchError",
-        "ModelFileError",
     }
     assert all(hasattr(llamabatch, name) for name in llamabatch.__all__)
-    for internal in ("BatchConfig", "BatchUnavailable", "DecodeError", "UsageError"):
-        assert internal not in llamabatch.__all__
+    errors_named = [n for n in llamabatch.__all__ if n.endswith("Error")]
+    assert errors_named == ["LlamaBatchError"]  # the base; every error in llamabatch.errors
+
+
+def test_a_custom_backend_needs_only_the_engine_package() -> None:
+    import llamabatch.engine as engine
+
+    for name in ("Backend", "BackendInfo", "BatchLimits", "Vocab", "SeqOp", "Span"):
+        assert name in engine.__all__ and hasattr(engine, name), name
+    for name in ("StepResult", "SeqOutput", "Start", "Trim", "Copy", "Save", "Load"):
+        assert name in engine.__all__, name

@@ -12,13 +12,13 @@ import logging
 import pytest
 
 from llamabatch import BatchGenerator, Completion
+from llamabatch.engine import Span
 from llamabatch.engine.scheduler import smaller_tries
 from llamabatch.testing import (
     ClearCall,
     DecodeCall,
     FakeBackend,
     OpenBatchCall,
-    SpanRecord,
     StartSeqCall,
 )
 
@@ -96,15 +96,15 @@ def test_prefill_splits_prompts_across_decodes_with_logits_on_last_tokens() -> N
     a, w = b"abcde", b"wxyz"
     decodes = fake.calls(DecodeCall)
     assert [d.spans for d in decodes[:2]] == [
-        (SpanRecord(0, 0, tuple(a[:3]), False),),
-        (SpanRecord(0, 3, tuple(a[3:]), True), SpanRecord(1, 0, tuple(w[:1]), False)),
+        (Span(0, 0, tuple(a[:3]), False),),
+        (Span(0, 3, tuple(a[3:]), True), Span(1, 0, tuple(w[:1]), False)),
     ]
     # decode tokens first, then the rest of the budget to the prompt still prefilling
     assert decodes[2].spans == (
-        SpanRecord(0, 5, (ord("1"),), True),
-        SpanRecord(1, 1, tuple(w[1:3]), False),
+        Span(0, 5, (ord("1"),), True),
+        Span(1, 1, tuple(w[1:3]), False),
     )
-    assert decodes[3].spans == (SpanRecord(1, 3, tuple(w[3:]), True),)
+    assert decodes[3].spans == (Span(1, 3, tuple(w[3:]), True),)
     assert [s.prompt_end for s in fake.seqs()] == [2, 4]
 
 

@@ -141,7 +141,7 @@ def test_the_host_cache_keeps_a_shorter_state_a_longer_one_cannot_serve():
     assert cache.add(LONG, "long", 10, floor=cut_floor(len(LONG) - 15, 16))  # cannot serve S
     assert len(cache) == 2
     assert not cache.add(S, "again", 10, floor=cut_floor(5, 16))  # covered by the first
-    found = cache.best(QUESTION, exact=False)
+    found = cache.best(QUESTION, partial_trim=True)
     assert found is not None and found[0].state == "s" and found[1] == len(S)
     # a state that serves its prefix replaces it
     fresh = HostCache(limit_bytes=1000)

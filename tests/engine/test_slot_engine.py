@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from llamabatch import BatchGenerator, GeneratorBusy, SamplingParams
+from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.engine.backend import Start
 from llamabatch.engine.step import Span
+from llamabatch.errors import GeneratorBusy
 from llamabatch.testing import CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall, TrimCall
 
 SYSTEM = list(range(1, 41))  # a 40-token shared "system prompt"
@@ -226,9 +227,16 @@ def test_a_long_reply_does_not_leave_the_other_slots_idle():
     assert len(started_while_0_ran) == 32
 
 
-def test_page_size_is_the_deprecated_name_of_lookahead():
-    with pytest.warns(DeprecationWarning, match="lookahead"):
-        gen = BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8)
-    assert gen.config.lookahead == 8
-    with pytest.raises(ValueError, match="both set"):
-        BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8, lookahead=8)
+def test_a_config_is_checked_once_and_makes_the_same_generator_as_the_keywords():
+    config = BatchConfig(slots=2, max_tokens=7, lookahead=8, cache_ram_mib=0)
+    gen = BatchGenerator.from_config(config, backend=FakeBackend({}))
+    assert (
+        gen.config
+        == BatchGenerator(
+            backend=FakeBackend({}), slots=2, max_tokens=7, lookahead=8, cache_ram_mib=0
+        ).config
+    )
+    with pytest.raises(ValueError, match="cache_ram_mib=-1 is out of range"):
+        BatchConfig(cache_ram_mib=-1)
+    with pytest.raises(TypeError, match="page_size"):  # the former name of lookahead is gone
+        BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8)  # type: ignore[call-arg]

@@ -168,7 +168,7 @@ def test_no_logprobs_unless_asked() -> None:
 
 
 def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> None:
-    from llamabatch.llamacpp.chat import ChatTemplate
+    from llamabatch.chat import ChatTemplate
 
     template = ChatTemplate(
         "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}[assistant]"
@@ -184,7 +184,7 @@ def test_chat_formats_each_conversation_and_keeps_refused_ones_in_place() -> Non
         template=template,
     )
     assert [c.text for c in done] == ["hello", "", "hey"]
-    assert done[1].finish_reason == "error" and done[1].error.startswith("conversation 1")
+    assert done[1].finish_reason == "error" and done[1].error == '"messages"[0] has no "content"'
     with pytest.raises(TypeError, match="list of conversations"):
         gen.chat([{"role": "user", "content": "hi"}], template=template)
     with pytest.raises(TypeError):

@@ -14,7 +14,8 @@ import logging
 import llama_cpp.llama_cpp as binding
 import pytest
 
-from llamabatch import BatchGenerator, LibraryError, SamplingParams, _ffi
+from llamabatch import BatchGenerator, SamplingParams, _ffi
+from llamabatch.errors import LibraryError
 from llamabatch.llamacpp.backend import LlamaBackend
 
 pytestmark = pytest.mark.real_model

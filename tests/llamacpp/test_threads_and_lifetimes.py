@@ -20,7 +20,8 @@ import weakref
 import pytest
 
 import llamabatch
-from llamabatch import BatchGenerator, GeneratorClosed, SamplingParams
+from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.errors import GeneratorClosed
 
 pytestmark = pytest.mark.real_model
 

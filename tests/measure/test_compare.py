@@ -1,6 +1,6 @@
 """One at a time against the slot engine (what tune and bench's workload run), on the fake
 backend with a scripted clock: per-round s/item, ratios paired within a round, the
-caller's own loop as the baseline, the warm-up. Timings are never asserted."""
+caller's own loop as one at a time, the warm-up. Timings are never asserted."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.measure.baseline import OneAtATime
-from llamabatch.measure.compare import BASELINE, compare, setting_name, slots_of, warmup_item
+from llamabatch.measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from llamabatch.measure.one_at_a_time import OneAtATime
 from llamabatch.measure.records import Reply, WorkItem, seeded
 from llamabatch.measure.summary import summarize
 from llamabatch.testing import FakeBackend
@@ -24,11 +24,11 @@ def fake_generator(b: int) -> BatchGenerator:
 
 
 def work(prompts) -> list[WorkItem]:
-    return [WorkItem(k, p, p, GREEDY) for k, p in enumerate(prompts)]
+    return [WorkItem(k, p, GREEDY) for k, p in enumerate(prompts)]
 
 
 def settings(done, slots):
-    names = [BASELINE, *map(setting_name, slots)]
+    names = [ONE_AT_A_TIME, *map(setting_name, slots)]
     return [summarize(n, slots_of(n), done.rounds, n_prompts=4, has_labels=False) for n in names]
 
 
@@ -55,18 +55,24 @@ def test_ratios_come_from_each_rounds_times():
     assert b2.exact_share == 100.0 and b2.usable
 
 
-def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
+def test_one_at_a_time_is_the_callers_own_loop_when_one_is_given():
     seen: list[list[str]] = []
 
     def one(item: WorkItem) -> Reply:
-        seen.append(item.alone)
+        seen.append(item.prompt)
         return Reply(item.id, "x", "stop", None, 5, "create_completion")
 
     items = work("abcd")
-    warm = WorkItem("w", "warm", "warm", GREEDY)
+    warm = WorkItem("w", "warm", GREEDY)
     clock = scripted([8, 4, 2, 8])  # round 1: alone 8 s, B=2 4 s; round 2
     done = compare(
-        lambda r: items, 2, (2,), fake_generator, warmup=warm, alone=OneAtATime(one), clock=clock
+        lambda r: items,
+        2,
+        (2,),
+        fake_generator,
+        warmup=warm,
+        one_at_a_time=OneAtATime(one),
+        clock=clock,
     )
     assert seen == ["warm", *"abcd", *"abcd"]  # warm-up, then 2 rounds
     alone, b2 = settings(done, (2,))
@@ -76,7 +82,7 @@ def test_the_baseline_is_the_callers_own_loop_when_one_is_given():
     assert b2.exact_share == 0.0  # "x" is not the fake's reply
 
 
-def test_the_floor_runs_the_baseline_with_every_seed_plus_one():
+def test_the_floor_runs_one_at_a_time_with_every_seed_plus_one():
     seeds: list[int | None] = []
 
     def one(item: WorkItem) -> Reply:
@@ -85,7 +91,13 @@ def test_the_floor_runs_the_baseline_with_every_seed_plus_one():
 
     items = seeded(work("ab"))
     done = compare(
-        lambda r: items, 1, (2,), fake_generator, warmup=items[0], alone=OneAtATime(one), floor=True
+        lambda r: items,
+        1,
+        (2,),
+        fake_generator,
+        warmup=items[0],
+        one_at_a_time=OneAtATime(one),
+        floor=True,
     )
     assert done.rounds[0].order == ("one_at_a_time", "floor", "slots=2")
     assert seeds == [0, 1, 0, 0, 1, 1]  # warm-ups, then the round's two passes
@@ -96,4 +108,4 @@ def test_the_warmup_is_an_item_in_no_round_else_the_built_in_prompt():
     assert warmup_item(items, [[0], [2]]) == (items[1], 1)
     warm, spare = warmup_item(items, [[0, 1, 2]])
     assert spare is None and warm.id == "warmup" and warm.sampling == items[0].sampling
-    assert "<|im_start|>assistant" in warm.engine
+    assert "<|im_start|>assistant" in warm.prompt

@@ -99,4 +99,3 @@ def test_raw_rows_split_their_tg_steps():
         assert split.backend_sampled_rows == 0  # the fake samples on the host
         assert split.seconds >= split.other >= 0
         assert r.to_json()["split"]["steps"] == 15
-

@@ -5,17 +5,19 @@ restarted and every row comes out once."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import ray
 
+from llamabatch import BatchConfig, SamplingParams
 from llamabatch.ray import BatchCompleter, ProcessorConfig, processor
 
 pytestmark = pytest.mark.real_model
 
-GREEDY = {"temperature": 0}
-SMALL = dict(n_ctx_seq=512, n_threads=1, slots=2, max_tokens=4, sampling=GREEDY)
+CONFIG = BatchConfig(n_ctx_seq=512, slots=2, max_tokens=4, sampling=SamplingParams(temperature=0))
+SMALL = dict(n_threads=1, batch_config=CONFIG)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,8 @@ def test_a_bad_row_gets_its_error_in_place_and_the_others_are_intact(completer):
 
 
 def test_a_rows_sampling_params_and_its_constraint_replace_the_defaults(model_path):
-    labels = BatchCompleter(str(model_path), **{**SMALL, "sampling": {**GREEDY, "choices": ["x"]}})
+    config = replace(CONFIG, sampling=SamplingParams(temperature=0, choices=["x"]))
+    labels = BatchCompleter(str(model_path), n_threads=1, batch_config=config)
     batch = {
         "prompt": _object_column(["a", "b", "c"]),
         "sampling_params": _object_column(

@@ -1,5 +1,5 @@
 """The pool resolves an item's fields as the local engine does
-(:func:`llamabatch.fields.resolve_item`): per-item ``sampling`` as for BatchGenerator, a
+(:func:`llamabatch.items.resolve_item`): per-item ``sampling`` as for BatchGenerator, a
 line's constraint replacing the generator's, and fields no request carries refused in
 place (fake servers: no network, no model)."""
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from fake_servers import FakeServers
 
-from llamabatch.remote import PoolUnavailable, RemoteGenerator
+from llamabatch.errors import PoolUnavailable
+from llamabatch.remote import RemoteGenerator
 
 FAST = dict(
     backoff_s=0.001, max_backoff_s=0.002, cooldown_s=0.01, max_cooldown_s=0.05, give_up_s=10.0

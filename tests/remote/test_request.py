@@ -8,7 +8,8 @@ import re
 import pytest
 
 from llamabatch import SamplingParams
-from llamabatch.remote import build_request, choices_grammar
+from llamabatch.llamacpp.constraints import choices_grammar
+from llamabatch.remote import build_request
 from llamabatch.remote.request import BadItem
 
 
@@ -56,9 +57,9 @@ def test_an_item_mapping_overrides_the_generator_fields():
 
 def test_choices_become_a_grammar_of_exactly_those_labels():
     grammar = choices_grammar(["billing", "bug", 'say "hi"'])
-    assert grammar == 'root ::= "billing" | "bug" | "say \\"hi\\""'
+    assert grammar == 'root ::= "billing" | "bug" | "say \\"hi\\""\n'
     body = build_request({"prompt": "x", "choices": ["a", "b"]}, SamplingParams(), 4).body
-    assert body["grammar"] == 'root ::= "a" | "b"'
+    assert body["grammar"] == 'root ::= "a" | "b"\n'
 
 
 def test_a_json_schema_is_compiled_to_a_grammar_by_llama_cpp_python():
@@ -86,7 +87,7 @@ def test_grammar_passes_through_and_response_format_becomes_the_schemas_grammar(
 def test_the_generators_stop_choices_and_max_tokens_are_sent():
     sampling = SamplingParams(stop=["END"], choices=["a", "b"], max_tokens=7)
     body = build_request("x", sampling, 50).body
-    assert body["stop"] == ["END"] and body["grammar"] == 'root ::= "a" | "b"'
+    assert body["stop"] == ["END"] and body["grammar"] == 'root ::= "a" | "b"\n'
     assert body["max_tokens"] == 7
 
 
@@ -120,10 +121,10 @@ def test_a_field_no_server_request_carries_is_the_items_error_not_dropped(field,
 def test_every_sampling_field_is_an_item_field():
     from dataclasses import fields
 
-    from llamabatch.fields import LINE_FIELDS
+    from llamabatch.items import ITEM_FIELDS
 
-    assert {f.name for f in fields(SamplingParams)} <= set(LINE_FIELDS)
-    assert "response_format" in LINE_FIELDS
+    assert {f.name for f in fields(SamplingParams)} <= set(ITEM_FIELDS)
+    assert "response_format" in ITEM_FIELDS
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from tune_helpers import rounds, run, settings_and_floor, simple
 
-from llamabatch.measure.compare import BASELINE, setting_name
+from llamabatch.measure.compare import ONE_AT_A_TIME, setting_name
 from llamabatch.measure.records import Replies, Reply
 from llamabatch.tuning import recommend, summarize
 
@@ -22,9 +22,18 @@ def _recommend(records, slots, **kwargs):
 def test_summary_arithmetic_paired_by_round():
     records = rounds(
         [
-            {BASELINE: run(BASELINE, 1, 10.0, BASE), "slots=2": run("slots=2", 2, 8.0, BASE)},
-            {BASELINE: run(BASELINE, 1, 20.0, BASE), "slots=2": run("slots=2", 2, 12.0, BASE)},
-            {BASELINE: run(BASELINE, 1, 10.0, BASE), "slots=2": run("slots=2", 2, 9.0, BASE)},
+            {
+                ONE_AT_A_TIME: run(ONE_AT_A_TIME, 1, 10.0, BASE),
+                "slots=2": run("slots=2", 2, 8.0, BASE),
+            },
+            {
+                ONE_AT_A_TIME: run(ONE_AT_A_TIME, 1, 20.0, BASE),
+                "slots=2": run("slots=2", 2, 12.0, BASE),
+            },
+            {
+                ONE_AT_A_TIME: run(ONE_AT_A_TIME, 1, 10.0, BASE),
+                "slots=2": run("slots=2", 2, 9.0, BASE),
+            },
         ]
     )
     s = summarize("slots=2", 2, records, n_prompts=1000, has_labels=True, kv_bytes_per_slot=2**21)
@@ -72,7 +81,7 @@ def test_agreement_threshold():
 def test_agreement_is_judged_against_the_floor():
     # two one-at-a-time runs agree on 90 %; a setting at 86 % is within 5 points
     floor = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "z")
-    batch = ("a", "b", "c", "d", "e", "f", "g", "h", "y", "z")  # 80 % vs the baseline
+    batch = ("a", "b", "c", "d", "e", "f", "g", "h", "y", "z")  # 80 % vs one at a time
     rec, _ = _recommend(simple({4: 6.0}, {4: batch}, floor_labels=floor), (4,))
     assert (rec.slots, rec.pays) == (1, False)
     assert "10.0 points below the floor" in rec.message

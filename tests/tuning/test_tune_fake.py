@@ -160,7 +160,7 @@ def test_choices_make_labels_and_the_report_is_json():
         (dict(slots=(1, 2)), "slot counts >= 2"),
         (dict(label_regex="("), "not a valid regular expression"),
         (dict(ids=["a"]), "ids has 1 entries"),
-        (dict(sampling=[SamplingParams()]), "sampling has 1 entries"),
+        (dict(sampling=[SamplingParams()]), "sampling has 1 SamplingParams for"),
         (dict(max_tokens=0), "max_tokens=0 is out of range"),
     ],
 )
@@ -175,6 +175,8 @@ def test_bad_input_is_named(kwargs, message):
         (dict(n=3), "n=3 asks for 3 replies"),
         (dict(choices=LABELS, score_choices=True), "score_choices asks for label scores"),
         (dict(logprobs=2), "logprobs=2 asks for log-probabilities"),
+        # failed before: the one-at-a-time loop dropped stop_token_ids without a word
+        (dict(stop_token_ids=[3]), "stop_token_ids has no Llama.create_completion argument"),
     ],
 )
 def test_an_item_asking_for_more_than_one_reply_is_refused_before_any_work(fields, named):

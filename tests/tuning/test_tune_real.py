@@ -1,5 +1,5 @@
 """``llamabatch.tune`` on the real test model: the caller's ``Llama`` answers afterwards
-exactly as one we never touched, and the baseline is ``Llama.create_completion``."""
+exactly as one we never touched, and one at a time is ``Llama.create_completion``."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llamabatch.measure.compare import BASELINE, FLOOR, setting_name
+from llamabatch.measure.compare import FLOOR, ONE_AT_A_TIME, setting_name
 from llamabatch.measure.records import Replies, Reply
 from llamabatch.measure.rounds import Pass, Round
 from llamabatch.tuning import floor_of, summarize
@@ -67,12 +67,12 @@ def simple(
     n_rounds: int = 2,
     **run_kwargs: Mapping[int, dict],
 ) -> list[Round]:
-    """``n_rounds`` equal rounds: the baseline takes ``base_s`` s for its items, slot
-    count K takes ``timings[K]`` s and replies ``labels[K]`` (default: the baseline's)."""
+    """``n_rounds`` equal rounds: one at a time takes ``base_s`` s for its items, slot
+    count K takes ``timings[K]`` s and replies ``labels[K]`` (default: one at a time's)."""
     labels = labels or {}
     per_round = []
     for _ in range(n_rounds):
-        runs = {BASELINE: run(BASELINE, 1, base_s, base_labels)}
+        runs = {ONE_AT_A_TIME: run(ONE_AT_A_TIME, 1, base_s, base_labels)}
         if floor_labels is not None:
             runs[FLOOR] = run(FLOOR, 1, base_s, floor_labels)
         for b, seconds in timings.items():

@@ -1,26 +1,7 @@
-"""Reading the input of ``llamabatch complete``: a JSONL or text file of prompts.
-
-- JSONL: one JSON object per line with either ``"prompt"`` (a ready string) or
-  ``"messages"`` (a list of ``{"role", "content"}`` objects, formatted later with the
-  model's chat template) and an optional ``"id"`` (a string or an integer; default: the
-  1-based line number). Chosen for a ``.jsonl`` file, or for any file whose non-blank
-  lines all parse as JSON objects.
-  A line may also set its own sampling fields (:mod:`.fields`: ``max_tokens``,
-  ``temperature``, ``stop``, ``choices``, ``json_schema``, ``response_format`` ...); any
-  other key is reported once per file through ``warn``.
-- OpenAI batch requests (:mod:`.openai`): ``{"custom_id", "method", "url", "body"}``
-  lines, in a JSONL file, alone or mixed with plain lines; ``id`` = ``custom_id``.
-- Text: one prompt per line, id = the 1-based line number. A prompt cannot contain a
-  newline in this format (chat-formatted prompts need JSONL, with ``\\n`` in the string).
-  Its item is marked ``is_text``: the command wraps it in the chat template (see
-  :func:`with_text_template`).
-
-``-`` reads standard input.
-
-Blank lines are skipped in both formats (line numbers still count them). Ids must be
-unique. A bad line (malformed JSON, wrong types, invalid UTF-8) is a
-:class:`~llamabatch.cli.common.UsageError` naming the line, or, with ``skip_bad``, a
-:class:`BadLine` in its place whose id is its line number.
+"""Reading the input of ``llamabatch complete`` (the formats: its ``--help``, from
+:mod:`llamabatch.cli.complete`): JSONL, OpenAI batch requests (:mod:`.openai`) or text, ``-``
+for standard input. A bad line is a :class:`~llamabatch.cli.common.UsageError` naming it,
+or, with ``skip_bad``, a :class:`BadLine` in its place.
 """
 
 from __future__ import annotations
@@ -34,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...llamacpp.chat import ChatTemplate, ChatTemplateError, chat_tokens, check_messages
+from ...chat import ChatTemplate, ChatTemplateError, chat_prompt, check_messages
+from ...items import ITEM_FIELDS, item_fields, with_fields
+from ...params import SamplingParams
 from ..common import UsageError
 from . import openai
-from .fields import LINE_FIELDS, sampling_fields
 from .resume import line_digest
 
 #: The path that stands for standard input.
@@ -47,25 +29,21 @@ FORMATS = ("auto", "jsonl", "text")
 
 
 @dataclass(frozen=True, slots=True)
-class PromptItem:
-    """One input prompt.
+class LineItem:
+    """One item read from a line of the input.
 
     Attributes:
-        id: the ``id`` of the JSONL object, else the 1-based line number.
-        prompt: the prompt text (special tokens such as ``<|im_start|>`` are parsed);
-            ``None`` for a ``messages`` item until its chat template is applied.
-        line: 1-based line number in the input file.
-        messages: the chat messages of a ``messages`` item, else ``None``.
-        fields: the item's own :class:`~llamabatch.SamplingParams` fields (checked).
-        url: the OpenAI endpoint it was asked of (``/v1/chat/completions``,
-            ``/v1/completions``), or ``None`` for a plain line.
-        is_text: it is a line of a text file (the command may wrap it in a template).
-        digest: the digest of its input line (:func:`~.resume.line_digest`; not
-            compared: it is made from the other fields and the line's text).
+        id: the JSONL ``id``, else the 1-based line number; line: that line number.
+        prompt: the prompt text; a chat's once :func:`apply_chat_template` made it.
+        messages: a chat's messages, else ``None``.
+        fields: the item's own checked fields (:mod:`llamabatch.items`).
+        url: the OpenAI endpoint it was asked of, or ``None`` for a plain line.
+        is_text: a line of a text file (the command may wrap it in a template).
+        digest: the digest of its line (:func:`~.resume.line_digest`; not compared).
     """
 
     id: str | int
-    prompt: str | None
+    prompt: str | list[int] | None
     line: int
     messages: list[dict[str, Any]] | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)
@@ -79,13 +57,9 @@ class BadLine:
     """An input line that cannot be completed, kept in its place (``--skip-bad``).
 
     Attributes:
-        id: the line number for a malformed line; the item's own id when only the chat
-            template refused its messages, or when it is an OpenAI request with a
-            readable ``custom_id`` (a non-empty string).
-        line: 1-based line number in the input file.
-        error: what is wrong, starting with ``line N:``.
-        digest: the digest of its input line (:func:`~.resume.line_digest`; not
-            compared: it is made from the other fields and the line's text).
+        id: the line number, or the item's own id when it is readable (the chat template
+            refused it, or an OpenAI request's ``custom_id``).
+        line, error, digest: as :class:`LineItem`'s; ``error`` starts with ``line N:``.
     """
 
     id: str | int
@@ -94,16 +68,11 @@ class BadLine:
     digest: str = field(default="", compare=False)
 
 
-Entry = PromptItem | BadLine
+Line = LineItem | BadLine
 
 
 class _Bad(ValueError):
-    """One line is bad; the message says why (without the path and line).
-
-    Attributes:
-        id: the line's own readable id (an OpenAI request's ``custom_id``), or ``None``:
-            its error line then takes the line number as id.
-    """
+    """One line is bad, saying why; ``id``: its readable ``custom_id``, or ``None``."""
 
     id: str | None = None
 
@@ -153,7 +122,7 @@ def _check_text(name: str, value: object) -> None:
         raise _Bad(f"{name} holds a lone surrogate escape (not valid Unicode text)")
 
 
-def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
+def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> LineItem:
     try:
         obj = json.loads(text)
     except ValueError as exc:
@@ -171,7 +140,7 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> PromptItem:
         raise
 
 
-def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> PromptItem:
+def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> LineItem:
     url = None
     if openai.is_request(obj):
         try:
@@ -181,10 +150,10 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
         for key in extra:
             unknown.setdefault(key, number)
     for key in obj:
-        if key not in ("id", "prompt", "messages") and key not in LINE_FIELDS:
+        if key not in ("id", "prompt", "messages") and key not in ITEM_FIELDS:
             unknown.setdefault(key, number)
     try:
-        fields = sampling_fields(obj)
+        fields = item_fields(obj)
     except ValueError as exc:
         raise _Bad(str(exc)) from None
     item_id = obj.get("id", number)
@@ -206,17 +175,17 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
         for k, message in enumerate(messages):
             for key in ("role", "content"):
                 _check_text(f'"messages"[{k}]["{key}"]', message[key])
-        return PromptItem(
+        return LineItem(
             id=item_id, prompt=None, line=number, messages=messages, fields=fields, url=url
         )
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
         raise _Bad(f'"prompt" is {type(prompt).__name__}, not a string')
     _check_text('"prompt"', prompt)
-    return PromptItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
+    return LineItem(id=item_id, prompt=prompt, line=number, fields=fields, url=url)
 
 
-def _digested(entry: Entry, text: str) -> Entry:
+def _digested(entry: Line, text: str) -> Line:
     """``entry`` with the digest of its input line (its id and ``text``)."""
     return dataclasses.replace(entry, digest=line_digest(entry.id, text))
 
@@ -229,12 +198,12 @@ def _entry(
     fmt: str,
     skip_bad: bool,
     unknown: dict[str, int],
-) -> Entry:
+) -> Line:
     try:
         if error is not None:
             raise _Bad(error)
         if fmt == "text":
-            return PromptItem(id=number, prompt=text, line=number, is_text=True)
+            return LineItem(id=number, prompt=text, line=number, is_text=True)
         return _jsonl_item(number, text, unknown)
     except _Bad as exc:
         if skip_bad:
@@ -246,8 +215,8 @@ def _entry(
         ) from None
 
 
-def _check_unique(path: Path, entries: list[Entry]) -> None:
-    first: dict[str, Entry] = {}
+def _check_unique(path: Path, entries: list[Line]) -> None:
+    first: dict[str, Line] = {}
     for entry in entries:
         key = json.dumps(entry.id)
         other = first.setdefault(key, entry)
@@ -270,25 +239,14 @@ def read_prompts(
     *,
     skip_bad: bool = False,
     warn: Callable[[str], None] | None = None,
-) -> list[Entry]:
-    """Read the prompts of a JSONL or text file (see the module doc for the formats).
-
-    Args:
-        path: the input file (UTF-8; a BOM is ignored; ``\\r\\n`` line ends accepted).
-        fmt: ``"jsonl"``, ``"text"`` or ``"auto"`` (JSONL for a ``.jsonl`` name or when
-            every non-blank line is a JSON object, else text).
-        skip_bad: a bad line becomes a :class:`BadLine` in its place instead of an error.
-        warn: called once per unknown key of the file (JSONL), naming it and the first
-            line that has it; such keys are otherwise ignored.
-
-    Returns:
-        the entries in file order, blank lines skipped: :class:`PromptItem`, and
-        :class:`BadLine` only with ``skip_bad``.
+) -> list[Line]:
+    """The lines of ``path`` (UTF-8, BOM ignored) in file order, blank ones skipped;
+    ``fmt`` ``"auto"``: JSONL for a ``.jsonl`` name or when every line is a JSON object.
+    ``warn`` hears each unknown key once (ignored otherwise).
 
     Raises:
-        UsageError: the file is missing or unreadable; without ``skip_bad``, a line is
-            not valid UTF-8 or (JSONL) is malformed, named by its line number; an id is
-            repeated (also with ``skip_bad``).
+        UsageError: the file is missing or unreadable, a line is bad (without
+            ``skip_bad``), an id is repeated.
         ValueError: ``fmt`` is not one of :data:`FORMATS`.
     """
     if fmt not in FORMATS:
@@ -307,7 +265,7 @@ def read_prompts(
     ]
     _check_unique(p, entries)
     if warn is not None:
-        known = ", ".join(("id", "prompt", "messages") + LINE_FIELDS)
+        known = ", ".join(("id", "prompt", "messages") + ITEM_FIELDS)
         for key, number in unknown.items():
             warn(
                 f"{p}:{number}: unknown field {json.dumps(key)} ignored, here and on any "
@@ -317,18 +275,14 @@ def read_prompts(
 
 
 def with_text_template(
-    entries: list[Entry],
+    entries: list[Line],
     *,
     system: str | None = None,
     template: str | None = None,
     raw: bool = False,
-) -> list[Entry]:
-    """Turn each text-file line into what the model gets.
-
-    ``template`` (with ``{text}`` where the line goes) is applied first; then, unless
-    ``raw``, the item becomes a chat: an optional ``system`` message and the user's
-    message, formatted later with the model's chat template. With ``raw`` the (templated)
-    line is the prompt as it is.
+) -> list[Line]:
+    """Each text line through ``template`` (``{text}`` where it goes), then, unless
+    ``raw``, a chat: an optional ``system`` message and the user's.
 
     Raises:
         ValueError: ``template`` has no ``{text}``; ``system`` together with ``raw``.
@@ -339,9 +293,9 @@ def with_text_template(
         )
     if raw and system is not None:
         raise ValueError("--system needs the chat template; it cannot be used with --raw")
-    result: list[Entry] = []
+    result: list[Line] = []
     for entry in entries:
-        if isinstance(entry, PromptItem) and entry.is_text:
+        if isinstance(entry, LineItem) and entry.is_text:
             text = entry.prompt if template is None else template.replace("{text}", entry.prompt)
             if raw:
                 entry = dataclasses.replace(entry, prompt=text)
@@ -355,28 +309,28 @@ def with_text_template(
 
 
 def apply_chat_template(
-    entries: list[Entry], template: ChatTemplate, path: Path, *, skip_bad: bool = False
-) -> list[Entry]:
-    """Give every ``messages`` item its prompt, rendered with ``template``.
-
-    Returns:
-        ``entries`` with each ``messages`` item's ``prompt`` set; with ``skip_bad``, an
-        item the template refuses becomes a :class:`BadLine` that keeps the item's id.
-
-    Raises:
-        UsageError: without ``skip_bad``, the template refused an item (named by line).
-    """
-    result: list[Entry] = []
+    entries: list[Line],
+    template: ChatTemplate,
+    path: Path,
+    *,
+    llm: Any = None,
+    skip_bad: bool = False,
+) -> list[Line]:
+    """Every ``messages`` item with its prompt (:func:`~llamabatch.chat.chat_prompt`: token
+    ids with ``llm``); one the template refuses is a UsageError naming its line, or with
+    ``skip_bad`` a :class:`BadLine` keeping its id."""
+    result: list[Line] = []
     for entry in entries:
-        if isinstance(entry, PromptItem) and entry.messages is not None:
+        if isinstance(entry, LineItem) and entry.messages is not None:
             try:
-                entry = dataclasses.replace(entry, prompt=template.render(entry.messages))
-            except ValueError as exc:
+                entry = dataclasses.replace(
+                    entry, prompt=chat_prompt(entry.messages, template, llm)
+                )
+            except (ValueError, RuntimeError, UnicodeError) as exc:
                 if not skip_bad:
                     raise UsageError(
                         f"{path}:{entry.line}: line {entry.line}: {exc} "
-                        "(--skip-bad writes an error line in its place and "
-                        "goes on)"
+                        "(--skip-bad writes an error line in its place and goes on)"
                     ) from None
                 entry = BadLine(entry.id, entry.line, f"line {entry.line}: {exc}", entry.digest)
         result.append(entry)
@@ -384,35 +338,38 @@ def apply_chat_template(
 
 
 def with_chat_prompts(
-    llm: Any, entries: list[Entry], path: Path, *, skip_bad: bool = False
-) -> list[Entry]:
-    """:func:`apply_chat_template` with the chat template of ``llm`` (a loaded
-    ``llama_cpp.Llama``), when some entry has ``messages``; else ``entries`` as they are.
-
-    Raises:
-        UsageError: the model has no chat template (named with the first line that needs
-            one), or (without ``skip_bad``) the template refused an item.
-    """
-    first = next((e.line for e in entries if isinstance(e, PromptItem) and e.messages), None)
+    llm: Any, entries: list[Line], path: Path, *, skip_bad: bool = False
+) -> list[Line]:
+    """:func:`apply_chat_template` with ``llm``'s template and tokens; UsageError when the
+    model has none (naming the first line that needs one)."""
+    first = next((e.line for e in entries if isinstance(e, LineItem) and e.messages), None)
     if first is None:
         return entries
     try:
         template = ChatTemplate.from_llama(llm)
     except ChatTemplateError as exc:
         raise UsageError(f'{path}:{first}: line {first} has "messages", but {exc}') from None
-    return apply_chat_template(entries, template, path, skip_bad=skip_bad)
+    return apply_chat_template(entries, template, path, llm=llm, skip_bad=skip_bad)
 
 
-def model_prompts(llm: Any, items: list[PromptItem]) -> Iterator[object]:
-    """What the generator gets for each item: its prompt string, or for a ``messages``
-    item the token ids of its chat prompt, made as llama-cpp-python's chat handlers make
-    them (:func:`~llamabatch.llamacpp.chat.chat_tokens`); if that fails, the string, so the item
-    gets the library's own tokenization error in its place."""
+def item_samplings(entries: list[Line], base: SamplingParams, path: Path) -> list[SamplingParams]:
+    """Each item's sampling: ``base`` (the flags) with its line's fields; UsageError
+    naming a line whose fields do not go with ``base``."""
+    out = []
+    for it in entries:
+        if isinstance(it, LineItem):
+            try:
+                out.append(with_fields(base, it.fields))
+            except ValueError as exc:
+                raise UsageError(f"{path}:{it.line}: line {it.line}: {exc}") from None
+    return out
+
+
+def job_items(items: list[LineItem]) -> Iterator[object]:
+    """What a generator gets for each item: its prompt (a chat's token ids once
+    :func:`with_chat_prompts` made them, else its messages), as an item mapping with the
+    line's own fields when it has any (:mod:`llamabatch.items`)."""
     for item in items:
-        if item.messages is None:
-            yield item.prompt
-            continue
-        try:
-            yield chat_tokens(llm, item.prompt)
-        except (RuntimeError, ValueError, UnicodeError):
-            yield item.prompt
+        key = "messages" if item.prompt is None else "prompt"
+        value = getattr(item, key)
+        yield {key: value, **item.fields} if item.fields else value

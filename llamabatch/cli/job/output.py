@@ -22,7 +22,7 @@ from typing import IO, Any
 from ...completion import Completion
 from ...outputs import output_record
 from ..common import UsageError
-from .input import BadLine, PromptItem
+from .input import BadLine, LineItem
 from .resume import OutputCorrupt, scan_output
 
 try:
@@ -31,7 +31,7 @@ except ImportError:  # Windows: no lock
     fcntl = None  # type: ignore[assignment]
 
 
-def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any]:
+def completion_record(item: LineItem, completion: Completion) -> dict[str, Any]:
     """The output object of one item: id, text, finish_reason, error, token counts,
     path, then the optional outputs it holds (``logprobs`` ...:
     :func:`llamabatch.outputs.output_record`)."""
@@ -39,17 +39,9 @@ def completion_record(item: PromptItem, completion: Completion) -> dict[str, Any
 
 
 def error_record(bad: BadLine) -> dict[str, Any]:
-    """The output object of a bad input line (``--skip-bad``), same keys as an item's;
-    ``path`` is ``"alone"`` as for every item that failed before any decode."""
-    return {
-        "id": bad.id,
-        "text": "",
-        "finish_reason": "error",
-        "error": bad.error,
-        "n_prompt_tokens": 0,
-        "n_tokens": 0,
-        "path": "alone",
-    }
+    """The output object of a bad input line (``--skip-bad``): an item's, failed before any
+    decode (``path`` ``"alone"``)."""
+    return {"id": bad.id, **output_record(Completion(0, "", (), "error", bad.error, 0, "alone"))}
 
 
 @dataclass(slots=True)

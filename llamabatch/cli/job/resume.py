@@ -1,22 +1,8 @@
-"""Resuming a job: which ids an existing output file already holds, its cut-off end, and
-the fingerprint of the input it was written from.
-
-``llamabatch complete`` writes one JSON object per line and flushes and fsyncs after each
-group, so a job killed at any moment (SIGKILL, a crash, a power cut) leaves whole lines,
-possibly followed by one line cut off part-way (no newline at its end). :func:`scan_output`
-reads such a file: the ids of its whole lines, and the size up to the end of the last one,
-to which the caller truncates the file before appending.
-
-Ids are compared as JSON values, by :func:`id_key`: the integer ``7`` and the string
-``"7"`` are different ids.
-
-**The fingerprint.** A job on an output file ``OUT`` keeps ``OUT.fingerprint`` beside it
-(:func:`fingerprint_path`): per input id, the line it was on and a digest of that line
-(:func:`line_digest`: its id and text). ``--resume`` then refuses an input whose line
-of an id already in ``OUT`` changed since (:func:`check_resume`, naming the first such
-line), as it refuses an ``OUT`` that holds ids the input does not have (written from
-another input) unless told to keep them. An output without a fingerprint (written by
-an older llamabatch) is resumed with a warning that it cannot be checked.
+"""Resuming a job: which ids an existing output file holds (whole lines; a line cut off
+by a killed job is truncated before appending), ids compared as JSON values
+(:func:`id_key`: ``7`` and ``"7"`` differ), and the input's fingerprint kept beside it
+(``OUT.fingerprint``: per id its line and digest), with which ``--resume`` refuses an input
+whose line of an id already written changed, or an ``OUT`` of another input.
 """
 
 from __future__ import annotations
@@ -27,9 +13,12 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import OutputCorrupt, UsageError
+
+if TYPE_CHECKING:
+    from .input import Line
 
 #: Appended to the output's name: the file of its input's fingerprint.
 FINGERPRINT_SUFFIX = ".fingerprint"
@@ -105,17 +94,6 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
 
 
 # -- the input's fingerprint ---------------------------------------------------------------
-class InputLine(Protocol):
-    """An input entry as the fingerprint reads it (``PromptItem``, ``BadLine``)."""
-
-    @property
-    def id(self) -> str | int: ...
-    @property
-    def line(self) -> int: ...
-    @property
-    def digest(self) -> str: ...
-
-
 def line_digest(item_id: object, text: str) -> str:
     """The digest of one input line: SHA-256 of its id (:func:`id_key`) and its text,
     the first 16 hex digits."""
@@ -138,7 +116,7 @@ def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
 
 
 def write_fingerprint(
-    out: Path, prompts: Path, entries: Iterable[InputLine], kept: Mapping[str, Any] | None = None
+    out: Path, prompts: Path, entries: Iterable[Line], kept: Mapping[str, Any] | None = None
 ) -> None:
     """Keep the fingerprint of ``entries`` (and the ``kept`` ones of other inputs' ids)
     beside ``out``, written whole (a temporary file renamed).
@@ -159,7 +137,7 @@ def check_resume(
     out: Path,
     scan_ids: tuple[str, ...],
     prompts: Path,
-    entries: Sequence[InputLine],
+    entries: Sequence[Line],
     *,
     keep_other_ids: bool = False,
     warn: Callable[[str], None] = lambda message: None,

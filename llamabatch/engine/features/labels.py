@@ -12,6 +12,13 @@ probability) its forms: as written and, with ``choice_leading_space``, with one 
 space. ``choice_probs`` is ``softmax`` over the labels' scores. The reference is
 ``Llama(logits_all=True)``: ``eval(prompt + c)``, then the log-softmax of ``scores``.
 
+**Greedy**: a continuation is its prompt's greedy one when each of its tokens has its
+row's largest log-softmax (``SeqOutput.row_max``), as lm-evaluation-harness's
+``is_greedy`` (``None`` with a backend that reports no row maxima).
+
+**The prompt's own tokens** (``score_prompt``) are one continuation: the prompt after its
+first token (``n_keep`` 1), scored by the prompt's prefill.
+
 **Forms that cannot matter** are left unfinished: once a label has a finished form, a
 form whose log-probability is bounded so far below it that adding it would raise the
 label's score by at most :data:`SKIP_NATS` is not decoded further.
@@ -29,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from ...completion import Completion
 from ...errors import LlamaBatchError
@@ -177,6 +185,7 @@ class LabelRequest(Request):
         super().reset()
         self._goal = list(self.prompt)
         self._got: dict[tuple[RowKey, int], float] = {}
+        self._top: dict[RowKey, float | None] = {}
         self._skipped: set[int] = set()
         self._alone: tuple[tuple[int, ...], Targets] | None = None
 
@@ -202,9 +211,11 @@ class LabelRequest(Request):
             self.fold()
 
     def keep_limit(self, n: int) -> int:
-        """Its first run scores the prompt's last row in ``min_run`` tokens at least."""
+        """Its first run scores the prompt's last row in ``min_run`` tokens at least, and
+        every prompt row a continuation needs."""
         folded = len(self._goal) - len(self.prompt)
-        return min(n, max(0, len(self.prompt) - max(1, self.min_run - folded)))
+        first_row = self._k_min - 1
+        return min(n, first_row, max(0, len(self.prompt) - max(1, self.min_run - folded)))
 
     def rows(self, cached: Sequence[int], pos: int, tokens: Sequence[int]) -> Targets | None:
         return self.targets(cached, pos, tokens)
@@ -218,7 +229,7 @@ class LabelRequest(Request):
             span, cached = Span(-1, 0, path, targets=targets), ()
         if span is None or span.targets is None or out.scores is None:
             return
-        self.record(cached, span.pos, span.tokens, span.targets, out.scores)
+        self.record(cached, span.pos, span.tokens, span.targets, out.scores, out.row_max)
 
     def next_goal(self, cached: Sequence[int], checkpointed: bool) -> int | None:
         return self.next_run(cached, 1 if checkpointed else self.min_run)
@@ -239,14 +250,22 @@ class LabelRequest(Request):
     def result(self) -> Completion:
         if self.error is not None:
             return super().result()
+        n_prompt = len(self.prompt)
         try:
+            if self.sampling.score_prompt:
+                logprobs = self.row_scores(0)
+                return Completion(
+                    self.index, "", (), "stop", None, n_prompt, self.path,
+                    prompt_logprobs=logprobs,
+                )  # fmt: skip
             scores = self.label_scores()
         except KeyError:
-            self.error = "label scoring ended before every row was scored"
+            self.error = "scoring ended before every row was scored"
             return super().result()
         return Completion(
-            self.index, scores.label, scores.tokens, "stop", None, len(self.prompt), self.path,
+            self.index, scores.label, scores.tokens, "stop", None, n_prompt, self.path,
             choice_logprobs=scores.logprobs, choice_probs=scores.probs,
+            choice_greedy=scores.greedy,
         )  # fmt: skip
 
     # -- rows --------------------------------------------------------------------------
@@ -282,20 +301,25 @@ class LabelRequest(Request):
         tokens: Sequence[int],
         targets: Sequence[Sequence[int]],
         scores: Sequence[Sequence[float]],
+        row_max: Sequence[float | None] | None = None,
     ) -> None:
-        """Keep a span's scores (``targets`` as sent).
+        """Keep a span's scores (``targets`` as sent) and its rows' maxima.
 
         Raises:
             ValueError: ``scores`` does not match ``targets`` row for row.
         """
         if len(scores) != len(targets) or any(len(s) != len(t) for s, t in zip(scores, targets)):
             raise ValueError(f"scores {scores!r} do not match targets {targets!r}")
+        if row_max is not None and len(row_max) != len(targets):
+            raise ValueError(f"row maxima {row_max!r} do not match targets {targets!r}")
         path = list(cached[:pos]) + list(tokens)
         for r, (ids, values) in enumerate(zip(targets, scores)):
             if ids:
                 key = self._key(path, pos + r)
                 for t, v in zip(ids, values):
                     self._got[(key, t)] = float(v)
+                top = None if row_max is None else row_max[r]
+                self._top[key] = None if top is None else float(top)
 
     # -- forms left unfinished (SKIP_NATS) ---------------------------------------------
     def _finished(self, i: int) -> bool:
@@ -383,14 +407,39 @@ class LabelRequest(Request):
         return path, targets
 
     # -- the result --------------------------------------------------------------------
+    def row_scores(self, i: int) -> tuple[float, ...]:
+        """The log-softmax of each token of continuation ``i`` at its row.
+
+        Raises:
+            KeyError: a row is not scored yet.
+        """
+        path, cont = self._paths[i], self.conts[i]
+        return tuple(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
+
     def continuation_logprob(self, i: int) -> float:
         """log P(continuation ``i`` | ``prompt[:n_keep]``): its rows' scores summed.
 
         Raises:
             KeyError: a row is not scored yet.
         """
+        return sum(self.row_scores(i))
+
+    def is_greedy(self, i: int) -> bool | None:
+        """Whether each token of continuation ``i`` is its row's likeliest (its score is the
+        row's maximum); ``None`` when a row's maximum is unknown.
+
+        Raises:
+            KeyError: a row is not scored yet.
+        """
         path, cont = self._paths[i], self.conts[i]
-        return sum(self._got[(self._key(path, j), t)] for j, t in self._rows(path, cont))
+        greedy = True
+        for j, t in self._rows(path, cont):
+            key = self._key(path, j)
+            top = self._top.get(key)
+            if top is None:
+                return None
+            greedy = greedy and self._got[(key, t)] >= top
+        return greedy
 
     def label_scores(self) -> LabelScores:
         """Every label's log-probability and probability, and the winner.
@@ -416,7 +465,9 @@ class LabelRequest(Request):
         }
         winner = max(logprobs, key=lambda label: (probs[label], -list(logprobs).index(label)))
         tokens = self.conts[best[winner][1]].tokens
-        return LabelScores(logprobs, probs, winner, tokens)
+        flags = {label: self.is_greedy(i) for label, (_, i) in best.items()}
+        greedy = None if None in flags.values() else cast(dict[str, bool], flags)
+        return LabelScores(logprobs, probs, winner, tokens, greedy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,20 +479,32 @@ class LabelScores:
         probs: label -> the same normalised over the labels (sum 1).
         label: the likeliest label (the first of equal ones).
         tokens: the tokens of its likeliest written form after the prompt.
+        greedy: label -> whether its likeliest written form is the greedy continuation
+            (:meth:`LabelRequest.is_greedy`), in the order of the labels; ``None`` when
+            the backend reports no row maxima.
     """
 
     logprobs: dict[str, float]
     probs: dict[str, float]
     label: str
     tokens: tuple[int, ...]
+    greedy: dict[str, bool] | None = None
 
 
 def label_request(
     req: Request, tokenize: Callable[[str], list[int]], tails: TailTokens, min_run: int
 ) -> Request:
-    """``req`` as a :class:`LabelRequest` when it scores labels, else ``req``; labels that
-    cannot be scored are its error."""
+    """``req`` as a :class:`LabelRequest` when it scores labels or its prompt, else ``req``;
+    labels that cannot be scored are its error."""
     sampling = req.sampling
+    if req.error is None and sampling.score_prompt:
+        if len(req.prompt) < 2:
+            return _failed(
+                req,
+                "score_prompt needs a prompt of at least 2 tokens: the first token has no "
+                "context to be scored after",
+            )
+        return LabelRequest(req, [Continuation("", "", 1, tuple(req.prompt[1:]))], min_run)
     if req.error is not None or not sampling.scores_labels or sampling.choices is None:
         return req
     try:
@@ -454,6 +517,10 @@ def label_request(
             tails,
         )
     except (ValueError, LlamaBatchError) as exc:
-        req.fail(f"cannot score the labels: {exc}")
-        return req
+        return _failed(req, f"cannot score the labels: {exc}")
     return LabelRequest(req, conts, min_run)
+
+
+def _failed(req: Request, message: str) -> Request:
+    """``req`` ended with ``message`` for good (a retry alone resets only its own errors)."""
+    return Request(req.index, req.prompt, req.sampling, prompt_text=req.prompt_text, error=message)

@@ -4,23 +4,23 @@ llama_cpp is imported only when a template is built."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ChatTemplateError, LibraryError
+from .errors import ChatTemplateError, LibraryError
 
 #: The GGUF metadata key of the default chat template.
 TEMPLATE_KEY = "tokenizer.chat_template"
 
 
 def check_messages(value: object) -> list[dict[str, Any]]:
-    """Check chat messages read from JSON: a non-empty list of objects whose ``role`` (not
-    empty) is a string and whose ``content`` is a string or, as OpenAI's chat and Batch APIs
-    also write it, a list of text parts (``{"type": "text", "text": ...}``), joined with
-    newlines as vLLM and llama-server join them; other keys kept. Returns a new list (the
-    caller's is left as it is); ValueError saying what is wrong, naming the message (and a
-    part that is not text) by its 0-based index."""
-    if not isinstance(value, list):
+    """Check chat messages: a non-empty list of objects whose ``role`` (not empty) is a
+    string and whose ``content`` is a string or, as OpenAI's chat and Batch APIs also write
+    it, a list of text parts (``{"type": "text", "text": ...}``), joined with newlines as
+    vLLM and llama-server join them; other keys kept. Returns new dicts (the caller's are
+    left as they are); ValueError saying what is wrong, naming the message (and a part
+    that is not text) by its 0-based index."""
+    if not isinstance(value, (list, tuple)):
         raise ValueError(
             f'"messages" is {_json_type(value)}, not a list of {{"role", "content"}} objects'
         )
@@ -28,15 +28,16 @@ def check_messages(value: object) -> list[dict[str, Any]]:
         raise ValueError('"messages" is an empty list')
     checked: list[dict[str, Any]] = []
     for k, message in enumerate(value):
-        if not isinstance(message, dict):
+        if not isinstance(message, Mapping):
             raise ValueError(
                 f'"messages"[{k}] is {_json_type(message)}, not an object with "role" and "content"'
             )
+        message = dict(message)
         for key in ("role", "content"):
             if key not in message:
                 raise ValueError(f'"messages"[{k}] has no "{key}"')
         if isinstance(message["content"], list):
-            message = dict(message, content=_joined_text(k, message["content"]))
+            message["content"] = _joined_text(k, message["content"])
         for key in ("role", "content"):
             if not isinstance(message[key], str):
                 what = "a string or a list of text parts" if key == "content" else "a string"
@@ -102,7 +103,7 @@ class ChatTemplate:
         self.template = template
         self._jinja_error = jinja2.TemplateError
         try:
-            self._formatter = llama_chat_format.Jinja2ChatFormatter(
+            self._formatter: Any = llama_chat_format.Jinja2ChatFormatter(
                 template=template,
                 eos_token=eos_token,
                 bos_token=bos_token,
@@ -151,7 +152,16 @@ def _token_text(llm: Any, token_id: int) -> str:
     return llm.detokenize([token_id], special=True).decode("utf-8", errors="replace")
 
 
-def chat_tokens(llm: Any, prompt: str) -> list[int]:
-    """Token ids of a rendered chat prompt: ``llm.tokenize(prompt, add_bos=False,
-    special=True)``, as llama-cpp-python's chat handlers (a template writes its own BOS)."""
-    return list(llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
+def chat_prompt(messages: object, template: ChatTemplate, llm: Any = None) -> str | list[int]:
+    """The prompt of a chat: ``messages`` checked (:func:`check_messages`) and rendered with
+    ``template``; with ``llm`` (a ``llama_cpp.Llama``) its token ids as llama-cpp-python's
+    chat handlers make them (``tokenize(add_bos=False, special=True)``: the template writes
+    its own BOS), else the text. The one chat -> tokens path (generator, command line).
+
+    Raises:
+        ValueError: the messages are malformed or the template refused them.
+    """
+    text = template.render(check_messages(messages))
+    if llm is None:
+        return text
+    return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))

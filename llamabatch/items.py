@@ -1,24 +1,12 @@
-"""Per-item fields: how one input item becomes a prompt (or chat messages) and its own
-:class:`~llamabatch.SamplingParams`, the same for every path (a local job, a pool of
-servers, Ray Data).
+"""The one resolution of an item, the same for every path (the generator, a pool of
+servers, Ray Data, the command line).
 
-An item is a prompt (a ``str``, UTF-8 ``bytes`` or a list of token ids), a list of chat
-messages, or a mapping with exactly one of ``"prompt"`` / ``"messages"`` and any of the
-*line fields*: every field of :class:`~llamabatch.SamplingParams` (``max_tokens``,
-``temperature``, ``top_k``, ``top_p``, ``min_p``, ``typical_p``, ``repeat_penalty``,
-``frequency_penalty``, ``presence_penalty``, ``seed``, ``penalty_last_n``, ``stop``,
-``stop_token_ids``, ``grammar``, ``json_schema``, ``choices``, ``logprobs``, and any
-field added to it later) plus OpenAI's ``response_format``. The list is derived from the
-dataclass, so a new sampling field is a line field without more code.
-
-Rules (:func:`with_fields`):
-
-- an item's field replaces the default's (the command's flags, the generator's
-  ``sampling``); a JSON ``null`` means "not set";
-- an item that sets one of ``grammar`` / ``json_schema`` / ``choices`` /
-  ``response_format`` replaces the default's constraint whole: ``{"type": "text"}``
-  lifts it (a free reply), as OpenAI's ``response_format`` means;
-- ``response_format`` together with another constraint of the same item is refused.
+An item is a prompt (``str``, UTF-8 ``bytes``, token ids), chat messages, or a mapping
+with exactly one of ``"prompt"`` / ``"messages"`` and any *item fields*: every field of
+:class:`~llamabatch.SamplingParams` (derived from the dataclass) plus OpenAI's
+``response_format``. An item's field replaces the default's (``None``: not set); one
+constraint (``grammar`` / ``json_schema`` / ``choices`` / ``response_format``) replaces
+the default's whole, ``{"type": "text"}`` lifting it (:func:`with_fields`).
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ from .params import SamplingParams
 SAMPLING_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 #: What an item may set besides its prompt: every sampling field and ``response_format``.
-LINE_FIELDS: tuple[str, ...] = SAMPLING_FIELDS + ("response_format",)
+ITEM_FIELDS: tuple[str, ...] = SAMPLING_FIELDS + ("response_format",)
 
 #: The fields that say what a reply may be; an item's one replaces the default's.
 CONSTRAINTS = ("grammar", "json_schema", "choices")
@@ -50,7 +38,7 @@ _FLOAT_FIELDS = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class ResolvedItem:
+class Item:
     """One item, resolved.
 
     Attributes:
@@ -64,8 +52,8 @@ class ResolvedItem:
     sampling: SamplingParams
 
 
-def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The line fields that ``obj`` sets (keys of :data:`LINE_FIELDS` whose value is
+def item_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The line fields that ``obj`` sets (keys of :data:`ITEM_FIELDS` whose value is
     not ``None``), checked; integers given for real-valued fields become floats. Other
     keys are not looked at. ``response_format`` is kept as it is (see :func:`with_fields`).
 
@@ -73,7 +61,7 @@ def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
         ValueError: a field of the wrong type or out of range (named), ``response_format``
             not one of OpenAI's forms, or two constraints at once.
     """
-    fields = {k: obj[k] for k in LINE_FIELDS if k in obj and obj[k] is not None}
+    fields = {k: obj[k] for k in ITEM_FIELDS if k in obj and obj[k] is not None}
     for name in _FLOAT_FIELDS:
         if isinstance(fields.get(name), int) and not isinstance(fields[name], bool):
             fields[name] = float(fields[name])
@@ -82,7 +70,7 @@ def line_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingParams:
-    """``base`` with an item's ``fields`` (as :func:`line_fields` returns them): each
+    """``base`` with an item's ``fields`` (as :func:`item_fields` returns them): each
     replaces ``base``'s; a constraint (or ``response_format``) replaces ``base``'s
     constraint whole.
 
@@ -107,44 +95,38 @@ def with_fields(base: SamplingParams, fields: Mapping[str, Any]) -> SamplingPara
     return dataclasses.replace(base, **changes)
 
 
-def resolve_item(item: object, base: SamplingParams, *, strict: bool = True) -> ResolvedItem:
-    """What ``item`` asks for: its prompt or messages, and ``base`` with its fields.
-
-    Args:
-        item: a prompt, a list of messages, or a mapping (see the module doc).
-        base: the default sampling params (the command's flags, the generator's).
-        strict: refuse a mapping's keys that are neither prompt keys nor line fields
-            (the library's rule; the command line warns about them instead).
+def resolve_item(item: object, base: SamplingParams) -> Item:
+    """What ``item`` asks for: its prompt or messages, and ``base`` (the default sampling
+    params: the command's flags, the generator's) with its fields.
 
     Raises:
         ValueError: a mapping without exactly one of prompt / messages, with an unknown
-            key (``strict``), or with a bad field (named); messages that are not a list
-            of mappings.
+            key or a bad field (named); messages that are not a list of mappings.
     """
     if not isinstance(item, Mapping):
-        if _is_messages(item):
-            return ResolvedItem(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
-        return ResolvedItem(item, None, base)
+        if is_messages(item):
+            return Item(None, list(cast("Sequence[Mapping[str, Any]]", item)), base)
+        return Item(item, None, base)
     keys = [k for k in PROMPT_KEYS if item.get(k) is not None]
     if len(keys) != 1:
         raise ValueError('an item mapping needs exactly one of "prompt" or "messages"')
-    if strict:
-        unknown = sorted(set(item) - set(LINE_FIELDS) - set(PROMPT_KEYS))
-        if unknown:
-            raise ValueError(
-                f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
-                f"prompt, messages, {', '.join(LINE_FIELDS)}"
-            )
-    sampling = with_fields(base, line_fields(item))
+    unknown = sorted(set(item) - set(ITEM_FIELDS) - set(PROMPT_KEYS))
+    if unknown:
+        raise ValueError(
+            f"unknown item field(s) {', '.join(map(repr, unknown))}: valid are "
+            f"prompt, messages, {', '.join(ITEM_FIELDS)}"
+        )
+    sampling = with_fields(base, item_fields(item))
     if keys[0] == "messages":
         messages = item["messages"]
-        if not _is_messages(messages):
+        if not is_messages(messages):
             raise ValueError('messages must be a non-empty list of {"role", "content"} objects')
-        return ResolvedItem(None, list(messages), sampling)
-    return ResolvedItem(item["prompt"], None, sampling)
+        return Item(None, list(messages), sampling)
+    return Item(item["prompt"], None, sampling)
 
 
-def _is_messages(value: object) -> bool:
+def is_messages(value: object) -> bool:
+    """True for a non-empty sequence of mappings (chat messages), not a prompt."""
     return (
         isinstance(value, Sequence)
         and not isinstance(value, (str, bytes, bytearray))

@@ -6,29 +6,21 @@ prompt's KV cache, so a prefix shared with the previous item is not prefilled ag
 
 One call gives one generated reply: an item asking for more (``n`` > 1, ``score_choices``
 with ``choices``, ``logprobs``, which ``create_completion`` gives only with
-``logits_all=True``) has no one-at-a-time counterpart and is refused up front
-(:func:`check_one_reply`).
+``logits_all=True``), or for what no argument carries (``stop_token_ids``), has no
+one-at-a-time counterpart and is refused up front (:func:`check_one_reply`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import LlamaBatchError
+from ..items import is_messages
 from ..params import SamplingParams
+from ..sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
 from .records import Replies, Reply, WorkItem
 from .rounds import Progress
-
-
-def is_chat(prompt: object) -> bool:
-    """True for a list of ``{"role", "content"}`` messages (a chat), not a prompt."""
-    return (
-        isinstance(prompt, Sequence)
-        and not isinstance(prompt, (str, bytes))
-        and bool(prompt)
-        and all(isinstance(m, Mapping) for m in prompt)
-    )
 
 
 def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
@@ -43,12 +35,17 @@ def not_one_reply(sampling: SamplingParams) -> tuple[str, str] | None:
             "score_choices asks for label scores instead of a reply",
             "drop score_choices (the reply is then generated under its choices)",
         )
+    if sampling.score_prompt:
+        return "score_prompt asks for the prompt's scores instead of a reply", "drop score_prompt"
     if sampling.logprobs is not None:
         return (
             f"logprobs={sampling.logprobs} asks for log-probabilities (Llama.create_completion "
             "gives them only with logits_all=True)",
             "drop logprobs",
         )
+    refused = unsupported(sampling, COMPLETION_FIELDS)
+    if refused:
+        return f"{refused[0]} has no Llama.create_completion argument", f"drop {refused[0]}"
     return None
 
 
@@ -74,34 +71,6 @@ def check_one_reply(
                 f"{where(k)}: {what}, but {command} compares one generated reply per item "
                 f"with one Llama.create_completion call per item: {fix}"
             )
-
-
-def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
-    """The keyword arguments of ``create_completion`` / ``create_chat_completion`` for
-    ``sampling`` (reply cap: ``sampling.max_tokens`` or ``max_tokens``).
-
-    Raises:
-        ValueError: ``sampling`` asks for more than one reply (:func:`not_one_reply`).
-    """
-    problem = not_one_reply(sampling)
-    if problem is not None:
-        raise ValueError(f"{problem[0]}, but Llama.create_completion gives one reply: {problem[1]}")
-    kwargs: dict[str, Any] = dict(
-        max_tokens=sampling.max_tokens or max_tokens,
-        temperature=sampling.temperature,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        min_p=sampling.min_p,
-        typical_p=sampling.typical_p,
-        repeat_penalty=sampling.repeat_penalty,
-        frequency_penalty=sampling.frequency_penalty,
-        presence_penalty=sampling.presence_penalty,
-        seed=sampling.seed,
-        stop=list(sampling.stop) or None,
-    )
-    if grammar is not None:
-        kwargs["grammar"] = grammar
-    return kwargs
 
 
 class OneAtATime:
@@ -136,6 +105,7 @@ class LlamaLoop(OneAtATime):
     def __init__(self, llm: Any, max_tokens: int) -> None:
         from llama_cpp.llama_grammar import LlamaGrammar
 
+        from .._ffi import set_llm_settings
         from ..llamacpp.llm_state import LlamaGuard
         from ..locks import llm_lock
 
@@ -145,6 +115,7 @@ class LlamaLoop(OneAtATime):
         self._compile = LlamaGrammar.from_string
         self._grammars: dict[str, Any] = {}
         self._guard = LlamaGuard(llm)
+        self._set = set_llm_settings
 
     def _grammar(self, sampling: SamplingParams) -> Any:
         from ..llamacpp.constraints import grammar_of
@@ -155,18 +126,19 @@ class LlamaLoop(OneAtATime):
         return None if text is None else self._grammars[text]
 
     def _complete(self, item: WorkItem) -> Reply:
-        chat = is_chat(item.alone)
+        chat = is_messages(item.prompt)
         path = "create_chat_completion" if chat else "create_completion"
         try:
             kwargs = completion_kwargs(
                 item.sampling, self._max_tokens, self._grammar(item.sampling)
             )
             with self._lock:
+                self._set(self._llm, llama_settings(item.sampling))
                 if chat:
-                    out = self._llm.create_chat_completion(messages=item.alone, **kwargs)
+                    out = self._llm.create_chat_completion(messages=item.prompt, **kwargs)
                     text = out["choices"][0]["message"].get("content") or ""
                 else:
-                    out = self._llm.create_completion(item.alone, **kwargs)
+                    out = self._llm.create_completion(item.prompt, **kwargs)
                     text = out["choices"][0]["text"]
         except (ValueError, RuntimeError, LlamaBatchError) as exc:
             return Reply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)

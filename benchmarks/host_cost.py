@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Host cost per step at a large vocabulary: llamabatch against llama-server and
+llama-batched-bench, on a model whose decode is cheap.
+
+A GPU decodes a step for B sequences in a few milliseconds; what is left per step is
+host work: reading B rows of logits, sampling each, and Python. The test model has a
+49k vocabulary and, on a CPU, its decode dominates. This script writes a random model
+with a tiny body and Llama 3's vocabulary (128,256 tokens, hidden 128, 2 layers:
+``benchmarks/gpu/random_gguf.py``, preset ``widevocab``), whose decode is mostly the
+output layer, so the host side shows, and measures at each B (``--slots``), greedy and
+with llama-cpp-python's default chain (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05):
+
+- ours: ``BatchGenerator(llm, slots=B)`` over B fresh prompts, ``--tokens`` reply tokens
+  each (the model never samples its end-of-generation token), tokens/s; the per-step
+  split of ``Stats`` (decode, logits, sampling, the rest);
+- llama-server ``-np B`` built from the same vendored llama.cpp (``$LLAMA_SERVER``),
+  B concurrent ``/completion`` requests with the same chain;
+- llama-batched-bench (``$LLAMA_BATCHED_BENCH``): S_TG, decode without sampling (the
+  ceiling).
+
+Rounds alternate their order (:func:`llamabatch.measure.rounds.run_rounds`), prompts
+are fresh every round, medians are reported with ours/llama-server per round.
+
+    python benchmarks/host_cost.py --slots 1 4 8 16 --rounds 3 --json host_cost.json
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "gpu"))
+
+from random_gguf import PRESETS, write_random_llama  # noqa: E402
+from vs_batched_bench import wheel_lib_dir  # noqa: E402
+from vs_llama_server import Server  # noqa: E402
+
+from llamabatch import BatchGenerator, SamplingParams  # noqa: E402
+from llamabatch.bench.report import parse_raw_table  # noqa: E402
+from llamabatch.cli.options import script_parser  # noqa: E402
+from llamabatch.measure.rounds import run_rounds  # noqa: E402
+from llamabatch.measure.stats import Spread  # noqa: E402
+from llamabatch.model import load_llama  # noqa: E402
+
+BUILD = Path.home() / ".cache/llamabatch/build-0.3.36/bin"
+MODEL = Path.home() / ".cache/llamabatch/models/random-widevocab.gguf"
+CHAINS: dict[str, dict[str, float]] = {
+    "greedy": {"temperature": 0.0},
+    "sampled": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+}
+
+
+def gguf_on_path() -> None:
+    """Put llama.cpp's ``gguf`` package (in the unpacked sdist) on ``sys.path``."""
+    for src in sorted((Path.home() / ".cache/llamabatch/src").glob("*/vendor/llama.cpp/gguf-py")):
+        sys.path.insert(0, str(src))
+        return
+    sys.exit("llama.cpp's gguf-py not found: run scripts/make-tiny-models once (it unpacks it)")
+
+
+def model_path(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    if not MODEL.exists():
+        gguf_on_path()
+        MODEL.parent.mkdir(parents=True, exist_ok=True)
+        write_random_llama(MODEL, PRESETS["widevocab"], name="random-widevocab")
+    return MODEL
+
+
+def prompts(rng: random.Random, n: int, chars: int) -> list[str]:
+    """``n`` fresh prompts of about ``chars`` tokens (one token per character here)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(chars)) for _ in range(n)]
+
+
+def batched_bench(binary: Path, model: Path, args: Any) -> dict[int, float]:
+    """S_TG of llama-batched-bench at each B (on the wheel's libraries, as ours)."""
+    cmd = [str(binary), "-m", str(model), "-t", str(args.threads), "-c",
+           str(max(args.slots) * args.n_ctx_seq), "-b", "512", "-ub", "512", "-fa", "off",
+           "-npp", str(args.prompt), "-ntg", str(args.tokens),
+           "-npl", ",".join(map(str, args.slots))]  # fmt: skip
+    env = dict(os.environ, LD_LIBRARY_PATH=str(wheel_lib_dir()))
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    return {int(r["B"]): r["S_TG t/s"] for r in parse_raw_table(run.stdout + run.stderr)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = script_parser(__doc__, model=None, n_ctx_seq=256, threads=2, json=None, rounds=3)
+    ap.add_argument("--slots", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--tokens", type=int, default=64, help="reply tokens per sequence")
+    ap.add_argument("--prompt", type=int, default=32, help="prompt tokens per sequence")
+    ap.add_argument("--chains", nargs="+", choices=sorted(CHAINS), default=sorted(CHAINS))
+    ap.add_argument(
+        "--server", type=Path, default=Path(os.environ.get("LLAMA_SERVER", BUILD / "llama-server"))
+    )
+    env_bb = os.environ.get("LLAMA_BATCHED_BENCH", BUILD / "llama-batched-bench")
+    ap.add_argument("--batched-bench", type=Path,
+                    default=Path(env_bb))  # fmt: skip
+    args = ap.parse_args(argv)
+    model = model_path(Path(args.model) if args.model else None)
+    llm = load_llama(str(model), n_ctx=args.n_ctx_seq, n_threads=args.threads)
+    gens = {b: BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq, max_tokens=args.tokens)
+            for b in args.slots}  # fmt: skip
+    logs = Path(tempfile.mkdtemp(prefix="host_cost-"))
+    servers = {b: Server(args.server, str(model), b, args.n_ctx_seq, args.threads, 512,
+                         logs / f"server-{b}.log").__enter__() for b in args.slots}  # fmt: skip
+    rng = random.Random(0)
+    paths: dict[str, Any] = {}
+    for b in args.slots:
+        for chain in args.chains:
+            sampling = SamplingParams(**CHAINS[chain], seed=1, max_tokens=args.tokens)
+
+            def ours(items, tick, gen=gens[b], sampling=sampling):
+                before = gen.stats.step_split
+                out = gen.complete_many(items, sampling)
+                return sum(c.n_tokens for c in out), (gen.stats.step_split - before).to_json()
+
+            def server(items, tick, srv=servers[b], chain=chain):
+                return srv.complete_all(list(items), args.tokens, len(items), **CHAINS[chain]), {}
+
+            paths[f"ours B={b} {chain}"] = ours
+            paths[f"server B={b} {chain}"] = server
+    fresh: dict[tuple[int, int], list[str]] = {}
+
+    def items(r: int, name: str) -> list[str]:
+        b = int(name.split("B=")[1].split()[0])
+        return fresh.setdefault((r, b), prompts(rng, b, args.prompt))
+
+    try:
+        rounds = run_rounds(paths, items, args.rounds, warmup=lambda name: items(-1, name))
+        ceiling = [batched_bench(args.batched_bench, model, args) for _ in range(args.rounds)]
+    finally:
+        for srv in servers.values():
+            srv.__exit__()
+        for gen in gens.values():
+            gen.close()
+    rows = []
+    for b in args.slots:
+        for chain in args.chains:
+
+            def rate(name: str, r) -> float:
+                p = r.get(name)
+                return p.result[0] / p.seconds
+
+            ours_ts = [rate(f"ours B={b} {chain}", r) for r in rounds]
+            server_ts = [rate(f"server B={b} {chain}", r) for r in rounds]
+            splits = [r.get(f"ours B={b} {chain}").result[1] for r in rounds]
+            rows.append({
+                "B": b, "chain": chain,
+                "ours_tps": statistics.median(ours_ts), "server_tps": statistics.median(server_ts),
+                "ratio": Spread.of([o / s for o, s in zip(ours_ts, server_ts)]).median,
+                "batched_bench_s_tg": statistics.median(c[b] for c in ceiling),
+                "split": {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]},
+            })  # fmt: skip
+    print(
+        "| B | chain | ours tok/s | llama-server tok/s | ours / server | llama-batched-bench S_TG |"
+    )
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['B']} | {row['chain']} | {row['ours_tps']:.1f} | {row['server_tps']:.1f} "
+              f"| {row['ratio']:.2f} | {row['batched_bench_s_tg']:.1f} |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(__import__("json").dumps({"rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

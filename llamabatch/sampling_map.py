@@ -1,0 +1,152 @@
+""":class:`~llamabatch.SamplingParams` as llama-cpp-python's keyword arguments and as an
+OpenAI request's fields, and ``create_completion``'s keyword arguments back as
+:class:`~llamabatch.SamplingParams`.
+
+Derived from the dataclass: every field not in :data:`SPECIAL` is the sampler chain,
+passed under its own name (``Llama.generate`` calls ``temperature`` ``temp``), so a field
+added to the chain later needs no code here. A field set to other than its default that a
+call cannot honour is refused by name, never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from .params import SamplingParams
+
+_DEFAULT = SamplingParams()
+
+#: Fields that are not one keyword of the same name in every call: a ``Llama`` setting
+#: (``penalty_last_n``: ``Llama.last_n_tokens_size``; ``seed``: ``Llama.set_seed`` alone),
+#: the reply's limits and constraint, and the engine's own outputs.
+SPECIAL = frozenset(
+    {"seed", "penalty_last_n", "max_tokens", "stop", "stop_token_ids", "grammar", "json_schema"}
+    | {"choices", "logprobs", "n", "score_choices", "choice_leading_space"}
+)
+#: The sampler chain: passed under these names to ``create_completion`` and to a server.
+CHAIN = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in SPECIAL)
+#: ``Llama.generate``'s names where they differ.
+_GENERATE_NAMES = {"temperature": "temp"}
+#: What ``create_completion`` honours (a constraint as its ``grammar``; ``penalty_last_n``
+#: as the ``Llama``'s ``last_n_tokens_size``).
+COMPLETION_FIELDS = frozenset(
+    CHAIN + ("seed", "penalty_last_n", "max_tokens", "stop", "grammar", "json_schema", "choices")
+)
+#: What a server request carries: the same (``penalty_last_n`` as ``repeat_last_n``).
+SERVER_FIELDS = COMPLETION_FIELDS
+#: Fields that act only when labels are scored (``SamplingParams.scores_labels``).
+_SCORING = ("score_choices", "choice_leading_space")
+
+#: ``create_completion`` arguments without a field, accepted at the value that means off.
+_OFF = {
+    "suffix": None,
+    "echo": False,
+    "stream": False,
+    "tfs_z": 1.0,
+    "mirostat_mode": 0,
+    "mirostat_tau": 5.0,
+    "mirostat_eta": 0.1,
+    "model": None,
+    "stopping_criteria": None,
+    "logits_processor": None,
+    "logit_bias": None,
+}
+
+
+def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]:
+    """The fields of ``sampling`` set to other than their default that are not in
+    ``carried``, in the dataclass's order (the scoring fields only when they act)."""
+    inert = () if sampling.scores_labels else _SCORING
+    return [
+        f.name
+        for f in dataclasses.fields(sampling)
+        if f.name not in carried
+        and f.name not in inert
+        and getattr(sampling, f.name) != getattr(_DEFAULT, f.name)
+    ]
+
+
+def generate_kwargs(sampling: SamplingParams) -> dict[str, Any]:
+    """``Llama.generate``'s keyword arguments of the chain; the seed and
+    :func:`llama_settings` are set on the ``Llama``, the rest is the engine's."""
+    return {_GENERATE_NAMES.get(name, name): getattr(sampling, name) for name in CHAIN}
+
+
+def llama_settings(sampling: SamplingParams) -> dict[str, Any]:
+    """The ``Llama`` attributes the sampler chain reads that no call takes."""
+    return {"last_n_tokens_size": sampling.penalty_last_n}
+
+
+def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
+    """``create_completion``'s (and ``create_chat_completion``'s) keyword arguments:
+    the chain, ``seed``, ``max_tokens`` (``sampling.max_tokens`` or ``max_tokens``),
+    ``stop`` and ``grammar`` (the compiled constraint, or ``None``); set
+    :func:`llama_settings` on the ``Llama`` too.
+
+    Raises:
+        ValueError: a field ``create_completion`` cannot honour (named).
+    """
+    refused = unsupported(sampling, COMPLETION_FIELDS)
+    if refused:
+        raise ValueError(
+            f"{', '.join(refused)} has no Llama.create_completion argument: leave it unset"
+        )
+    kwargs = {name: getattr(sampling, name) for name in (*CHAIN, "seed")}
+    kwargs.update(max_tokens=sampling.max_tokens or max_tokens, stop=list(sampling.stop) or None)
+    if grammar is not None:
+        kwargs["grammar"] = grammar
+    return kwargs
+
+
+def request_fields(sampling: SamplingParams, max_tokens: int, grammar: str | None) -> dict:
+    """An OpenAI-compatible request's sampling fields (llama-server's and
+    llama-cpp-python's server's names): the chain, ``seed`` when set, ``max_tokens``,
+    ``repeat_last_n``, ``stop`` when set and ``grammar`` (GBNF text) when given.
+
+    Raises:
+        ValueError: a field no request field carries (named).
+    """
+    refused = unsupported(sampling, SERVER_FIELDS)
+    if refused:
+        raise ValueError(
+            f"{', '.join(refused)} cannot be sent to a server of the pool (no request field "
+            "carries it); leave it unset for --server, or run locally or with --ray"
+        )
+    body = {n: v for n in (*CHAIN, "seed") if (v := getattr(sampling, n)) is not None}
+    body.update(max_tokens=sampling.max_tokens or max_tokens, repeat_last_n=sampling.penalty_last_n)
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if grammar is not None:
+        body["grammar"] = grammar
+    return body
+
+
+def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
+    """The :class:`~llamabatch.SamplingParams` of ``create_completion``'s keyword
+    arguments (without ``prompt``): the chain, ``seed``, ``max_tokens`` (``None`` or
+    <= 0: the generator's), ``stop``, ``logprobs`` and ``grammar`` as GBNF text.
+
+    Raises:
+        ValueError: naming every argument that cannot be honoured (an unknown one, one
+            without a field set to other than off, a compiled ``LlamaGrammar``), or a
+            value out of range.
+    """
+    values: dict[str, Any] = {}
+    refused = []
+    for name, value in kwargs.items():
+        if name in _OFF:
+            if value != _OFF[name]:
+                refused.append(name)
+        elif name == "grammar" and not (value is None or isinstance(value, str)):
+            refused.append("grammar (give its GBNF text, not a LlamaGrammar)")
+        elif name == "max_tokens":
+            values[name] = value if isinstance(value, int) and value > 0 else None
+        elif name in (*CHAIN, "seed", "stop", "logprobs", "grammar"):
+            values[name] = value
+        else:
+            refused.append(name)
+    if refused:
+        raise ValueError(f"cannot honour {', '.join(refused)}: no SamplingParams field does it")
+    return SamplingParams(**values)
