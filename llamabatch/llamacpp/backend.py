@@ -13,6 +13,7 @@ from .. import _ffi
 from .._ffi.version import check_version
 from ..engine import backend as ops
 from ..engine.backend import BackendInfo, BatchLimits
+from ..engine.cache import common_prefix
 from ..engine.step import SeqOutput, Span, StepResult, StepTimes, Targets
 from ..errors import (
     BackendError,
@@ -32,7 +33,7 @@ from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
-from .llm_state import LlamaGuard, common_prefix, forget_stale_window
+from .llm_state import LlamaGuard, forget_stale_window
 from .sampler import token_logsoftmax, top_logprobs
 from .slot_samplers import SlotSamplers
 from .ubatch import shape
