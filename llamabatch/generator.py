@@ -84,7 +84,7 @@ class BatchGenerator(Closing):
             (docs/reliability-rules.md).
         backend_sampling: with ``llm``, sample plain chains (no grammar, active penalties,
             logprobs or label scores) on the model's device, llama.cpp's backend sampling:
-            the same chain and seed, only the token comes back (``Stats.backend_sampled_rows``).
+            the same chain and seed (``Stats.backend_sampled_rows`` counts its rows).
             ``None``: when the model's output layer is on a GPU; True / False: always / never
             (docs/performance.md).
 
