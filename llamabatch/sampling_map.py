@@ -23,7 +23,7 @@ _DEFAULT = SamplingParams()
 #: the reply's limits and constraint, and the engine's own outputs.
 SPECIAL = frozenset(
     {"seed", "penalty_last_n", "max_tokens", "stop", "stop_token_ids", "grammar", "json_schema"}
-    | {"choices", "logprobs", "n", "score_choices", "choice_leading_space"}
+    | {"choices", "logprobs", "n", "score_choices", "choice_leading_space", "score_prompt"}
 )
 #: The sampler chain: passed under these names to ``create_completion`` and to a server.
 CHAIN = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in SPECIAL)
