@@ -26,7 +26,6 @@ are fresh every round, medians are reported with ours/llama-server per round.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import random
 import statistics
@@ -120,11 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             sampling = SamplingParams(**CHAINS[chain], seed=1, max_tokens=args.tokens)
 
             def ours(items, tick, gen=gens[b], sampling=sampling):
-                before = dataclasses.asdict(gen.stats)
+                before = gen.stats.step_split
                 out = gen.complete_many(items, sampling)
-                after = dataclasses.asdict(gen.stats)
-                split = {k: after[k] - before[k] for k in after if k.startswith("step_")}
-                return sum(c.n_tokens for c in out), split
+                return sum(c.n_tokens for c in out), (gen.stats.step_split - before).to_json()
 
             def server(items, tick, srv=servers[b], chain=chain):
                 return srv.complete_all(list(items), args.tokens, len(items), **CHAINS[chain]), {}

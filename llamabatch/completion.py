@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "error"]
 Path = Literal["batch", "alone", "remote"]
@@ -161,6 +161,14 @@ class Stats:
             fit a slot); each reason is also logged once, as a warning.
         kv_bytes: bytes of KV cache the batch context allocated (0 before it exists, and
             for backends without one); see ``BatchGenerator.estimate_memory``.
+        step_seconds: wall seconds of the ``decode_calls`` steps of the batch context
+            (planning, the backend's call, taking its outputs, cache copies);
+            :attr:`step_split` tells where they went.
+        decode_seconds, logits_seconds, sampling_seconds: the parts of them the backend
+            spent computing, reading rows as numbers and sampling
+            (:class:`~llamabatch.engine.step.StepTimes`; 0 where it does not say).
+        backend_sampled_rows: rows whose token a sampler chain chose on the model's own
+            device (llama.cpp's backend sampling, ``BatchGenerator(backend_sampling=)``).
     """
 
     items_batched: int = 0
@@ -185,11 +193,77 @@ class Stats:
     batch_n_ctx_seq: int = 0
     kv_bytes: int = 0
     alone_reasons: dict[str, int] = field(default_factory=dict)
+    step_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    logits_seconds: float = 0.0
+    sampling_seconds: float = 0.0
+    backend_sampled_rows: int = 0
 
     @property
     def batching_enabled(self) -> bool:
         """False once batching was turned off for good."""
         return self.batch_disabled_reason is None
+
+    @property
+    def step_split(self) -> StepSplit:
+        """Where the batch context's steps spent their time so far."""
+        parts = self.decode_seconds + self.logits_seconds + self.sampling_seconds
+        return StepSplit(
+            self.decode_calls,
+            self.decode_seconds,
+            self.logits_seconds,
+            self.sampling_seconds,
+            max(0.0, self.step_seconds - parts),
+            self.backend_sampled_rows,
+        )
+
+
+#: The parts of :class:`StepSplit`, in order.
+SPLIT_PARTS = ("decode", "logits", "sampling", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class StepSplit:
+    """Where ``steps`` steps of a batch context spent their time, in seconds summed over
+    them: ``decode`` (computing them, the logits' copy to the host included), ``logits``
+    (reading rows as numbers: log-probabilities, label scores), ``sampling`` (sampler
+    chains picking tokens) and ``other`` (the rest: the engine's and the backend's own
+    Python, cache copies); ``backend_sampled_rows`` of the sampled rows were sampled on the
+    model's device. On a GPU, ``other`` and ``sampling`` are the host's share of a step.
+    ``b - a`` is the split of the steps between two readings, ``a + b`` of both."""
+
+    steps: int = 0
+    decode: float = 0.0
+    logits: float = 0.0
+    sampling: float = 0.0
+    other: float = 0.0
+    backend_sampled_rows: int = 0
+
+    @property
+    def seconds(self) -> float:
+        """The steps' wall seconds."""
+        return self.decode + self.logits + self.sampling + self.other
+
+    def __sub__(self, before: StepSplit) -> StepSplit:
+        return StepSplit(*(a - b for a, b in zip(self._values(), before._values())))
+
+    def __add__(self, other: StepSplit) -> StepSplit:
+        return StepSplit(*(a + b for a, b in zip(self._values(), other._values())))
+
+    def _values(self) -> tuple[Any, ...]:
+        return (self.steps, *(getattr(self, p) for p in SPLIT_PARTS), self.backend_sampled_rows)
+
+    def per_step_ms(self) -> dict[str, float]:
+        """Milliseconds per step of each part (:data:`SPLIT_PARTS`); zeros without steps."""
+        n = max(self.steps, 1)
+        return {part: getattr(self, part) * 1e3 / n for part in SPLIT_PARTS}
+
+    def to_json(self) -> dict[str, float | int]:
+        """``steps``, ``<part>_s`` (seconds summed) and ``backend_sampled_rows``."""
+        doc: dict[str, float | int] = {"steps": self.steps}
+        doc.update({f"{part}_s": getattr(self, part) for part in SPLIT_PARTS})
+        doc["backend_sampled_rows"] = self.backend_sampled_rows
+        return doc
 
 
 @dataclass(frozen=True, slots=True)

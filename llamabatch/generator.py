@@ -86,6 +86,11 @@ class BatchGenerator(Closing):
             state save/load) after which batching is off for good, >= 1; before that
             each failure costs the items in flight one retry alone
             (docs/reliability-rules.md).
+        backend_sampling: with ``llm``, sample plain chains (no grammar, active penalties,
+            logprobs or label scores) on the model's device, llama.cpp's backend sampling:
+            the same chain and seed (``Stats.backend_sampled_rows`` counts its rows).
+            ``None``: when the model's output layer is on a GPU; True / False: always / never
+            (docs/performance.md).
 
     The keywords are one :class:`~llamabatch.BatchConfig`, checked before any library
     work; :meth:`from_config` takes a ready one.
@@ -120,6 +125,7 @@ class BatchGenerator(Closing):
         min_copy_tokens: int = 32,
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
+        backend_sampling: bool | None = None,
     ) -> None:
         config = BatchConfig(  # every plain parameter is checked before any library work
             slots=slots,
@@ -131,6 +137,7 @@ class BatchGenerator(Closing):
             min_copy_tokens=min_copy_tokens,
             cache_ram_mib=cache_ram_mib,
             max_batch_failures=max_batch_failures,
+            backend_sampling=backend_sampling,
         )
         self._open(llm, backend, config)
 
@@ -154,11 +161,16 @@ class BatchGenerator(Closing):
     def _open(self, llm: object, backend: Backend | None, config: BatchConfig) -> None:
         if (llm is None) == (backend is None):
             raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
+        if backend is not None and config.backend_sampling is not None:
+            raise ValueError(
+                "backend_sampling applies to an llm (a llama_cpp.Llama); a backend decides "
+                "its own sampling (e.g. LlamaBackend(llm, backend_sampling=...))"
+            )
         if backend is None:
             _check_llm(llm)
             from .llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
 
-            backend = LlamaBackend(llm)
+            backend = LlamaBackend(llm, backend_sampling=config.backend_sampling)
         caps = backend.info
         if config.slots > caps.max_slots:
             raise ParameterError(
@@ -306,11 +318,8 @@ class BatchGenerator(Closing):
             finally:
                 self._run_owner = None
 
-    @contextmanager
-    def _turn(self) -> Iterator[None]:
-        with self.lock, callback_interrupts():  # Ctrl-C inside a C callback too
-            self._check_open()
-            yield
+    def _turn(self) -> _Turn:
+        return _Turn(self)
 
     def iter_groups(
         self,
@@ -368,7 +377,9 @@ class BatchGenerator(Closing):
             ):
                 for c in finished:
                     done[c.index] = c
-                while all(i in done for i in range(page_start, page_start + slots)):
+                while page_start in done and all(
+                    i in done for i in range(page_start + 1, page_start + slots)
+                ):
                     page = self._deliver(
                         [done.pop(i) for i in range(page_start, page_start + slots)]
                     )
@@ -552,3 +563,36 @@ class BatchGenerator(Closing):
             feed.fail(exc)
         else:
             feed.ended()
+
+
+class _Turn:
+    """One step's hold of a generator: its lock, and Ctrl-C inside a C callback raised after
+    the step (a class, not a generator: it is entered around every decode step)."""
+
+    __slots__ = ("_gen", "_block")
+
+    def __init__(self, gen: BatchGenerator) -> None:
+        self._gen = gen
+
+    def __enter__(self) -> None:
+        gen = self._gen
+        gen.lock.__enter__()
+        try:
+            self._block = callback_interrupts()
+            self._block.__enter__()
+        except BaseException:
+            gen.lock.__exit__(*sys.exc_info())
+            raise
+        try:
+            gen._check_open()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self._block.__exit__(exc_type, exc, tb)
+        except BaseException:
+            self._gen.lock.__exit__(*sys.exc_info())
+            raise
+        self._gen.lock.__exit__(exc_type, exc, tb)

@@ -370,6 +370,7 @@ class BatchConfig:
     min_copy_tokens: int = 32
     cache_ram_mib: int = 1024
     max_batch_failures: int = MAX_BATCH_FAILURES
+    backend_sampling: bool | None = None
 
     def __post_init__(self) -> None:
         for name, low, valid in (
@@ -394,6 +395,12 @@ class BatchConfig:
             raise ValueError(
                 f"sampling is {type(self.sampling).__name__}; expected a llamabatch.SamplingParams"
             )
+        _check(
+            self.backend_sampling is None or isinstance(self.backend_sampling, bool),
+            "backend_sampling",
+            self.backend_sampling,
+            "True, False or None (where it pays)",
+        )
         lookahead = default_lookahead(self.slots) if self.lookahead is None else self.lookahead
         object.__setattr__(self, "lookahead", lookahead)
         _check(

@@ -193,13 +193,23 @@ class Library:
         """``llama_decode(ctx, batch)``: 0 ok, 1 no KV slot, 2 aborted, -1 invalid, < -1 fatal."""
         return int(self._decode(ctx.ctx, buffers.struct))
 
-    def logits(self, ctx: ContextHandle, i: int, n_vocab: int) -> np.ndarray | None:
-        """A copy of ``llama_get_logits_ith(ctx, i)`` (float32[n_vocab]); ``None`` if NULL."""
+    def synchronize(self, ctx: ContextHandle) -> None:
+        """``llama_synchronize(ctx)``: wait for the last decode's computation (a GPU backend
+        returns from ``llama_decode`` before it ends); a no-op without the symbol."""
+        if self.symbols.has("synchronize"):
+            self.symbols.fn["synchronize"](ctx.ctx)
+
+    def logits(
+        self, ctx: ContextHandle, i: int, n_vocab: int, *, copy: bool = True
+    ) -> np.ndarray | None:
+        """``llama_get_logits_ith(ctx, i)`` (float32[n_vocab]): a copy, or with ``copy=False`` a
+        view valid until the next decode; ``None`` if NULL."""
         expect(ctx, ContextHandle)
         ptr = self._logits_ith(ctx.ctx, i)
         if not ptr:
             return None
-        return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+        row = np.ctypeslib.as_array(ptr, shape=(n_vocab,))
+        return row.copy() if copy else row
 
     def graphs_reused(self, ctx: ContextHandle) -> int | None:
         """Ubatches of ``ctx`` that reused the previous compute graph

@@ -91,6 +91,18 @@ def threads_of(llm: Any) -> tuple[int, int]:
     return max(int(n_threads), 1), max(int(n_batch), 1)
 
 
+def output_on_gpu(llm: Any) -> bool:
+    """True when the ``Llama``'s output layer (its logits) runs on a GPU: llama.cpp sees a GPU
+    device and the model offloads layers (``n_gpu_layers`` != 0; the output layer is the first
+    one offloaded, ``llama_model::load_tensors``)."""
+    params = getattr(llm, "model_params", None)
+    if not getattr(params, "n_gpu_layers", 0):
+        return False
+    from .sysinfo import devices  # reads ggml's device list
+
+    return any(d.is_gpu for d in devices())
+
+
 def context_params_of(llm: Any) -> Any:
     """The ``Llama``'s ``llama_context_params`` (or ``None``)."""
     return getattr(llm, "context_params", None)

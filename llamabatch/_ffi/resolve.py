@@ -63,6 +63,10 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "init_grammar": ("llama_sampler_init_grammar",),  # optional: grammar / json / choices
     "sampler_apply": ("llama_sampler_apply",),  # optional: grammar checked lazily
     "sampler_accept": ("llama_sampler_accept",),  # optional: idem
+    # optional: backend sampling (a chain attached to a context samples on its device)
+    "set_sampler": ("llama_set_sampler",),
+    "sampler_copy": ("llama_sampler_copy",),
+    "synchronize": ("llama_synchronize",),  # optional: a step's decode time, compute included
 }
 
 #: Memory API generations (llama.h): prefix, then the clear / seq_rm / seq_pos_max names.

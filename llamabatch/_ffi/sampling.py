@@ -138,6 +138,29 @@ class SamplerChains:
         names = (self._fn["sampler_name"](self._fn["chain_get"](chain.chain, i)) for i in range(n))
         return [name.decode("utf-8", errors="replace") for name in names]
 
+    def can_attach(self) -> bool:
+        """True when the binding has what backend sampling needs (``llama_set_sampler``,
+        ``llama_sampler_copy``)."""
+        return self._symbols.has("set_sampler") and self._symbols.has("sampler_copy")
+
+    def attach(self, ctx: ContextHandle, seq_id: int, chain: SamplerHandle | None) -> bool:
+        """``llama_set_sampler(ctx, seq_id, chain)``: llama.cpp runs ``chain`` on the model's
+        device for ``seq_id``'s output rows (the stages it can, a prefix of the chain), and
+        ``llama_sampler_sample`` returns the token it chose; ``None`` detaches. The chain must
+        stay alive while attached and may be attached once in its life (llama.cpp asserts).
+        Returns False when llama.cpp refused it (then nothing is attached)."""
+        expect(ctx, ContextHandle)
+        return bool(
+            self._fn["set_sampler"](ctx.ctx, seq_id, None if chain is None else chain.chain)
+        )
+
+    def copy_state(self, src: SamplerHandle, dst: SamplerHandle) -> None:
+        """``llama_sampler_copy(src, dst)``: ``dst`` continues as ``src`` would (RNG state,
+        penalty history). Both must be built stage for stage alike (llama.cpp asserts)."""
+        expect(src, SamplerHandle)
+        expect(dst, SamplerHandle)
+        self._fn["sampler_copy"](src.chain, dst.chain)
+
     def sample(self, chain: SamplerHandle, ctx: ContextHandle, i: int) -> int:
         """``llama_sampler_sample(chain, ctx, i)``: samples and accepts the token."""
         return int(self._sample(chain.chain, ctx.ctx, i))

@@ -5,10 +5,8 @@ interrupt once the library call returns. Imports no library: the engine may use 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 _lock = threading.Lock()
@@ -31,6 +29,8 @@ def _install() -> None:
     """Put :func:`_hook` in front of ``sys.unraisablehook`` (again if someone replaced it). It
     stays: outside a block it only passes reports on, so threads never undo each other."""
     global _previous
+    if sys.unraisablehook is _hook:  # the common case, without the lock
+        return
     with _lock:
         if sys.unraisablehook is not _hook:
             _previous = sys.unraisablehook
@@ -51,20 +51,33 @@ class CallbackInterrupts:
             raise KeyboardInterrupt
 
 
-@contextlib.contextmanager
-def callback_interrupts(*, raise_at_end: bool = True) -> Iterator[CallbackInterrupts]:
+def callback_interrupts(*, raise_at_end: bool = True) -> InterruptBlock:
     """During the block, a ``KeyboardInterrupt`` ctypes drops in a callback of this thread is
     recorded (not printed) and, with ``raise_at_end``, raised when the block ends normally
     (else the caller checks the yielded :class:`CallbackInterrupts`). Blocks may nest."""
-    seen = CallbackInterrupts()
-    _install()
-    stack = getattr(_blocks, "stack", None)
-    if stack is None:
-        stack = _blocks.stack = []
-    stack.append(seen)
-    try:
-        yield seen
-    finally:
-        stack.remove(seen)
-    if raise_at_end:
-        seen.check()
+    return InterruptBlock(raise_at_end)
+
+
+class InterruptBlock:
+    """The context manager of :func:`callback_interrupts` (a class, not a generator: it is
+    entered around every decode step)."""
+
+    __slots__ = ("_raise_at_end", "_seen", "_stack")
+
+    def __init__(self, raise_at_end: bool) -> None:
+        self._raise_at_end = raise_at_end
+
+    def __enter__(self) -> CallbackInterrupts:
+        self._seen = seen = CallbackInterrupts()
+        _install()
+        stack = getattr(_blocks, "stack", None)
+        if stack is None:
+            stack = _blocks.stack = []
+        stack.append(seen)
+        self._stack = stack
+        return seen
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._stack.remove(self._seen)
+        if exc_type is None and self._raise_at_end:
+            self._seen.check()

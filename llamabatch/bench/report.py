@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..completion import SPLIT_PARTS
 from ..measure.raw import RAW_COLUMNS, RawRow
 from ..measure.rounds import Round
 from ..measure.summary import SettingReport
@@ -95,6 +96,24 @@ def format_raw_table(rows: Sequence[RawRow]) -> str:
             "|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |" % r.values()
         )
     return "\n".join(lines)
+
+
+def format_split(rows: Sequence[RawRow]) -> str:
+    """The lines after the raw table: per B, where a TG step's time went (ms per step and
+    share of the step) and the share of rows sampled on the model's device."""
+    lines = ["step split (TG steps, ms per step): decode, logits read, sampling, other"]
+    for r in rows:
+        split = r.split
+        if split is None or split.steps == 0:
+            continue
+        ms, total = split.per_step_ms(), split.seconds * 1e3 / split.steps
+        parts = ", ".join(
+            f"{part} {ms[part]:.3f} ({100 * ms[part] / total if total else 0:.0f} %)"
+            for part in SPLIT_PARTS
+        )
+        on_device = 100 * split.backend_sampled_rows / (split.steps * r.b)
+        lines.append(f"  B={r.b:<3d} {parts}; {on_device:.0f} % of rows sampled on the device")
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def parse_raw_table(text: str) -> list[dict[str, float]]:

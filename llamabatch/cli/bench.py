@@ -44,6 +44,7 @@ from ..bench.report import (
     document,
     format_header,
     format_raw_table,
+    format_split,
     format_workload_table,
     workload_rows,
 )
@@ -252,6 +253,9 @@ def bench(
             file=out,
         )
         print(format_raw_table(rows), file=out, flush=True)
+        split = format_split(rows)
+        if split:
+            print(split, file=out, flush=True)
     if "workload" in params.parts:
         workload = _workload(setup, params, work, out, err, quiet, clock)
     doc = document(header, params.to_json(), rows, workload, time.perf_counter() - t0)

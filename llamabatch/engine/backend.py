@@ -93,11 +93,13 @@ class BackendInfo:
 # -- operations on sequences (Backend.apply) ------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Start:
-    """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays.
-    Returns ``None``; raises ``GrammarError`` when the grammar is refused."""
+    """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays. ``shares``:
+    other sequences' chains may sample from its rows (``Span.share``). Returns ``None``;
+    raises ``GrammarError`` when the grammar is refused."""
 
     seq_id: int
     sampling: SamplingParams
+    shares: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,11 @@ they are used."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from .request import CopyPlan
 
@@ -17,12 +19,30 @@ Holds = Callable[["Slot", int], bool]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
+    """Length of the longest common prefix of two token sequences.
+
+    Two lists or two tuples are compared a slice at a time (doubling, then halving), so
+    the cost is C comparisons of the shared prefix plus O(log n) Python steps."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if n == 0 or a[0] != b[0]:
+        return 0
+    if type(a) is not type(b) or not isinstance(a, (list, tuple)):
+        a, b = tuple(islice(a, n)), tuple(islice(b, n))
+    lo, step = 1, 8  # a[:lo] == b[:lo]
+    while True:
+        hi = min(lo + step, n)
+        if a[lo:hi] != b[lo:hi]:
+            break
+        if hi == n:
+            return n
+        lo, step = hi, 2 * step
+    while hi - lo > 1:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def reusable(cached: Sequence[int], prompt: Sequence[int]) -> int:
@@ -143,6 +163,11 @@ class SavedState:
 class HostCache:
     """Saved sequence states, least recently used first out.
 
+    The states' tokens are also kept sorted, so the ones sharing a prefix with a prompt
+    are found by bisection (``O(log n)`` comparisons, not a scan of every state): the
+    tokens with prefix ``p`` form one run of the sorted list, and the longest common
+    prefix with a prompt is found beside the prompt's place in it.
+
     Args:
         limit_bytes: most bytes kept (>= 0; 0 keeps nothing); a larger state is not kept.
     """
@@ -154,6 +179,9 @@ class HostCache:
             )
         self.limit_bytes = limit_bytes
         self._states: OrderedDict[tuple[int, ...], SavedState] = OrderedDict()
+        self._sorted: list[tuple[int, ...]] = []  # the keys of _states, sorted
+        self._used: dict[tuple[int, ...], int] = {}  # key -> when last added or used
+        self._clock = 0
         self.n_bytes = 0
 
     def __len__(self) -> int:
@@ -163,14 +191,21 @@ class HostCache:
     def enabled(self) -> bool:
         return self.limit_bytes > 0
 
+    def _run(self, prefix: tuple[int, ...]) -> tuple[int, int]:
+        """The slice of the sorted keys that start with ``prefix`` (non-empty)."""
+        keys = self._sorted
+        lo = bisect_left(keys, prefix)
+        return lo, bisect_left(keys, prefix[:-1] + (prefix[-1] + 1,), lo)
+
     def covers(self, tokens: Sequence[int]) -> bool:
         """True when a kept state holds ``tokens`` as (a prefix of) its own and can be cut
         back to them: saving ``tokens`` would add nothing."""
-        n = len(tokens)
-        return any(
-            len(s.tokens) >= n and common_prefix(s.tokens, tokens) == n and s.serves(n)
-            for s in self._states.values()
-        )
+        key = tuple(tokens)
+        if not key:
+            return bool(self._states)
+        lo, hi = self._run(key)
+        n, states = len(key), self._states
+        return any(states[k].serves(n) for k in self._sorted[lo:hi])
 
     def add(self, tokens: Sequence[int], state: object, n_bytes: int, floor: int = 0) -> bool:
         """Keep ``state`` (a cache holding exactly ``tokens``); drop the states it serves
@@ -184,39 +219,78 @@ class HostCache:
         if not key or n_bytes > self.limit_bytes or self.covers(key):
             return False
         new = SavedState(key, state, n_bytes, floor)
-        served = [k for k in self._states if common_prefix(k, key) == len(k) and new.serves(len(k))]
-        for old in served:
-            self._drop(old)
+        for old in self._prefixes(key):
+            if new.serves(len(old)):
+                self._drop(old)
         while self._states and self.n_bytes + n_bytes > self.limit_bytes:
             self._drop(next(iter(self._states)))
         self._states[key] = new
+        insort(self._sorted, key)
+        self._touch(key)
         self.n_bytes += n_bytes
         return True
 
+    def _prefixes(self, key: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The kept keys that are prefixes of ``key`` (``key`` itself included)."""
+        keys, found, bound = self._sorted, [], key
+        while bound:
+            j = bisect_right(keys, bound)
+            if j == 0:
+                break
+            k = keys[j - 1]  # the largest key <= bound: no prefix of bound is longer than
+            c = common_prefix(k, bound)  # what k shares with it
+            if c == len(k):
+                found.append(k)
+                bound = k[:-1]
+            else:
+                bound = bound[:c]
+        return found
+
     def best(self, prompt: Sequence[int], partial_trim: bool) -> tuple[SavedState, int] | None:
         """The kept state that saves ``prompt`` the most tokens, and how many (never the
-        prompt's last token); marked as used.
+        prompt's last token; ties: the most recently used); marked as used.
 
         Args:
             partial_trim: the memory can be cut back; without (recurrent / hybrid) only a
                 state whose every token is a prefix of ``prompt`` qualifies.
         """
-        best: tuple[SavedState, int] | None = None
-        limit = len(prompt) - 1
-        for saved in reversed(self._states.values()):
-            n = min(common_prefix(saved.tokens, prompt), limit)
-            if n <= 0 or (not partial_trim and n != len(saved.tokens)) or not saved.serves(n):
-                continue
-            if best is None or n > best[1]:
-                best = (saved, n)
-        if best is not None:
-            self._states.move_to_end(best[0].tokens)
-        return best
+        goal = tuple(prompt[: len(prompt) - 1])  # what a state may save
+        keys, states, used = self._sorted, self._states, self._used
+        if not goal or not keys:
+            return None
+        i = bisect_left(keys, goal)
+        lo = hi = i  # keys[lo:hi] were looked at: every key sharing more than n
+        n = max(self._shared(lo - 1, goal), self._shared(hi, goal))
+        while n > 0:  # each round: the keys sharing exactly n tokens with goal
+            new_lo, new_hi = self._run(goal[:n])
+            fresh = keys[new_lo:lo] + keys[hi:new_hi]
+            ok = [k for k in fresh if (states[k].serves(n) if partial_trim else len(k) == n)]
+            if ok:
+                key = max(ok, key=used.__getitem__)
+                states.move_to_end(key)
+                self._touch(key)
+                return states[key], n
+            lo, hi = new_lo, new_hi
+            n = max(self._shared(lo - 1, goal), self._shared(hi, goal))
+        return None
+
+    def _shared(self, i: int, goal: tuple[int, ...]) -> int:
+        """Tokens the ``i``-th sorted key shares with ``goal`` (0 outside the list)."""
+        keys = self._sorted
+        return common_prefix(keys[i], goal) if 0 <= i < len(keys) else 0
+
+    def _touch(self, key: tuple[int, ...]) -> None:
+        self._clock += 1
+        self._used[key] = self._clock
 
     def clear(self) -> None:
         """Forget every state."""
         self._states.clear()
+        self._sorted.clear()
+        self._used.clear()
         self.n_bytes = 0
 
     def _drop(self, key: tuple[int, ...]) -> None:
         self.n_bytes -= self._states.pop(key).n_bytes
+        del self._used[key]
+        del self._sorted[bisect_left(self._sorted, key)]

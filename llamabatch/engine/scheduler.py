@@ -303,7 +303,7 @@ class Scheduler:
             finished = engine.step()
         except BatchFailed as exc:
             return done + self._fail(exc)
-        if any(r.error is None for r in finished):
+        if finished and any(r.error is None for r in finished):
             self._failures = 0  # an item completed in the batch: the failures are not in a row
         return done + finished
 

@@ -11,6 +11,7 @@ exception of a backend call becomes :class:`BatchFailed`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
 
 from ..completion import Stats
@@ -159,7 +160,7 @@ class SlotEngine:
         req.seq_id, req.path, req.status = slot.seq_id, "batch", PREFILL
         self.running[slot.seq_id] = req  # from here a failure hands the request back
         try:
-            self._apply(Start(slot.seq_id, req.sampling), changes=False)
+            self._apply(Start(slot.seq_id, req.sampling, req.group is not None), changes=False)
         except GrammarError:
             del self.running[slot.seq_id]
             slot.busy = False
@@ -330,6 +331,7 @@ class SlotEngine:
         Raises:
             BatchFailed: a backend call failed (call :meth:`reset`).
         """
+        start = perf_counter()
         spans = self._plan()
         self.dirty = True
         try:
@@ -338,33 +340,36 @@ class SlotEngine:
             raise _failed("run", exc) from exc
         if not isinstance(result, StepResult) or len(result.decoded) != len(spans):
             raise BatchFailed(f"run returned {result!r} for {len(spans)} spans")
-        self.stats.decode_calls += 1
+        stats = self.stats
+        stats.decode_calls += 1
         outputs = result.outputs
         shared: list[tuple[Request, Request]] = []
         running, table = self.running, self.table.slots
         for span, n in zip(spans, result.decoded):
-            req = running[span.seq_id]
-            cached = table[span.seq_id].cached
+            sid = span.seq_id
+            req = running[sid]
+            cached = table[sid].cached
             if span.step:
-                req.take(self._output(outputs, span.seq_id), span, cached)
+                out = outputs.get(sid)
+                if out is None:
+                    raise BatchFailed(f"run returned no output for seq {sid}")
+                req.take(out, span, cached)
                 cached.extend(span.tokens)
                 continue
             if n != len(span.tokens):
                 if not 1 <= n < len(span.tokens) or span.logits:
-                    raise BatchFailed(
-                        f"run decoded {n} of {len(span.tokens)} tokens of seq {span.seq_id}"
-                    )
+                    raise BatchFailed(f"run decoded {n} of {len(span.tokens)} tokens of seq {sid}")
                 span = _cut(span, n)
             if span.logits or span.targets is not None:
                 try:
-                    req.take(self._output(outputs, span.seq_id), span, cached)
+                    req.take(self._output(outputs, sid), span, cached)
                 except ValueError as exc:  # outputs that do not match the span
                     raise BatchFailed(f"run returned {exc}") from exc
             cached.extend(span.tokens)
             self._count_fed(req, n)
-            for sid in span.share:
-                follower = running[sid]
-                follower.take(self._output(outputs, sid), None, ())
+            for follower_id in span.share:
+                follower = running[follower_id]
+                follower.take(self._output(outputs, follower_id), None, ())
                 shared.append((req, follower))
         self.dirty = False
         self._after_shares(shared)
@@ -378,6 +383,13 @@ class SlotEngine:
         for req in done:
             table[req.seq_id].busy = False
             del running[req.seq_id]
+        stats.backend_sampled_rows += result.backend_sampled
+        times = result.times
+        if times is not None:
+            stats.decode_seconds += times.decode
+            stats.logits_seconds += times.logits
+            stats.sampling_seconds += times.sampling
+        stats.step_seconds += perf_counter() - start
         return done
 
     @staticmethod
@@ -445,13 +457,15 @@ class SlotEngine:
             req.unfold()
 
     def _plan(self) -> list[Span]:
-        steps, feeds = [], []
+        steps: list[Span] = []
+        feeds: list[Feed] = []
         table = self.table.slots
         for req in self.running.values():
             status = req.status
             if status == DECODE:
                 sid = req.seq_id
-                steps.append(Feed(sid, len(table[sid].cached), (req.token_ids[-1],), True))
+                span = Span(sid, len(table[sid].cached), (req.token_ids[-1],), True, step=True)
+                steps.append(self._outputs(span) if req.precise or req.followers else span)
             elif status == PREFILL:
                 sid = req.seq_id
                 n = len(table[sid].cached)
@@ -466,7 +480,9 @@ class SlotEngine:
         spans = plan_step(steps, feeds, n_batch)
         if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running request waits for a copy")
-        return [self._outputs(span) for span in spans]
+        if feeds:
+            return [span if span.step else self._outputs(span) for span in spans]
+        return spans
 
     def _outputs(self, span: Span) -> Span:
         """The span with its rows' wants: score targets, or followers sampling its row."""

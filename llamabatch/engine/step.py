@@ -1,5 +1,7 @@
 """One step of the slot engine as plain data both ways: the :class:`Span` list the
-engine plans (:func:`plan_step`) and the :class:`StepResult` a backend returns.
+engine plans (:func:`plan_step`) and the :class:`StepResult` a backend returns. They are
+made for every sequence of every step, so they are plain (not frozen) slotted classes: a
+backend reads them and never changes them.
 
 Facts respected by :func:`plan_step` (llama.h, ``llama_decode``): at most ``n_batch``
 tokens per call, one seq id per token, positions without gaps, logits only where a row
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 __all__ = ["SeqOutput", "Span", "StepResult", "Targets", "TokenLogprobs"]
 
@@ -21,7 +24,7 @@ TokenLogprobs = tuple[tuple[int, float], ...]
 Targets = tuple[tuple[int, ...], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Span:
     """Consecutive tokens of one sequence in one step.
 
@@ -50,7 +53,7 @@ class Span:
     step: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SeqOutput:
     """What one sequence's rows gave in a step (or one token of an item run alone).
 
@@ -71,7 +74,24 @@ class SeqOutput:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class StepTimes:
+    """Where a backend's ``run`` spent its time, in seconds (``time.perf_counter``); the
+    rest of a step is the host's own work (``Stats.step_split``).
+
+    Attributes:
+        decode: computing the step (for llama.cpp: ``llama_decode`` and
+            ``llama_synchronize``, the logits' copy to the host included).
+        logits: reading rows as numbers (log-probabilities, label scores).
+        sampling: sampler chains picking each sampled row's token.
+    """
+
+    decode: float = 0.0
+    logits: float = 0.0
+    sampling: float = 0.0
+
+
+@dataclass(slots=True)
 class StepResult:
     """What a backend's ``run`` gives back.
 
@@ -79,10 +99,15 @@ class StepResult:
         decoded: per span, how many of its tokens were decoded (a prefix, >= 1; all of
             them unless the backend shortened a ``precise`` span).
         outputs: seq id -> its :class:`SeqOutput` (every sequence that sampled or scored).
+        times: where the call spent its time, or ``None`` (not measured).
+        backend_sampled: rows whose token a sampler chain chose on the model's own
+            device (llama.cpp's backend sampling) instead of the host.
     """
 
     decoded: tuple[int, ...]
     outputs: dict[int, SeqOutput] = field(default_factory=dict)
+    times: StepTimes | None = None
+    backend_sampled: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +121,21 @@ class Feed:
     stop_at: int | None = None
 
 
-def plan_step(steps: Sequence[Feed], feeds: Sequence[Feed], n_batch: int) -> list[Span]:
-    """The spans of one call: reply ``steps`` first (at most ``n_batch``, in order), then
-    ``feeds`` fill the remaining budget in order, a feed cut where it does not fit
-    (``logits`` kept only on a whole feed). Returned by ascending seq id (llama.cpp puts
-    consecutive seq ids in one ubatch).
+_SEQ_ID = attrgetter("seq_id")
+
+
+def plan_step(steps: Sequence[Span], feeds: Sequence[Feed], n_batch: int) -> list[Span]:
+    """The spans of one call: reply ``steps`` first (one-token spans, at most ``n_batch``,
+    in order), then ``feeds`` fill the remaining budget in order, a feed cut where it does
+    not fit (``logits`` kept only on a whole feed). Returned by ascending seq id (llama.cpp
+    puts consecutive seq ids in one ubatch).
 
     Raises:
         ValueError: ``n_batch`` < 1, or an empty feed.
     """
     if n_batch < 1:
         raise ValueError(f"n_batch={n_batch} is out of range: valid is an integer >= 1")
-    spans = [Span(s.seq_id, s.pos, s.tokens, True, step=True) for s in steps[:n_batch]]
+    spans = list(steps[:n_batch])
     room = n_batch - len(spans)
     for f in feeds:
         if room == 0:
@@ -118,5 +146,5 @@ def plan_step(steps: Sequence[Feed], feeds: Sequence[Feed], n_batch: int) -> lis
         take = min(room, n if f.stop_at is None else min(n, f.stop_at))
         spans.append(Span(f.seq_id, f.pos, f.tokens[:take], f.logits and take == n))
         room -= take
-    spans.sort(key=lambda span: span.seq_id)
+    spans.sort(key=_SEQ_ID)
     return spans

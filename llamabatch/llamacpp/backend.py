@@ -6,19 +6,22 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
+from time import perf_counter
 from typing import Any
 
 from .. import _ffi
 from .._ffi.version import check_version
 from ..engine import backend as ops
 from ..engine.backend import BackendInfo, BatchLimits
-from ..engine.step import SeqOutput, Span, StepResult, Targets
+from ..engine.cache import common_prefix
+from ..engine.step import SeqOutput, Span, StepResult, StepTimes, Targets
 from ..errors import (
     BackendError,
     BatchUnavailable,
     DecodeError,
     GrammarDeadEnd,
     LibraryError,
+    ParameterError,
     decode_meaning,
 )
 from ..locks import llm_lock
@@ -30,8 +33,9 @@ from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
-from .llm_state import LlamaGuard, common_prefix, forget_stale_window
-from .sampler import SeqSampler, token_logsoftmax, top_logprobs
+from .llm_state import LlamaGuard, forget_stale_window
+from .sampler import token_logsoftmax, top_logprobs
+from .slot_samplers import SlotSamplers
 from .ubatch import shape
 from .window import cut_floor, window_holds
 
@@ -86,6 +90,10 @@ class LlamaBackend:
     Args:
         llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
+        backend_sampling: sample the rows of plain chains on the model's device
+            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default) where
+            it is measured to pay: when the ``Llama``'s output layer is on a GPU
+            (docs/performance.md).
 
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
@@ -96,12 +104,30 @@ class LlamaBackend:
 
     Raises:
         LibraryError: llama-cpp-python lacks what even one-at-a-time work needs
-            (``llama_model_get_vocab``, ``llama_vocab_is_eog``).
+            (``llama_model_get_vocab``, ``llama_vocab_is_eog``), or what
+            ``backend_sampling=True`` needs (``llama_set_sampler``, ``llama_sampler_copy``).
+        ValueError: ``backend_sampling`` is not a bool or ``None``.
     """
 
-    def __init__(self, llm: Any, *, decode_hook: DecodeHook | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        *,
+        decode_hook: DecodeHook | None = None,
+        backend_sampling: bool | None = None,
+    ) -> None:
+        if backend_sampling is not None and not isinstance(backend_sampling, bool):
+            raise ParameterError(
+                "backend_sampling", backend_sampling, "True, False or None (where it pays)"
+            )
         lib = _ffi.load()
         lib.symbols.require("model_get_vocab", "vocab_n_tokens", "vocab_is_eog")
+        if backend_sampling:
+            lib.symbols.require("set_sampler", "sampler_copy")
+        elif backend_sampling is None:
+            backend_sampling = lib.samplers.can_attach() and _ffi.output_on_gpu(llm)
+        #: Plain chains sample on the model's device (resolved from ``backend_sampling``).
+        self.backend_sampling = backend_sampling
         self._llm, self._hook = llm, decode_hook
         self.vocab = LlamaVocab(llm, lib.eog_ids(lib.vocab(_ffi.model_of(llm))))
         self.n_swa = _ffi.window_of(llm)
@@ -123,7 +149,7 @@ class LlamaBackend:
         self._ctx: BatchContext | None = None
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
         self._batch: LlamaBatch | None = None
-        self._samplers: dict[int, SeqSampler] = {}
+        self._samplers: SlotSamplers | None = None
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
         """Refuse, before creating it, a batch context llama.cpp would abort or fail on: ValueError
@@ -166,6 +192,7 @@ class LlamaBackend:
             ctx.close()
             raise BatchUnavailable(f"cannot allocate the batch: {exc}") from exc
         self._ctx, self._batch = ctx, batch
+        self._samplers = SlotSamplers(self._llm, ctx, self.backend_sampling)
         return dataclasses.replace(ctx.limits, kv_bytes=self._kv_bytes(ctx))
 
     def _kv_bytes(self, ctx: BatchContext) -> int:
@@ -186,15 +213,16 @@ class LlamaBackend:
         )
         return kv.total_bytes
 
-    def _open(self) -> tuple[BatchContext, LlamaBatch]:
-        if self._ctx is None or self._batch is None:
+    def _open(self) -> tuple[BatchContext, LlamaBatch, SlotSamplers]:
+        if self._ctx is None or self._batch is None or self._samplers is None:
             raise ValueError("no batch context: call open first")
         if self._ctx.closed:  # freed by Llama.close() (see BatchContext)
             raise BackendError("the batch context was freed: the Llama was closed")
-        return self._ctx, self._batch
+        return self._ctx, self._batch, self._samplers
 
     def apply(self, op: ops.SeqOp) -> Any:
-        """One operation on the sequences: ``Start`` builds a :class:`SeqSampler`; ``Trim`` is
+        """One operation on the sequences: ``Start`` builds a sequence's sampler chain
+        (:class:`~.slot_samplers.SlotSamplers`); ``Trim`` is
         ``llama_memory_seq_rm``; ``Copy``, ``Save``, ``Load`` are ``llama_state_seq_get/set_data``;
         ``CutFloor`` reads ``llama_memory_seq_pos_min``; ``Clear`` empties every sequence;
         ``Release`` puts the ``Llama`` back as it was before the items alone since the last one.
@@ -211,15 +239,12 @@ class LlamaBackend:
             if self._ctx is not None and not self._ctx.closed:
                 self._ctx.clear(range(self._ctx.limits.n_seq_max))
             return None
-        ctx, _ = self._open()
+        ctx, _, samplers = self._open()
         if isinstance(op, ops.Start):
             n = ctx.limits.n_seq_max
             if not isinstance(op.seq_id, int) or not 0 <= op.seq_id < n:
                 raise ValueError(f"seq_id={op.seq_id!r} is out of range: valid is [0, {n})")
-            old = self._samplers.pop(op.seq_id, None)
-            if old is not None:
-                old.close()
-            self._samplers[op.seq_id] = SeqSampler(self._llm, op.sampling)
+            samplers.start(op.seq_id, op.sampling, op.shares)
             return None
         if isinstance(op, ops.Trim):
             return ctx.trim(op.seq_id, op.n_keep)
@@ -231,27 +256,88 @@ class LlamaBackend:
 
     def run(self, spans: Sequence[Span]) -> StepResult:
         """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
-        rows with ``logits`` sampled by their sequences' chains, rows with targets scored. A grammar
-        dead end is that sequence's ``SeqOutput.error``.
+        rows with ``logits`` sampled by their sequences' chains (on the model's device where a
+        chain is attached), rows with targets scored. A grammar dead end is that sequence's
+        ``SeqOutput.error``. The result's ``times`` split the call: ``llama_decode`` (and
+        ``llama_synchronize``), reading rows (logprobs, scores), sampling.
 
         Raises:
-            ValueError: no tokens, more than ``n_batch``, logits for a sequence never started.
+            ValueError: no tokens, more than ``n_batch``, logits for a sequence never started,
+                targets or shared rows of a sequence sampled on the backend.
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
             BackendError: the ``Llama`` was closed.
         """
-        ctx, batch = self._open()
+        ctx, batch, samplers = self._open()
         spans = shape(spans)
+        rows, scored = self._fill(batch, spans, samplers)
+        start = perf_counter()
+        code = ctx.decode(batch)
+        decoded = perf_counter()
+        if code != 0:
+            raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
+        outputs: dict[int, SeqOutput] = {}
+        read = 0.0  # of the sampling loop, reading logprobs
+        on_backend = 0
+        attached = samplers.attached
+        for seq_id, i in rows:
+            sampler = samplers[seq_id]
+            try:
+                token = sampler.sample(ctx, i)
+            except GrammarDeadEnd as exc:  # nothing accepted; the other rows go on
+                outputs[seq_id] = SeqOutput(error=str(exc))
+                continue
+            logprobs = None
+            if sampler.params.logprobs is not None:
+                r = perf_counter()
+                logprobs = sampler.logprobs(ctx, i, token)
+                read += perf_counter() - r
+            on_backend += seq_id in attached
+            outputs[seq_id] = SeqOutput(token, logprobs)
+        sampled = perf_counter()
+        for seq_id, first, targets in scored:
+            rows_out = [
+                token_logsoftmax(ctx.logits(first + r, copy=False), ids) if ids else ((), None)
+                for r, ids in enumerate(targets)
+            ]
+            outputs[seq_id] = SeqOutput(
+                scores=tuple(v for v, _ in rows_out), row_max=tuple(m for _, m in rows_out)
+            )
+        times = StepTimes(
+            decoded - start, read + perf_counter() - sampled, sampled - decoded - read
+        )
+        return StepResult(tuple(len(span.tokens) for span in spans), outputs, times, on_backend)
+
+    def _fill(
+        self, batch: LlamaBatch, spans: Sequence[Span], samplers: SlotSamplers
+    ) -> tuple[list[tuple[int, int]], list[tuple[int, int, Targets]]]:
+        """Lay ``spans`` into ``batch`` (a reply step's one-token spans in one write); the rows to
+        sample ``(seq id, batch row)`` and the runs to score ``(seq id, first row, targets)``."""
         total = sum(len(span.tokens) for span in spans)
         if not 0 < total <= batch.capacity:
             raise ValueError(f"spans hold {total} tokens: valid is [1, {batch.capacity}]")
-        samplers = self._samplers
         batch.clear()
-        rows: list[tuple[int, int]] = []  # (seq id, batch row) to sample
-        scored: list[tuple[int, int, Targets]] = []  # (seq id, first row, targets)
+        if total == len(spans) and all(
+            span.logits and not span.share and span.targets is None for span in spans
+        ):  # a reply step: one token per sequence, each sampled
+            seq_ids = [span.seq_id for span in spans]
+            for sid in seq_ids:
+                if sid not in samplers:
+                    raise ValueError(f"seq_id={sid} has no sampler: apply Start first")
+            first = batch.add_steps(
+                [span.tokens[0] for span in spans], [span.pos for span in spans], seq_ids
+            )
+            return [(sid, first + k) for k, sid in enumerate(seq_ids)], []
+        rows: list[tuple[int, int]] = []
+        scored: list[tuple[int, int, Targets]] = []
         for span in spans:
             for sid in ((span.seq_id,) if span.logits else ()) + tuple(span.share):
                 if sid not in samplers:
                     raise ValueError(f"seq_id={sid} has no sampler: apply Start first")
+            if span.seq_id in samplers.attached and (span.share or span.targets is not None):
+                raise ValueError(
+                    f"seq_id={span.seq_id} is sampled on the backend: its rows cannot be shared "
+                    "or scored (start it with shares=True or a chain that samples on the host)"
+                )
             if span.targets is not None and len(span.targets) != len(span.tokens):
                 raise ValueError(
                     f"seq_id={span.seq_id}: {len(span.targets)} targets for "
@@ -268,27 +354,7 @@ class LlamaBackend:
             if span.logits:
                 rows.append((span.seq_id, last))
                 rows.extend((sid, last) for sid in span.share)
-        code = ctx.decode(batch)
-        if code != 0:
-            raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
-        outputs: dict[int, SeqOutput] = {}
-        for seq_id, i in rows:
-            sampler = samplers[seq_id]
-            try:
-                token = sampler.sample(ctx, i)
-            except GrammarDeadEnd as exc:  # nothing accepted; the other rows go on
-                outputs[seq_id] = SeqOutput(error=str(exc))
-                continue
-            outputs[seq_id] = SeqOutput(token, sampler.last_logprobs)
-        for seq_id, first, targets in scored:
-            rows_out = [
-                token_logsoftmax(ctx.logits(first + r), ids) if ids else ((), None)
-                for r, ids in enumerate(targets)
-            ]
-            outputs[seq_id] = SeqOutput(
-                scores=tuple(v for v, _ in rows_out), row_max=tuple(m for _, m in rows_out)
-            )
-        return StepResult(tuple(len(span.tokens) for span in spans), outputs)
+        return rows, scored
 
     # -- one at a time -----------------------------------------------------------
     def run_alone(
@@ -401,9 +467,9 @@ class LlamaBackend:
     # -- lifetime ----------------------------------------------------------------
     def close(self) -> None:
         """Free samplers, batch and context, in that order (idempotent)."""
-        for sampler in self._samplers.values():
-            sampler.close()
-        self._samplers = {}
+        if self._samplers is not None:
+            self._samplers.close()
+            self._samplers = None
         if self._batch is not None:
             self._batch.close()
             self._batch = None

@@ -99,6 +99,30 @@ class LlamaBatch(Closing):
         buf.set_n_tokens(j)
         return j - 1
 
+    def add_steps(self, tokens: list[int], positions: list[int], seq_ids: list[int]) -> int:
+        """Append one token per sequence, each requesting logits (a reply step), in one write
+        per array; the batch index of the first. ValueError as :meth:`add` or for lists of
+        unequal length."""
+        k = len(tokens)
+        if k == 0 or len(positions) != k or len(seq_ids) != k:
+            raise ValueError(
+                f"{k} tokens, {len(positions)} positions, {len(seq_ids)} seq ids: give one "
+                "of each per step, at least one"
+            )
+        _check_int("seq_id", min(seq_ids), 0, self.n_seq_max)
+        _check_int("seq_id", max(seq_ids), 0, self.n_seq_max)
+        _check_int("pos", min(positions), 0)
+        i = self._need(k)
+        j = i + k
+        buf = self._buf
+        buf.token[i:j] = tokens
+        buf.pos[i:j] = positions
+        buf.seq_id[i:j] = seq_ids
+        buf.logits[i:j] = 1
+        self._n = j
+        buf.set_n_tokens(j)
+        return i
+
     def request_logits(self, i: int) -> None:
         """Have filled row ``i`` output logits too (label scores read several rows of a run);
         ValueError for a row not filled."""

@@ -225,6 +225,7 @@ class BatchContext(Closing):
         code = self._hook(n) if self._hook is not None else None
         if code is None:
             code = self._lib.decode(self._handle, batch.native)
+            self._lib.synchronize(self._handle)  # computed when this returns, on any device
         if code == 0:
             self._outputs = frozenset(np.flatnonzero(batch.native.logits[:n]).tolist())
         return int(code)
@@ -238,15 +239,23 @@ class BatchContext(Closing):
                 f"(rows with logits: {sorted(self._outputs)})"
             )
 
-    def logits(self, i: int) -> np.ndarray:
-        """A copy of row ``i``'s logits from the last decode (float32[n_vocab],
-        ``llama_get_logits_ith``); IndexError as :meth:`check_output`."""
+    def logits(self, i: int, *, copy: bool = True) -> np.ndarray:
+        """Row ``i``'s logits from the last decode (float32[n_vocab], ``llama_get_logits_ith``):
+        a copy, or with ``copy=False`` a view valid until the next decode; IndexError as
+        :meth:`check_output`."""
         self._check_open()
         self.check_output(i)
-        row = self._lib.logits(self._handle, i, self.n_vocab)
+        row = self._lib.logits(self._handle, i, self.n_vocab, copy=copy)
         if row is None:
             raise IndexError(f"llama_get_logits_ith returned NULL for batch row {i}")
         return row
+
+    def set_sampler(self, seq_id: int, chain: _ffi.SamplerHandle | None) -> bool:
+        """Attach ``chain`` to ``seq_id`` (llama.cpp samples its rows on the model's device:
+        :meth:`llamabatch._ffi.sampling.SamplerChains.attach`), or detach with ``None``; False
+        when llama.cpp refused it. ValueError for an id out of range or a closed context."""
+        self._check_open()
+        return self._lib.samplers.attach(self._handle, self._seq(seq_id), chain)
 
     def set_abort_callback(self, fn: Callable[[], bool] | None) -> None:
         """Have llama.cpp poll ``fn()`` during compute; True aborts the decode (code 2).

@@ -6,17 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _ffi
+from ..engine.cache import common_prefix
 from .window import window_holds
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class LlamaGuard:

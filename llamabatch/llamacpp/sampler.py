@@ -43,6 +43,51 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> tuple[tuple[int, flo
     return tuple(pairs)
 
 
+def penalties_off(params: SamplingParams) -> bool:
+    """True when the penalties stage is a no-op (llama.cpp builds an empty ``?penalties``:
+    ``llama_sampler_penalties::is_disabled``, its floats compared as C floats)."""
+    repeat, freq, present = np.float32(
+        (params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+    )
+    return params.penalty_last_n == 0 or (repeat == 1 and freq == 0 and present == 0)
+
+
+def samples_on_backend(params: SamplingParams) -> bool:
+    """True when ``params``' chain may run on the model's device (llama.cpp's backend
+    sampling): no grammar (llama.cpp has no backend grammar stage), no active penalties, no
+    logprobs and no scores of labels or of the prompt (they read rows' logits on the host)."""
+    return (
+        params.constraint is None
+        and params.logprobs is None
+        and not params.scores_labels
+        and not params.score_prompt
+        and penalties_off(params)
+    )
+
+
+def chain_key(params: SamplingParams, grammar: str | None) -> tuple[object, ...]:
+    """What :class:`SeqSampler` builds from ``params`` into its chain (``grammar``: the text of
+    a grammar stage in it), all but the seed: chains with equal keys have the same stages with
+    the same settings (``llama_sampler_copy`` can carry one's state into the other)."""
+    penalties = (
+        params.penalty_last_n,
+        params.repeat_penalty,
+        params.frequency_penalty,
+        params.presence_penalty,
+        grammar,
+    )
+    if params.is_greedy:
+        return (*penalties, "greedy")
+    return (
+        *penalties,
+        params.top_k,
+        params.typical_p,
+        params.top_p,
+        params.min_p,
+        params.temperature,
+    )
+
+
 def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[tuple[float, ...], float]:
     """``log_softmax(logits)[t]`` (natural log) for each ``t`` of ``ids``, and the row's largest
     ``log_softmax``; ``logits`` is one row of n_vocab, summed in float64."""
@@ -64,8 +109,7 @@ class SeqSampler(Closing):
             vocabulary like ``Llama``, where a dead end aborts the process (tests only).
 
     Attributes:
-        last_logprobs: after :meth:`sample`, the chosen token's :func:`top_logprobs` when
-            ``params.logprobs`` is set, else ``None``.
+        key: :func:`chain_key` of ``params``.
 
     Raises:
         LibraryError: a sampler symbol is missing in the installed llama-cpp-python.
@@ -76,11 +120,11 @@ class SeqSampler(Closing):
     def __init__(self, source: Any, params: SamplingParams, *, lazy_grammar: bool = True) -> None:
         lib = _ffi.load()
         self.params = params
-        self.last_logprobs: tuple[tuple[int, float], ...] | None = None
         self._chains = chains = lib.samplers
         vocab = _vocab(lib, source)
         n_vocab = lib.n_vocab(vocab)
         grammar_text = grammar_of(params)  # GrammarError before anything is allocated
+        self.key = chain_key(params, None if lazy_grammar else grammar_text)
         chain = chains.new_chain()
         self._finalizer = weakref.finalize(self, chains.free, chain)
         self._chain = chain
@@ -123,24 +167,46 @@ class SeqSampler(Closing):
         if not self._finalizer.alive:
             raise ValueError("the SeqSampler is closed")
 
+    @property
+    def chain(self) -> _ffi.SamplerHandle:
+        """The ``llama_sampler`` chain (to attach it to a context for backend sampling)."""
+        self._check_open()
+        return self._chain
+
     def sample(self, ctx: Any, i: int) -> int:
         """Sample and accept (``llama_sampler_sample``) the next token from row ``i`` of the last
-        decode of ``ctx`` (a ``BatchContext``). ValueError when the sampler or context is closed,
-        IndexError when row ``i`` has no logits (llama.cpp would abort), GrammarDeadEnd when the
-        grammar allows no token (nothing accepted)."""
+        decode of ``ctx`` (a ``BatchContext``); where the chain is attached to ``ctx``, the token
+        its backend sampling chose. ValueError when the sampler or context is closed, IndexError
+        when row ``i`` has no logits (llama.cpp would abort), GrammarDeadEnd when the grammar
+        allows no token (nothing accepted)."""
         self._check_open()
         handle = ctx.handle
         ctx.check_output(i)
-        if self._candidates is None:
-            return self._chains.sample(self._chain, handle, i)
-        logits = self._candidates.logits(handle, i)
         if self._grammar is None:
-            token = self._chains.sample(self._chain, handle, i)
-        else:
-            token = self._sample_lazily(logits)
-        if self.params.logprobs is not None:
-            self.last_logprobs = top_logprobs(logits, token, self.params.logprobs)
-        return token
+            return self._chains.sample(self._chain, handle, i)
+        return self._sample_lazily(self._candidates.logits(handle, i))
+
+    def logprobs(self, ctx: Any, i: int, token: int) -> tuple[tuple[int, float], ...]:
+        """The :func:`top_logprobs` of row ``i`` of the last decode of ``ctx`` (``params.logprobs``
+        of them, then ``token``); ValueError when ``params.logprobs`` is not set."""
+        n = self.params.logprobs
+        if n is None or self._candidates is None:
+            raise ValueError("this chain was built without logprobs (SamplingParams.logprobs)")
+        return top_logprobs(self._candidates.logits(ctx.handle, i), token, n)
+
+    def carry_into(self, other: SeqSampler) -> None:
+        """Make ``other`` (an equal :attr:`key`) continue as this chain would: its RNG and penalty
+        state (``llama_sampler_copy``), its ``params``. ValueError for another key or a grammar
+        checked lazily (its state is not in the chain)."""
+        self._check_open()
+        other._check_open()
+        if other.key != self.key or self._grammar is not None or other._grammar is not None:
+            raise ValueError(
+                "carry_into needs two chains built alike (equal SamplingParams but the seed) "
+                "and no grammar checked lazily"
+            )
+        self._chains.copy_state(self._chain, other._chain)
+        other.params = self.params
 
     def _sample_lazily(self, logits: np.ndarray) -> int:
         cand, chains, chain, grammar = (self._candidates, self._chains, self._chain, self._grammar)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..completion import StepSplit
 from ..engine.backend import Backend, BatchLimits, Vocab
 from ..engine.request import Request
 from ..engine.scheduler import Scheduler
@@ -51,7 +52,8 @@ class RawRow:
 
     ``t_pp`` and ``t_tg`` are the medians over rounds; the rest follows as in
     llama-batched-bench: N_KV = B*(PP+TG), S_PP = B*PP/T_PP, S_TG = B*TG/T_TG,
-    T = T_PP+T_TG, S = N_KV/T.
+    T = T_PP+T_TG, S = N_KV/T. ``split``: where the TG steps of all rounds spent their time
+    (``None``: not measured).
     """
 
     pp: int
@@ -60,6 +62,7 @@ class RawRow:
     t_pp: float
     t_tg: float
     rounds: tuple[tuple[float, float], ...] = field(default=())
+    split: StepSplit | None = None
 
     @property
     def n_kv(self) -> int:
@@ -110,6 +113,7 @@ class RawRow:
             "t": self.t,
             "speed": self.s,
             "rounds": [{"t_pp": a, "t_tg": b} for a, b in self.rounds],
+            "split": None if self.split is None else self.split.to_json(),
         }
 
 
@@ -117,8 +121,11 @@ def _rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
 
 
-def raw_row(pp: int, tg: int, b: int, rounds: Sequence[tuple[float, float]]) -> RawRow:
-    """The row of B from its per-round ``(t_pp, t_tg)`` times (medians of each)."""
+def raw_row(
+    pp: int, tg: int, b: int, rounds: Sequence[tuple[float, float]], split: StepSplit | None = None
+) -> RawRow:
+    """The row of B from its per-round ``(t_pp, t_tg)`` times (medians of each) and the split
+    of its TG steps."""
     if not rounds:
         raise ValueError("rounds is empty: at least one (t_pp, t_tg) measurement is needed")
     return RawRow(
@@ -128,6 +135,7 @@ def raw_row(pp: int, tg: int, b: int, rounds: Sequence[tuple[float, float]]) -> 
         statistics.median(r[0] for r in rounds),
         statistics.median(r[1] for r in rounds),
         tuple(rounds),
+        split,
     )
 
 
@@ -140,7 +148,8 @@ class RawEngine:
     """``backend`` as the raw bench drives it through a
     :class:`~llamabatch.engine.scheduler.Scheduler` opened once for ``slots``: no EOG ids,
     the clock read right after the decode that ends the last prompt; ``limits`` ``None``
-    when the batch context cannot be created (``disabled_reason`` says why).
+    when the batch context cannot be created (``disabled_reason`` says why); ``split``: where
+    the TG steps of the last :meth:`time` went.
     """
 
     def __init__(
@@ -150,6 +159,8 @@ class RawEngine:
         self.vocab = _NoEog(backend.vocab)
         self._prompt_left = self._pp = 0
         self._t_pp: float | None = None
+        self._split_pp: StepSplit | None = None  # the split when the TG steps began
+        self.split = StepSplit()
         config = BatchConfig(
             slots=max(slots, 2),
             n_ctx_seq=n_ctx_seq,
@@ -172,6 +183,8 @@ class RawEngine:
         return self._scheduler.stats.batch_disabled_reason
 
     def run(self, spans: Sequence[Span]) -> StepResult:
+        if self._prompt_left <= 0 and self._split_pp is None:  # the first TG step
+            self._split_pp = self._scheduler.stats.step_split
         result = self._backend.run(spans)
         if self._prompt_left > 0:
             pp = self._pp
@@ -197,7 +210,7 @@ class RawEngine:
         sampling = SamplingParams(temperature=0.0, max_tokens=tg + 1)
         items = [Request(i, list(p), sampling) for i, p in enumerate(prompts)]
         self._pp = len(items[0].prompt) if items else 0
-        self._prompt_left, self._t_pp = len(items) * self._pp, None
+        self._prompt_left, self._t_pp, self._split_pp = len(items) * self._pp, None, None
         t0 = self._clock()
         for _ in scheduler.iter_steps(iter(items), contextlib.nullcontext, len(items)):
             pass
@@ -205,6 +218,8 @@ class RawEngine:
         if not scheduler.stats.batching_enabled:
             raise BackendError(f"the raw bench lost its batch context: {self.disabled_reason}")
         t1 = self._t_pp if self._t_pp is not None else t2
+        split = scheduler.stats.step_split
+        self.split = split - (split if self._split_pp is None else self._split_pp)
         return t1 - t0, t2 - t1
 
 
@@ -264,16 +279,22 @@ def run_raw(
     rng = random.Random(seed)
     warm = min(WARMUP_TOKENS, limits.n_batch, limits.n_ctx_seq - 1)
     engine.time(random_prompts(1, warm, engine.vocab.n_vocab, rng), 0)
+
+    def measure(items: Sequence[Any], tick: Any) -> tuple[tuple[float, float], StepSplit]:
+        return engine.time(items[0], gen_tokens), engine.split
+
     done = run_rounds(
-        {str(b): lambda items, tick: engine.time(items[0], gen_tokens) for b in slots},
+        {str(b): measure for b in slots},
         lambda r, b: [random_prompts(int(b), prompt_tokens, engine.vocab.n_vocab, rng)],
         rounds,
         progress=progress,
     )
-    return [
-        raw_row(prompt_tokens, gen_tokens, b, [p.result for r in done if (p := r.get(str(b)))])
-        for b in slots
-    ], limits
+    rows = []
+    for b in slots:
+        results = [p.result for r in done if (p := r.get(str(b)))]
+        split = sum((s for _, s in results), StepSplit())
+        rows.append(raw_row(prompt_tokens, gen_tokens, b, [t for t, _ in results], split))
+    return rows, limits
 
 
 class _NoEog:

@@ -17,6 +17,7 @@ from llamabatch.bench.host import collect_header, quantization
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.cli.main import main
+from llamabatch.completion import SPLIT_PARTS
 from llamabatch.measure.raw import RAW_COLUMNS, raw_row
 from llamabatch.testing import FakeBackend
 
@@ -103,6 +104,7 @@ RAW_ROW_TYPES = {
     "t": float,
     "speed": float,
     "rounds": list,
+    "split": dict,
 }
 WORKLOAD_ROW_TYPES = {
     "b": int,
@@ -138,6 +140,9 @@ def check_document(doc: dict, slots=SLOTS) -> None:
     for row in doc["raw"]["rows"]:
         check_types(row, RAW_ROW_TYPES)
         assert row["n_kv"] == row["pl"] * (row["pp"] + row["tg"])
+        split = row["split"]
+        assert set(split) == {"steps", "backend_sampled_rows"} | {f"{p}_s" for p in SPLIT_PARTS}
+        assert 0 < split["steps"] <= row["tg"] * len(row["rounds"])  # TG steps, all rounds
     assert set(doc["params"]) == {
         "slots",
         "prompt_tokens",
@@ -222,6 +227,13 @@ def test_bench_prints_header_and_both_tables_and_writes_json(tmp_path):
     raw = parse_raw_table(text)
     assert [r["B"] for r in raw] == list(SLOTS)
     assert all(r["PP"] == 200 and r["TG"] == 8 for r in raw)
+    split_lines = text.split("step split (TG steps, ms per step)")[1].splitlines()[
+        1 : 1 + len(SLOTS)
+    ]
+    assert [line.split()[0] for line in split_lines] == [f"B={b}" for b in SLOTS]
+    assert all(
+        "decode" in line and "% of rows sampled on the device" in line for line in split_lines
+    )
     assert "one at a time" in text and "|     1 |    " in text
     check_document(doc)
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))

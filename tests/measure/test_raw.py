@@ -88,3 +88,14 @@ def test_raw_refuses_sizes_that_do_not_fit():
         run_raw(raw_fake(), (8,), 4, 4, n_batch=4)
     with pytest.raises(ValueError, match="slots"):
         run_raw(raw_fake(), (0, 2), 4, 4)
+
+
+def test_raw_rows_split_their_tg_steps():
+    # prompts that end in one decode: every later step is a TG step
+    rows, _ = run_raw(raw_fake(), (1, 2), 10, 5, rounds=3, n_batch=32, clock=step_clock())
+    for r in rows:
+        split = r.split
+        assert split is not None and split.steps == 3 * 5
+        assert split.backend_sampled_rows == 0  # the fake samples on the host
+        assert split.seconds >= split.other >= 0
+        assert r.to_json()["split"]["steps"] == 15

@@ -1,34 +1,8 @@
 """Label scores: log P(label | prompt) for every label of ``SamplingParams(choices=...,
-score_choices=True)``, from one prefill of the prompt (:class:`LabelRequest`).
-
-**A label's tokens** follow the exact prompt: ``prompt + label`` is tokenized and what
-follows the prompt's own tokens is the label's continuation; where the prompt's last
-tokens merge with the label, it starts at the last token boundary the two share
-(``n_keep``). A prompt given as token ids has its labels tokenized alone (BOS removed).
-
-**The score** of a continuation ``c`` after ``prompt[:k]`` is
-``sum_j log_softmax(logits(prefix + c[:j]))[c[j]]``; a label's score adds (in
-probability) its forms: as written and, with ``choice_leading_space``, with one leading
-space. ``choice_probs`` is ``softmax`` over the labels' scores. The reference is
-``Llama(logits_all=True)``: ``eval(prompt + c)``, then the log-softmax of ``scores``.
-
-**Greedy**: a continuation is its prompt's greedy one when each of its tokens has its
-row's largest log-softmax (``SeqOutput.row_max``), as lm-evaluation-harness's
-``is_greedy`` (``None`` with a backend that reports no row maxima).
-
-**The prompt's own tokens** (``score_prompt``) are one continuation: the prompt after its
-first token (``n_keep`` 1), scored by the prompt's prefill.
-
-**Forms that cannot matter** are left unfinished: once a label has a finished form, a
-form whose log-probability is bounded so far below it that adding it would raise the
-label's score by at most :data:`SKIP_NATS` is not decoded further.
-
-**The work**: each continuation needs the rows ``n_keep - 1 ... n_keep + len(c) - 2`` of
-its path ``prompt[:n_keep] + c``; rows are keyed by their context, so paths sharing a
-prefix share rows. The prompt's prefill scores every one-token label from its last row;
-each other path is one run: the request's goal becomes the path, the engine cuts its
-cache back to what they share (or loads a checkpoint) and decodes the rest with
-``Span.targets``, beside the other slots' work.
+score_choices=True)`` from one prefill of the prompt (:class:`LabelRequest`); the prompt's
+own tokens with ``score_prompt``; whether a continuation is the greedy one from
+``SeqOutput.row_max``. The token rule, the score, the skipped forms and how the runs share
+rows are in docs/engine.md ("Label scores"); the reference is ``Llama(logits_all=True)``.
 """
 
 from __future__ import annotations

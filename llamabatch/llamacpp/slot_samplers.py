@@ -1,0 +1,76 @@
+"""The sampler chain of each sequence of a batch context, on the host or on the model's
+device (llama.cpp's backend sampling, ``llama_set_sampler``: the chain's leading stages run
+in the decode's graph and only the chosen token comes back; no grammar stage; a sequence
+with an attached chain gets no raw logits). See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._util.closing import Closing
+from ..params import SamplingParams
+from .context import BatchContext
+from .sampler import SeqSampler, samples_on_backend
+
+
+class SlotSamplers(Closing):
+    """One :class:`SeqSampler` per started sequence of ``ctx``. With ``on_backend``, a
+    plain chain (:func:`~.sampler.samples_on_backend`) whose rows no other sequence samples
+    (``shares``) is attached to ``ctx``; the rest sample on the host. An attached chain stays
+    with its sequence for the next request with an equal chain but the seed (each attach
+    makes llama.cpp rebuild its graphs).
+    """
+
+    def __init__(self, llm: Any, ctx: BatchContext, on_backend: bool) -> None:
+        self._llm, self._ctx, self.on_backend = llm, ctx, on_backend
+        self._samplers: dict[int, SeqSampler] = {}
+        self.attached: set[int] = set()  # seq ids whose chain is attached to ctx
+        self._closed = False
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._samplers
+
+    def __getitem__(self, seq_id: int) -> SeqSampler:
+        return self._samplers[seq_id]
+
+    def start(self, seq_id: int, params: SamplingParams, shares: bool = False) -> None:
+        """A fresh chain for ``seq_id`` from ``params``; ``shares``: other sequences may sample
+        its rows. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
+        fresh = SeqSampler(self._llm, params)
+        old = self._samplers.get(seq_id)
+        backend = self.on_backend and not shares and samples_on_backend(params)
+        if backend and seq_id in self.attached and old is not None and old.key == fresh.key:
+            fresh.carry_into(old)  # same stages, the fresh seed: no new attach
+            fresh.close()
+            return
+        ctx = self._ctx
+        if backend:  # replaces (so releases) the chain attached before, if any
+            if ctx.set_sampler(seq_id, fresh.chain):
+                self.attached.add(seq_id)
+            else:
+                self.attached.discard(seq_id)  # refused: llama.cpp detached the sequence
+        elif seq_id in self.attached:
+            ctx.set_sampler(seq_id, None)
+            self.attached.discard(seq_id)
+        self._samplers[seq_id] = fresh
+        if old is not None:
+            old.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Detach the attached chains (while the context is open), then free every chain;
+        idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._ctx.closed:  # a freed context holds no chain any more
+            for seq_id in sorted(self.attached):
+                self._ctx.set_sampler(seq_id, None)
+        self.attached.clear()
+        for sampler in self._samplers.values():
+            sampler.close()
+        self._samplers.clear()
