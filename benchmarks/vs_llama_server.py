@@ -1,6 +1,6 @@
 """Side by side: one at a time (``Llama.create_completion``), ``BatchGenerator`` (the slot
 engine) and llama.cpp's own ``llama-server``, on the named workloads
-(llamabatch/bench/workloads.py).
+(llamabatch/measure/workloads.py).
 
 For each B (slots), one ``llama-server`` is started on 127.0.0.1 with the same model,
 threads, n_batch, slots and per-slot context as llamabatch::
