@@ -4,6 +4,7 @@ Nothing is loaded at import: :func:`load` imports the binding on first use and r
 the symbols llamabatch needs, renamed ones included; a missing essential one is a
 ``LibraryError`` naming it and the installed version."""
 
+from .candidates import Candidates
 from .handles import ContextHandle, ModelHandle, SamplerHandle, VocabHandle
 from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load
 from .llm import (
@@ -33,6 +34,7 @@ __all__ = [
     "FALLBACK_MAX_PARALLEL_SEQUENCES",
     "SHARED_CONTEXT_FIELDS",
     "BatchBuffers",
+    "Candidates",
     "ContextHandle",
     "Library",
     "MemoryOps",

@@ -48,13 +48,19 @@ class Candidates:
             raise GrammarError(f"llama_get_logits_ith returned NULL for row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
-    def fill(self, logits: np.ndarray) -> None:
-        """``rows[id] = {id, logits[id], 0}``, ``size = n_vocab``, ``selected = -1``."""
-        rows = self.rows
-        rows["id"] = self._ids
+    def fill(self, logits: np.ndarray, ids: np.ndarray | None = None) -> None:
+        """``rows[j] = {id, logits[id], 0}`` for the ``j``-th of ``ids`` (int, ascending; every
+        id of the row when None), ``size = len(ids)``, ``selected = -1``."""
+        if ids is None:
+            rows, ids, size = self.rows, self._ids, self.n_vocab
+        else:
+            size = len(ids)
+            rows = self.rows[:size]
+            logits = logits[ids]
+        rows["id"] = ids
         rows["logit"] = logits
         rows["p"] = 0.0
-        self._array.size, self._array.selected, self._array.sorted = self.n_vocab, -1, False
+        self._array.size, self._array.selected, self._array.sorted = size, -1, False
 
     def any_finite(self) -> bool:
         """True when some row has a finite logit; False after a grammar stage: a dead end."""

@@ -65,6 +65,15 @@ def samples_on_backend(params: SamplingParams) -> bool:
     )
 
 
+def top_k_superset(logits: np.ndarray, k: int) -> np.ndarray | None:
+    """Ascending ids of at least the ``k`` largest logits of a row: those not below the
+    smallest maximum of ``k`` equal blocks (each block holds one), a few ``k`` on a model's
+    row. None when that is the whole row or fewer than ``k`` (a NaN)."""
+    n = logits.size // k * k
+    ids = np.flatnonzero(logits >= logits[:n].reshape(k, -1).max(axis=1).min())
+    return ids if k <= ids.size < logits.size else None
+
+
 def chain_key(params: SamplingParams, grammar: str | None) -> tuple[object, ...]:
     """What :class:`SeqSampler` builds from ``params`` into its chain (``grammar``: the text of
     a grammar stage in it), all but the seed: chains with equal keys have the same stages with
@@ -107,9 +116,12 @@ class SeqSampler(Closing):
         lazy_grammar: check a grammar only on the token the chain picked, as llama.cpp's
             ``common/sampling.cpp`` does (docs/outputs.md); False runs it over the whole
             vocabulary like ``Llama``, where a dead end aborts the process (tests only).
+        candidates: a :class:`~llamabatch._ffi.Candidates` of n_vocab rows to use (shared by
+            the samplers of one context, which sample one row at a time), else its own.
 
     Attributes:
         key: :func:`chain_key` of ``params``.
+        attached: the chain samples on the model's device (set by whoever attached it).
 
     Raises:
         LibraryError: a sampler symbol is missing in the installed llama-cpp-python.
@@ -117,7 +129,14 @@ class SeqSampler(Closing):
         MemoryError: llama.cpp returned NULL for a stage.
     """
 
-    def __init__(self, source: Any, params: SamplingParams, *, lazy_grammar: bool = True) -> None:
+    def __init__(
+        self,
+        source: Any,
+        params: SamplingParams,
+        *,
+        lazy_grammar: bool = True,
+        candidates: _ffi.Candidates | None = None,
+    ) -> None:
         lib = _ffi.load()
         self.params = params
         self._chains = chains = lib.samplers
@@ -130,7 +149,14 @@ class SeqSampler(Closing):
         self._chain = chain
         self._grammar: _ffi.SamplerHandle | None = None
         self.n_accepted = 0  # tokens accepted into the lazily checked grammar
-        self._candidates = None
+        self._candidates = candidates
+        self.attached = False
+        # The first stage that reads the whole row, where nothing before it changes the row:
+        # greedy is the row's first maximum (llama_sampler_greedy_apply); top_k keeps the same
+        # tokens of a superset of them, so the chain runs on that (no full-row copy).
+        plain = grammar_text is None and penalties_off(params)
+        self._argmax = plain and params.is_greedy
+        self._top_k = params.top_k if plain and 0 < params.top_k < n_vocab else 0
         chains.add_penalties(
             chain,
             n_vocab,
@@ -146,7 +172,9 @@ class SeqSampler(Closing):
                 self._grammar = grammar
             else:
                 chains.add_to(chain, grammar)
-        if self._grammar is not None or params.logprobs is not None:
+        if self._candidates is None and (
+            self._grammar is not None or params.logprobs is not None or self._top_k
+        ):
             self._candidates = chains.candidates(n_vocab)
         if params.is_greedy:
             chains.add_greedy(chain)
@@ -182,9 +210,21 @@ class SeqSampler(Closing):
         self._check_open()
         handle = ctx.handle
         ctx.check_output(i)
-        if self._grammar is None:
-            return self._chains.sample(self._chain, handle, i)
-        return self._sample_lazily(self._candidates.logits(handle, i))
+        if self._grammar is not None:
+            return self._sample_lazily(self._candidates.logits(handle, i))
+        if not self.attached and (self._argmax or self._top_k):
+            row = ctx.logits(i, copy=False)
+            if self._argmax:
+                return int(row.argmax())
+            ids = top_k_superset(row, self._top_k)
+            if ids is not None:
+                cand = self._candidates
+                cand.fill(row, ids)
+                cand.apply(self._chain.chain)
+                token = cand.selected()[0]
+                self._chains.accept(self._chain, token)
+                return token
+        return self._chains.sample(self._chain, handle, i)
 
     def logprobs(self, ctx: Any, i: int, token: int) -> tuple[tuple[int, float], ...]:
         """The :func:`top_logprobs` of row ``i`` of the last decode of ``ctx`` (``params.logprobs``

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _ffi
 from .._util.closing import Closing
 from ..params import SamplingParams
 from .context import BatchContext
@@ -26,6 +27,7 @@ class SlotSamplers(Closing):
         self._llm, self._ctx, self.on_backend = llm, ctx, on_backend
         self._samplers: dict[int, SeqSampler] = {}
         self.attached: set[int] = set()  # seq ids whose chain is attached to ctx
+        self._candidates: _ffi.Candidates | None = None  # one for every chain: a row at a time
         self._closed = False
 
     def __contains__(self, seq_id: object) -> bool:
@@ -37,7 +39,9 @@ class SlotSamplers(Closing):
     def start(self, seq_id: int, params: SamplingParams, shares: bool = False) -> None:
         """A fresh chain for ``seq_id`` from ``params``; ``shares``: other sequences may sample
         its rows. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
-        fresh = SeqSampler(self._llm, params)
+        if self._candidates is None:
+            self._candidates = _ffi.load().samplers.candidates(self._ctx.n_vocab)
+        fresh = SeqSampler(self._llm, params, candidates=self._candidates)
         old = self._samplers.get(seq_id)
         backend = self.on_backend and not shares and samples_on_backend(params)
         if backend and seq_id in self.attached and old is not None and old.key == fresh.key:
@@ -48,6 +52,7 @@ class SlotSamplers(Closing):
         if backend:  # replaces (so releases) the chain attached before, if any
             if ctx.set_sampler(seq_id, fresh.chain):
                 self.attached.add(seq_id)
+                fresh.attached = True
             else:
                 self.attached.discard(seq_id)  # refused: llama.cpp detached the sequence
         elif seq_id in self.attached:

@@ -7,7 +7,7 @@ import pytest
 
 from llamabatch.llamacpp.batch import LlamaBatch
 from llamabatch.llamacpp.context import BatchContext
-from llamabatch.llamacpp.sampler import SeqSampler
+from llamabatch.llamacpp.sampler import SeqSampler, top_k_superset
 from llamabatch.params import SamplingParams
 
 pytestmark = pytest.mark.real_model
@@ -83,3 +83,37 @@ def test_close_is_idempotent(llm, decoded):
     assert sampler.closed
     with pytest.raises(ValueError, match="closed"):
         sampler.sample(ctx, row)
+
+
+def llama_cpp_sample(sampler: SeqSampler, ctx: BatchContext, row: int) -> int:
+    """llama.cpp's own ``llama_sampler_sample`` on ``sampler``'s chain (copies the whole row)."""
+    from llama_cpp import llama_cpp
+
+    return int(llama_cpp.llama_sampler_sample(sampler.chain.chain, ctx.handle.ctx, row))
+
+
+@pytest.mark.parametrize("top_k", [1, 5, 40, 1000])
+def test_top_k_on_a_superset_draws_what_llama_cpp_draws(llm, decoded, top_k):
+    ctx, row = decoded
+    params = SamplingParams(temperature=1.5, top_k=top_k, top_p=0.95, min_p=0.01, seed=7)
+    with SeqSampler(llm, params) as ours, SeqSampler(llm, params) as theirs:
+        drawn = [ours.sample(ctx, row) for _ in range(40)]
+        assert drawn == [llama_cpp_sample(theirs, ctx, row) for _ in range(40)]
+    assert top_k == 1 or len(set(drawn)) > 1  # the draws did vary
+    if top_k <= 40:  # a model's row: the chain ran on a superset much smaller than the row
+        assert top_k <= len(top_k_superset(ctx.logits(row), top_k)) < llm.n_vocab() // 10
+
+
+def test_greedy_takes_the_first_of_tied_maxima_as_llama_cpp(llm):
+    chat = b"<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
+    tokens = llm.tokenize(chat, add_bos=True, special=True)
+    with BatchContext(llm, slots=1, n_ctx_seq=256) as ctx, LlamaBatch(512, 1) as batch:
+        row = batch.add_run(tokens, 0, 0, True)
+        assert ctx.decode(batch) == 0
+        logits = ctx.logits(row, copy=False)  # llama.cpp's own buffer
+        best = int(np.argmax(logits))
+        tied = best + 1 + int(np.argmax(logits[best + 1 :]))
+        logits[tied] = logits[best] = logits[best] + 1  # two equal maxima, `best` first
+        with SeqSampler(llm, SamplingParams(temperature=0)) as ours:
+            with SeqSampler(llm, SamplingParams(temperature=0)) as theirs:
+                assert ours.sample(ctx, row) == llama_cpp_sample(theirs, ctx, row) == best
