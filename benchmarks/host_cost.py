@@ -16,7 +16,13 @@ with llama-cpp-python's default chain (temperature 0.8, top_k 40, top_p 0.95, mi
 - llama-server ``-np B`` built from the same vendored llama.cpp (``$LLAMA_SERVER``),
   B concurrent ``/completion`` requests with the same chain;
 - llama-batched-bench (``$LLAMA_BATCHED_BENCH``): S_TG, decode without sampling (the
-  ceiling).
+  ceiling);
+- with ``--backend-sampling``, ours again with ``BatchGenerator(backend_sampling=True)``
+  (llama.cpp samples the rows in its graph).
+
+Host time per sequence-step: ours from the split (everything but ``llama_decode``), and
+for both ours and llama-server the time per token less llama-batched-bench's decode time
+per token (``1/tok_s - 1/S_TG``), llama-server's not being split.
 
 Rounds alternate their order (:func:`llamabatch.measure.rounds.run_rounds`), prompts
 are fresh every round, medians are reported with ours/llama-server per round.
@@ -26,6 +32,7 @@ are fresh every round, medians are reported with ours/llama-server per round.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import statistics
@@ -98,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=64, help="reply tokens per sequence")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens per sequence")
     ap.add_argument("--chains", nargs="+", choices=sorted(CHAINS), default=sorted(CHAINS))
+    ap.add_argument("--backend-sampling", action="store_true", help="also ours with it on")
     ap.add_argument(
         "--server", type=Path, default=Path(os.environ.get("LLAMA_SERVER", BUILD / "llama-server"))
     )
@@ -107,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     model = model_path(Path(args.model) if args.model else None)
     llm = load_llama(str(model), n_ctx=args.n_ctx_seq, n_threads=args.threads)
-    gens = {b: BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq, max_tokens=args.tokens)
-            for b in args.slots}  # fmt: skip
+    kinds = {"ours": False, **({"ours+bs": True} if args.backend_sampling else {})}
+    gens = {(k, b): BatchGenerator(llm, slots=b, n_ctx_seq=args.n_ctx_seq,
+                                   max_tokens=args.tokens, backend_sampling=on)
+            for k, on in kinds.items() for b in args.slots}  # fmt: skip
     logs = Path(tempfile.mkdtemp(prefix="host_cost-"))
     servers = {b: Server(args.server, str(model), b, args.n_ctx_seq, args.threads, 512,
                          logs / f"server-{b}.log").__enter__() for b in args.slots}  # fmt: skip
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         for chain in args.chains:
             sampling = SamplingParams(**CHAINS[chain], seed=1, max_tokens=args.tokens)
 
-            def ours(items, tick, gen=gens[b], sampling=sampling):
+            def ours(items, tick, gen, sampling=sampling):
                 before = gen.stats.step_split
                 out = gen.complete_many(items, sampling)
                 return sum(c.n_tokens for c in out), (gen.stats.step_split - before).to_json()
@@ -126,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             def server(items, tick, srv=servers[b], chain=chain):
                 return srv.complete_all(list(items), args.tokens, len(items), **CHAINS[chain]), {}
 
-            paths[f"ours B={b} {chain}"] = ours
+            for k in kinds:
+                paths[f"{k} B={b} {chain}"] = functools.partial(ours, gen=gens[k, b])
             paths[f"server B={b} {chain}"] = server
     fresh: dict[tuple[int, int], list[str]] = {}
 
@@ -153,20 +164,44 @@ def main(argv: list[str] | None = None) -> int:
             ours_ts = [rate(f"ours B={b} {chain}", r) for r in rounds]
             server_ts = [rate(f"server B={b} {chain}", r) for r in rounds]
             splits = [r.get(f"ours B={b} {chain}").result[1] for r in rounds]
-            rows.append({
-                "B": b, "chain": chain,
-                "ours_tps": statistics.median(ours_ts), "server_tps": statistics.median(server_ts),
+            s_tg = statistics.median(c[b] for c in ceiling)
+            split = {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]}
+            n = split.get("steps", 0)  # 0 with one slot: items run alone, unsplit
+            per_step = {k: v / n for k, v in split.items() if k.endswith("_s")} if n else {}
+            host = per_step and sum(v for k, v in per_step.items() if k != "decode_s") / b
+            ours_med, server_med = statistics.median(ours_ts), statistics.median(server_ts)
+            row = {
+                "B": b,
+                "chain": chain,
+                "ours_tps": ours_med,
+                "server_tps": server_med,
                 "ratio": Spread.of([o / s for o, s in zip(ours_ts, server_ts)]).median,
-                "batched_bench_s_tg": statistics.median(c[b] for c in ceiling),
-                "split": {k: statistics.median(s.get(k, 0.0) for s in splits) for k in splits[0]},
-            })  # fmt: skip
+                "ratios": [o / s for o, s in zip(ours_ts, server_ts)],
+                "batched_bench_s_tg": s_tg,
+                "split": split,
+                "per_step_s": per_step,
+                "ours_host_ms_per_seq_step": host * 1e3 if host else None,
+                "ours_beyond_decode_ms_per_token": (1 / ours_med - 1 / s_tg) * 1e3,
+                "server_beyond_decode_ms_per_token": (1 / server_med - 1 / s_tg) * 1e3,
+            }
+            if args.backend_sampling:
+                bs_ts = [rate(f"ours+bs B={b} {chain}", r) for r in rounds]
+                row["ours_bs_tps"] = statistics.median(bs_ts)
+                row["bs_ratio"] = Spread.of([o / s for o, s in zip(bs_ts, ours_ts)]).median
+            rows.append(row)
     print(
-        "| B | chain | ours tok/s | llama-server tok/s | ours / server | llama-batched-bench S_TG |"
+        "| B | chain | ours tok/s | llama-server tok/s | ours / server | S_TG | ours host "
+        "ms/seq-step | beyond decode ms/token: ours, server | backend sampling / host |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
+        host = row["ours_host_ms_per_seq_step"]
         print(f"| {row['B']} | {row['chain']} | {row['ours_tps']:.1f} | {row['server_tps']:.1f} "
-              f"| {row['ratio']:.2f} | {row['batched_bench_s_tg']:.1f} |")  # fmt: skip
+              f"| {row['ratio']:.2f} | {row['batched_bench_s_tg']:.1f} "
+              f"| {'alone' if host is None else f'{host:.3f}'} "
+              f"| {row['ours_beyond_decode_ms_per_token']:.3f}, "
+              f"{row['server_beyond_decode_ms_per_token']:.3f} "
+              f"| {row.get('bs_ratio', float('nan')):.2f} |")  # fmt: skip
     if args.json:
         Path(args.json).write_text(__import__("json").dumps({"rows": rows}, indent=2))
     return 0
