@@ -188,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                 bs_ts = [rate(f"ours+bs B={b} {chain}", r) for r in rounds]
                 row["ours_bs_tps"] = statistics.median(bs_ts)
                 row["bs_ratio"] = Spread.of([o / s for o, s in zip(bs_ts, ours_ts)]).median
+                row["bs_rows"] = sum(
+                    r.get(f"ours+bs B={b} {chain}").result[1].get("backend_sampled_rows", 0)
+                    for r in rounds
+                )
             rows.append(row)
     print(
         "| B | chain | ours tok/s | llama-server tok/s | ours / server | S_TG | ours host "
