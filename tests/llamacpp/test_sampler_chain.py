@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -16,15 +18,21 @@ pytestmark = pytest.mark.real_model
 FULL_CHAIN = ["penalties", "top-k", "typical", "top-p", "min-p", "temp", "dist"]
 
 
-@pytest.fixture(scope="module")
-def decoded(llm):
-    """A context whose last decode left logits at batch row ``row``."""
-    chat = b"<|im_start|>user\nName a fruit.<|im_end|>\n<|im_start|>assistant\n"
+@contextlib.contextmanager
+def decoded_chat(llm, question: bytes):
+    """A context whose last decode left logits at batch row ``row``: ``(ctx, row)``."""
+    chat = b"<|im_start|>user\n" + question + b"<|im_end|>\n<|im_start|>assistant\n"
     tokens = llm.tokenize(chat, add_bos=True, special=True)
     with BatchContext(llm, slots=1, n_ctx_seq=256) as ctx, LlamaBatch(512, 1) as batch:
         row = batch.add_run(tokens, 0, 0, True)
         assert ctx.decode(batch) == 0
         yield ctx, row
+
+
+@pytest.fixture(scope="module")
+def decoded(llm):
+    with decoded_chat(llm, b"Name a fruit.") as found:
+        yield found
 
 
 def names(sampler: SeqSampler) -> list[str]:
@@ -105,11 +113,7 @@ def test_top_k_on_a_superset_draws_what_llama_cpp_draws(llm, decoded, top_k):
 
 
 def test_greedy_takes_the_first_of_tied_maxima_as_llama_cpp(llm):
-    chat = b"<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n"
-    tokens = llm.tokenize(chat, add_bos=True, special=True)
-    with BatchContext(llm, slots=1, n_ctx_seq=256) as ctx, LlamaBatch(512, 1) as batch:
-        row = batch.add_run(tokens, 0, 0, True)
-        assert ctx.decode(batch) == 0
+    with decoded_chat(llm, b"Name a colour.") as (ctx, row):  # its own: the row is changed
         logits = ctx.logits(row, copy=False)  # llama.cpp's own buffer
         best = int(np.argmax(logits))
         tied = best + 1 + int(np.argmax(logits[best + 1 :]))
