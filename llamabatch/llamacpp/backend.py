@@ -329,11 +329,12 @@ class LlamaBackend:
             return [(sid, first + k) for k, sid in enumerate(seq_ids)], []
         rows: list[tuple[int, int]] = []
         scored: list[tuple[int, int, Targets]] = []
+        attached = samplers.attached
         for span in spans:
             for sid in ((span.seq_id,) if span.logits else ()) + tuple(span.share):
                 if sid not in samplers:
                     raise ValueError(f"seq_id={sid} has no sampler: apply Start first")
-            if span.seq_id in samplers.attached and (span.share or span.targets is not None):
+            if span.seq_id in attached and (span.share or span.targets is not None):
                 raise ValueError(
                     f"seq_id={span.seq_id} is sampled on the backend: its rows cannot be shared "
                     "or scored (start it with shares=True or a chain that samples on the host)"

@@ -156,7 +156,9 @@ class SeqSampler(Closing):
         # tokens of a superset of them, so the chain runs on that (no full-row copy).
         plain = grammar_text is None and penalties_off(params)
         self._argmax = plain and params.is_greedy
-        self._top_k = params.top_k if plain and 0 < params.top_k < n_vocab else 0
+        self._top_k = (
+            params.top_k if plain and not self._argmax and 0 < params.top_k < n_vocab else 0
+        )
         chains.add_penalties(
             chain,
             n_vocab,

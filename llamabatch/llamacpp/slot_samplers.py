@@ -26,7 +26,6 @@ class SlotSamplers(Closing):
     def __init__(self, llm: Any, ctx: BatchContext, on_backend: bool) -> None:
         self._llm, self._ctx, self.on_backend = llm, ctx, on_backend
         self._samplers: dict[int, SeqSampler] = {}
-        self.attached: set[int] = set()  # seq ids whose chain is attached to ctx
         self._candidates: _ffi.Candidates | None = None  # one for every chain: a row at a time
         self._closed = False
 
@@ -36,6 +35,11 @@ class SlotSamplers(Closing):
     def __getitem__(self, seq_id: int) -> SeqSampler:
         return self._samplers[seq_id]
 
+    @property
+    def attached(self) -> set[int]:
+        """The seq ids whose chain is attached to the context."""
+        return {sid for sid, sampler in self._samplers.items() if sampler.attached}
+
     def start(self, seq_id: int, params: SamplingParams, shares: bool = False) -> None:
         """A fresh chain for ``seq_id`` from ``params``; ``shares``: other sequences may sample
         its rows. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
@@ -44,20 +48,15 @@ class SlotSamplers(Closing):
         fresh = SeqSampler(self._llm, params, candidates=self._candidates)
         old = self._samplers.get(seq_id)
         backend = self.on_backend and not shares and samples_on_backend(params)
-        if backend and seq_id in self.attached and old is not None and old.key == fresh.key:
+        if backend and old is not None and old.attached and old.key == fresh.key:
             fresh.carry_into(old)  # same stages, the fresh seed: no new attach
             fresh.close()
             return
         ctx = self._ctx
-        if backend:  # replaces (so releases) the chain attached before, if any
-            if ctx.set_sampler(seq_id, fresh.chain):
-                self.attached.add(seq_id)
-                fresh.attached = True
-            else:
-                self.attached.discard(seq_id)  # refused: llama.cpp detached the sequence
-        elif seq_id in self.attached:
+        if backend:  # replaces (so releases) the chain attached before, if any; refused:
+            fresh.attached = ctx.set_sampler(seq_id, fresh.chain)  # llama.cpp detached it
+        elif old is not None and old.attached:
             ctx.set_sampler(seq_id, None)
-            self.attached.discard(seq_id)
         self._samplers[seq_id] = fresh
         if old is not None:
             old.close()
@@ -75,7 +74,6 @@ class SlotSamplers(Closing):
         if not self._ctx.closed:  # a freed context holds no chain any more
             for seq_id in sorted(self.attached):
                 self._ctx.set_sampler(seq_id, None)
-        self.attached.clear()
         for sampler in self._samplers.values():
             sampler.close()
         self._samplers.clear()
