@@ -14,6 +14,19 @@ backlog) so no path replays a cached prompt, and runs every workload's three pat
 order that alternates from round to round. Greedy everywhere. Per (B, workload) it
 prints the median seconds per item of each path and the medians of the per-round ratios
 llamabatch / one-at-a-time and llamabatch / server, and writes everything to JSON.
+``--paths batch server`` leaves out one at a time (half of a run's time).
+
+The decode split: llamabatch's time in ``llama_decode`` comes from its step split
+(``BatchGenerator.stats``); llama-server's from ``decode_clock.c`` (next to this script,
+built with gcc into the cache folder and preloaded into the server; ``--no-decode-clock``
+leaves it out), which counts its decode calls, their time and tokens. Per round this gives
+each batcher's host time per item (wall less decode) and the **floor**: the server's
+decode time over its wall time, the ratio to llama-server that a batcher making the same
+decode calls with no host time at all would reach. Where llamabatch makes the server's
+calls (the table's calls column), a target below the floor is out of reach of any batcher
+on that machine; "llamabatch at equal decode" is its host time plus the server's decode
+time, over the server's wall: the ratio without the difference in speed of the same calls
+between two passes minutes apart.
 
 The server binary: ``$LLAMA_SERVER``, else ``~/.cache/llamabatch/build-0.3.36/bin/
 llama-server``. To build it from the sdist of the installed llama-cpp-python
@@ -29,6 +42,7 @@ workload can be run on its own (``--slots 4 --workloads S``) and the JSON files 
 Usage::
 
     python benchmarks/vs_llama_server.py --slots 4 8 --rounds 3 --json vs_server.json
+    python benchmarks/vs_llama_server.py --slots 8 --paths batch server --rounds 8
 """
 
 from __future__ import annotations
@@ -41,13 +55,16 @@ import queue
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +72,54 @@ from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.one_at_a_time import LlamaLoop
 from llamabatch.measure.records import WorkItem
-from llamabatch.measure.rounds import Pass, run_rounds
+from llamabatch.measure.rounds import Pass, Round, run_rounds
 from llamabatch.measure.stats import paired, per_round
 from llamabatch.measure.workloads import WORKLOADS
 from llamabatch.model import default_model_path, load_llama
 
 DEFAULT_SERVER = Path.home() / ".cache/llamabatch/build-0.3.36/bin/llama-server"
 PATHS = ("one", "batch", "server")
+CLOCK_SOURCE = Path(__file__).with_name("decode_clock.c")
+
+
+@dataclass(frozen=True)
+class DecodeTotals:
+    """Decode calls, the seconds spent in them and the tokens they computed (``b - a``:
+    between two readings)."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+
+    def __sub__(self, before: DecodeTotals) -> DecodeTotals:
+        return DecodeTotals(
+            self.calls - before.calls, self.seconds - before.seconds, self.tokens - before.tokens
+        )
+
+
+def engine_decode_totals(stats: Any) -> DecodeTotals:
+    """The batch context's totals from ``BatchGenerator.stats`` (tokens: the prompt
+    tokens prefilled and the reply tokens)."""
+    return DecodeTotals(
+        stats.decode_calls,
+        stats.decode_seconds,
+        stats.prompt_tokens_prefilled + stats.generated_tokens,
+    )
+
+
+def decode_clock_library(out: Path | None = None) -> Path:
+    """``decode_clock.c`` (next to this script) built with gcc at ``out`` (default: in the
+    cache folder), once per change of the source; ``RuntimeError`` with the compiler's
+    output if it fails."""
+    out = out or Path.home() / ".cache/llamabatch/decode_clock.so"
+    if out.is_file() and out.stat().st_mtime >= CLOCK_SOURCE.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["gcc", "-O2", "-shared", "-fPIC", "-o", str(out), str(CLOCK_SOURCE), "-ldl"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
+    return out
 
 
 def free_port() -> int:
@@ -91,7 +149,10 @@ class Server:
         threads: int,
         n_batch: int,
         log: Path,
+        clock: bool = False,
     ) -> None:
+        """``clock``: run the server with ``decode_clock`` preloaded, so that
+        :meth:`decode_totals` reads its decode calls, their time and tokens."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [
@@ -117,10 +178,21 @@ class Server:
             str(self.port),
         ]
         self.log = log
+        self.clock = clock
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
         self._log = open(self.log, "w")
+        env = None
+        if self.clock:
+            with tempfile.NamedTemporaryFile(prefix="decode-clock-", delete=False) as f:
+                f.write(bytes(24))
+            self._clock_file = Path(f.name)
+            env = {
+                **os.environ,
+                "LD_PRELOAD": str(decode_clock_library()),
+                "LLAMABATCH_DECODE_CLOCK": f.name,
+            }
         # The server runs under a small shell that kills it when our end of its stdin
         # closes, which the kernel does whenever this process ends (even by SIGKILL):
         # no llama-server outlives the benchmark.
@@ -130,6 +202,7 @@ class Server:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -156,6 +229,14 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self._log.close()
+        if self.clock:
+            self._clock_file.unlink(missing_ok=True)
+
+    def decode_totals(self) -> DecodeTotals:
+        """The server's decode totals so far (read while it is idle); the server must have
+        been started with ``clock=True``."""
+        calls, ns, tokens = struct.unpack("=3Q", self._clock_file.read_bytes()[:24])
+        return DecodeTotals(calls, ns / 1e9, tokens)
 
     def complete(self, prompt: str, max_tokens: int, **sampling: float) -> int:
         """One ``/completion``: greedy unless ``sampling`` gives the chain's fields
@@ -216,9 +297,10 @@ def items_of(prompts: Sequence[str], max_tokens: int) -> list[WorkItem]:
 def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> None:
     log = Path(args.server_log or f"/tmp/llama-server-B{b}.log")
     alone = LlamaLoop(llm, max_tokens=200)
+    clock = not args.no_decode_clock
     with (
         Server(
-            args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch, log
+            args.server, args.model, b, args.n_ctx_seq, args.threads, args.n_batch, log, clock
         ) as server,
         BatchGenerator(
             llm,
@@ -229,18 +311,25 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
         ) as gen,
     ):
 
-        def run(path: str, items: Sequence[WorkItem]) -> int:
-            """Complete ``items`` on ``path``; the reply tokens."""
+        def run(path: str, items: Sequence[WorkItem]) -> dict[str, Any]:
+            """Complete ``items`` on ``path``: the reply tokens, and for the batch and the
+            server their decode calls, seconds and tokens."""
             if path == "one":
-                return sum(r.n_tokens for r in alone(items, lambda n: None).replies)
+                return {"tokens": sum(r.n_tokens for r in alone(items, lambda n: None).replies)}
             if path == "batch":
+                before = engine_decode_totals(gen.stats)
                 done = gen.complete_many([it.prompt for it in items], [it.sampling for it in items])
-                return sum(c.n_tokens for c in done)
+                computed = engine_decode_totals(gen.stats) - before
+                return {"tokens": sum(c.n_tokens for c in done), "decode": computed}
+            before = server.decode_totals() if clock else None
             cap = items[0].sampling.max_tokens
-            return server.complete_all([str(it.prompt) for it in items], cap, b)
+            tokens = server.complete_all([str(it.prompt) for it in items], cap, b)
+            if before is None:
+                return {"tokens": tokens}
+            return {"tokens": tokens, "decode": server.decode_totals() - before}
 
         warm = items_of(WORKLOADS["L"].prompts(2, tokenize, seed=999_999), 4)
-        for path in PATHS:  # untimed warm-up of every path
+        for path in args.paths:  # untimed warm-up of every path
             run(path, warm)
 
         @functools.cache
@@ -249,9 +338,18 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
             return items_of(w.prompts(args.items, tokenize, args.seed + 1000 * b + r), w.max_tokens)
 
         def report(r: int, p: Pass) -> None:
+            if p.result is None:
+                print(f"B={b} round {r + 1} {p.path:9s} failed: {p.error}", file=sys.stderr)
+                return
+            d = p.result.get("decode")
+            calls = (
+                f" decode {d.seconds / len(p.items):.3f} s/item, {d.calls} calls, {d.tokens} tokens"
+                if d
+                else ""
+            )
             print(
                 f"B={b} round {r + 1} {p.path:9s} {p.s_per_item:.3f} s/item "
-                f"{p.result / len(p.items):.1f} tok/item",
+                f"{p.result['tokens'] / len(p.items):.1f} tok/item{calls}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -259,34 +357,13 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
         paths = {
             f"{w}/{p}": functools.partial(lambda items, tick, p: run(p, items), p=p)
             for w in args.workloads
-            for p in PATHS
+            for p in args.paths
         }
         done = run_rounds(
             paths, lambda r, name: prompts(r, name.split("/")[0]), args.rounds, on_pass=report
         )
         for w in args.workloads:
-            per = {p: per_round(done, f"{w}/{p}") for p in PATHS}
-            tokens = {
-                p: [x.result / len(x.items) for r in done if (x := r.get(f"{w}/{p}"))]
-                for p in PATHS
-            }
-            vs_one = paired(done, f"{w}/batch", f"{w}/one")
-            vs_server = paired(done, f"{w}/batch", f"{w}/server")
-            out.setdefault("results", []).append(
-                {
-                    "b": b,
-                    "workload": w,
-                    "items": args.items,
-                    "rounds": args.rounds,
-                    "per_item_s": per,
-                    "tokens_per_item": tokens,
-                    "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
-                    "ratio_batch_over_one": statistics.median(vs_one),
-                    "ratio_batch_over_server": statistics.median(vs_server),
-                    "ratios_batch_over_one": vs_one,
-                    "ratios_batch_over_server": vs_server,
-                }
-            )
+            out.setdefault("results", []).append(summary(done, w, args, b))
         stats = gen.stats
         out.setdefault("engine_stats", {})[str(b)] = {
             "items_batched": stats.items_batched,
@@ -302,19 +379,91 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
         }
 
 
+def _decode(p: Pass) -> DecodeTotals | None:
+    return p.result.get("decode") if p.result else None
+
+
+def summary(done: Sequence[Round], w: str, args: argparse.Namespace, b: int) -> dict[str, Any]:
+    """Workload ``w``'s figures at ``b`` slots: per path and round the seconds per item and
+    reply tokens, and the medians of the per-round ratios. With both decode clocks, per
+    round and path the decode totals and the host seconds per item (wall less decode),
+    and two ratios to the server's wall time: ``floor``, its decode time alone (what a
+    batcher making the server's decode calls with no host time would take), and
+    ``batch at equal decode``, llamabatch's host time plus the server's decode time (the
+    ratio without the difference in speed of the same calls between two passes)."""
+    per = {p: per_round(done, f"{w}/{p}") for p in args.paths}
+    res: dict[str, Any] = {
+        "b": b,
+        "workload": w,
+        "items": args.items,
+        "rounds": args.rounds,
+        "per_item_s": per,
+        "tokens_per_item": {
+            p: [x.result["tokens"] / len(x.items) for r in done if (x := r.get(f"{w}/{p}"))]
+            for p in args.paths
+        },
+        "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
+    }
+    for path, ref in (("batch", "one"), ("batch", "server")):
+        if path in args.paths and ref in args.paths:
+            ratios = paired(done, f"{w}/{path}", f"{w}/{ref}")
+            res[f"ratios_{path}_over_{ref}"] = ratios
+            res[f"ratio_{path}_over_{ref}"] = statistics.median(ratios)
+    if args.no_decode_clock or not {"batch", "server"} <= set(args.paths):
+        return res
+    rounds = [
+        (x, y)
+        for r in done
+        if (x := r.get(f"{w}/batch")) and (y := r.get(f"{w}/server")) and _decode(x) and _decode(y)
+    ]
+    res["decode"] = {
+        p: [asdict(_decode(pair[k])) for pair in rounds] for k, p in enumerate(("batch", "server"))
+    }
+    host = {
+        p: [(pair[k].seconds - _decode(pair[k]).seconds) / args.items for pair in rounds]
+        for k, p in enumerate(("batch", "server"))
+    }
+    res["host_s_per_item"] = host
+    res["median_host_ms_per_item"] = {p: 1e3 * statistics.median(v) for p, v in host.items()}
+    floor = [_decode(y).seconds / y.seconds for _, y in rounds]
+    equal = [(x.seconds - _decode(x).seconds + _decode(y).seconds) / y.seconds for x, y in rounds]
+    calls = [_decode(x).calls / _decode(y).calls for x, y in rounds]
+    res["ratios_floor_over_server"] = floor
+    res["ratio_floor_over_server"] = statistics.median(floor)
+    res["ratios_batch_at_equal_decode_over_server"] = equal
+    res["ratio_batch_at_equal_decode_over_server"] = statistics.median(equal)
+    res["ratio_calls_batch_over_server"] = statistics.median(calls)
+    return res
+
+
 def table(results: list[dict]) -> str:
+    """The summary table (Markdown): medians of each path's seconds per item and of the
+    per-round ratios, for the paths and clocks the run had."""
+    host = "median_host_ms_per_item"
+    cols = [
+        ("one at a time s/item", lambda r: r["median_per_item_s"].get("one"), 3),
+        ("llamabatch s/item", lambda r: r["median_per_item_s"].get("batch"), 3),
+        ("llama-server s/item", lambda r: r["median_per_item_s"].get("server"), 3),
+        ("llamabatch / one at a time", lambda r: r.get("ratio_batch_over_one"), 2),
+        ("llamabatch / server", lambda r: r.get("ratio_batch_over_server"), 2),
+        ("decode calls llamabatch / server", lambda r: r.get("ratio_calls_batch_over_server"), 2),
+        ("host ms/item llamabatch", lambda r: r.get(host, {}).get("batch"), 1),
+        ("host ms/item server", lambda r: r.get(host, {}).get("server"), 1),
+        (
+            "llamabatch at equal decode / server",
+            lambda r: r.get("ratio_batch_at_equal_decode_over_server"),
+            3,
+        ),
+        ("floor / server", lambda r: r.get("ratio_floor_over_server"), 3),
+    ]
+    cols = [c for c in cols if any(c[1](r) is not None for r in results)]
     lines = [
-        "| B | workload | one at a time s/item | llamabatch s/item | llama-server s/item "
-        "| llamabatch / one at a time | llamabatch / server |",
-        "|---|---|---|---|---|---|---|",
+        "| B | workload | " + " | ".join(c[0] for c in cols) + " |",
+        "|---|---|" + "---|" * len(cols),
     ]
     for r in results:
-        m = r["median_per_item_s"]
-        lines.append(
-            f"| {r['b']} | {r['workload']} | {m['one']:.3f} | {m['batch']:.3f} | "
-            f"{m['server']:.3f} | {r['ratio_batch_over_one']:.2f} | "
-            f"{r['ratio_batch_over_server']:.2f} |"
-        )
+        cells = [f"{v:.{n}f}" if (v := f(r)) is not None else "" for _, f, n in cols]
+        lines.append(f"| {r['b']} | {r['workload']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -340,6 +489,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--workloads", nargs="+", default=["S", "U", "L"], choices=WORKLOADS)
     ap.add_argument("--server-log", default=None)
+    ap.add_argument(
+        "--paths",
+        nargs="+",
+        default=list(PATHS),
+        choices=PATHS,
+        help="the paths to run (default: all; leave out 'one' when only the ratio to "
+        "llama-server is wanted: it takes half of a run)",
+    )
+    ap.add_argument(
+        "--no-decode-clock",
+        action="store_true",
+        help="run llama-server without decode_clock.c preloaded (no decode split for it; no floor)",
+    )
     args = ap.parse_args(argv)
     # SIGTERM (e.g. `kill PID`) unwinds like Ctrl-C, so the server is stopped on the way
     signal.signal(signal.SIGTERM, _interrupt)
