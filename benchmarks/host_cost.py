@@ -21,8 +21,9 @@ with llama-cpp-python's default chain (temperature 0.8, top_k 40, top_p 0.95, mi
   (llama.cpp samples the rows in its graph).
 
 Host time per sequence-step: ours from the split (everything but ``llama_decode``), and
-for both ours and llama-server the time per token less llama-batched-bench's decode time
-per token (``1/tok_s - 1/S_TG``), llama-server's not being split.
+for both ours and llama-server the pass's wall time less its time in decode calls, over
+its calls times B (llama-server's from ``decode_clock.c``, preloaded into it as
+``benchmarks/vs_llama_server.py`` does).
 
 Rounds alternate their order (:func:`llamabatch.measure.rounds.run_rounds`), prompts
 are fresh every round, medians are reported with ours/llama-server per round.
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             for k, on in kinds.items() for b in args.slots}  # fmt: skip
     logs = Path(tempfile.mkdtemp(prefix="host_cost-"))
     servers = {b: Server(args.server, str(model), b, args.n_ctx_seq, args.threads, 512,
-                         logs / f"server-{b}.log").__enter__() for b in args.slots}  # fmt: skip
+                         logs / f"server-{b}.log", clock=True).__enter__()
+               for b in args.slots}  # fmt: skip
     rng = random.Random(0)
     paths: dict[str, Any] = {}
     for b in args.slots:
@@ -134,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                 return sum(c.n_tokens for c in out), (gen.stats.step_split - before).to_json()
 
             def server(items, tick, srv=servers[b], chain=chain):
-                return srv.complete_all(list(items), args.tokens, len(items), **CHAINS[chain]), {}
+                before = srv.decode_totals()
+                n = srv.complete_all(list(items), args.tokens, len(items), **CHAINS[chain])
+                d = srv.decode_totals() - before
+                return n, {"steps": d.calls, "decode_s": d.seconds}
 
             for k in kinds:
                 paths[f"{k} B={b} {chain}"] = functools.partial(ours, gen=gens[k, b])
@@ -161,6 +166,15 @@ def main(argv: list[str] | None = None) -> int:
                 p = r.get(name)
                 return p.result[0] / p.seconds
 
+            def host_ms(name: str, b: int = b) -> float | None:
+                """Median of wall less decode, per sequence-step (None: items ran alone)."""
+                per = [
+                    (p.seconds - s["decode_s"]) * 1e3 / (s["steps"] * b)
+                    for r in rounds
+                    if (s := (p := r.get(name)).result[1]).get("steps")
+                ]
+                return statistics.median(per) if per else None
+
             ours_ts = [rate(f"ours B={b} {chain}", r) for r in rounds]
             server_ts = [rate(f"server B={b} {chain}", r) for r in rounds]
             splits = [r.get(f"ours B={b} {chain}").result[1] for r in rounds]
@@ -181,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                 "split": split,
                 "per_step_s": per_step,
                 "ours_host_ms_per_seq_step": host * 1e3 if host else None,
-                "ours_beyond_decode_ms_per_token": (1 / ours_med - 1 / s_tg) * 1e3,
-                "server_beyond_decode_ms_per_token": (1 / server_med - 1 / s_tg) * 1e3,
+                "ours_wall_host_ms_per_seq_step": host_ms(f"ours B={b} {chain}"),
+                "server_host_ms_per_seq_step": host_ms(f"server B={b} {chain}"),
             }
             if args.backend_sampling:
                 bs_ts = [rate(f"ours+bs B={b} {chain}", r) for r in rounds]
@@ -195,16 +209,20 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
     print(
         "| B | chain | ours tok/s | llama-server tok/s | ours / server | S_TG | ours host "
-        "ms/seq-step | beyond decode ms/token: ours, server | backend sampling / host |"
+        "ms/seq-step (split) | wall less decode ms/seq-step: ours, server "
+        "| backend sampling / host |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
+
+    def ms(v: float | None) -> str:
+        return "alone" if v is None else f"{v:.3f}"
+
     for row in rows:
-        host = row["ours_host_ms_per_seq_step"]
         print(f"| {row['B']} | {row['chain']} | {row['ours_tps']:.1f} | {row['server_tps']:.1f} "
               f"| {row['ratio']:.2f} | {row['batched_bench_s_tg']:.1f} "
-              f"| {'alone' if host is None else f'{host:.3f}'} "
-              f"| {row['ours_beyond_decode_ms_per_token']:.3f}, "
-              f"{row['server_beyond_decode_ms_per_token']:.3f} "
+              f"| {ms(row['ours_host_ms_per_seq_step'])} "
+              f"| {ms(row['ours_wall_host_ms_per_seq_step'])}, "
+              f"{ms(row['server_host_ms_per_seq_step'])} "
               f"| {row.get('bs_ratio', float('nan')):.2f} |")  # fmt: skip
     if args.json:
         Path(args.json).write_text(__import__("json").dumps({"rows": rows}, indent=2))
