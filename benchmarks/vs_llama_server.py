@@ -331,6 +331,12 @@ def bench_b(args: argparse.Namespace, b: int, llm: Any, tokenize, out: dict) -> 
         warm = items_of(WORKLOADS["L"].prompts(2, tokenize, seed=999_999), 4)
         for path in args.paths:  # untimed warm-up of every path
             run(path, warm)
+        if clock and "server" in args.paths and server.decode_totals().calls == 0:
+            raise RuntimeError(
+                f"decode_clock counted no decode call of {args.server}: it must link "
+                "libllama dynamically (llama.cpp's default build); or run with "
+                "--no-decode-clock"
+            )
 
         @functools.cache
         def prompts(r: int, workload: str) -> list[WorkItem]:
@@ -402,13 +408,16 @@ def summary(done: Sequence[Round], w: str, args: argparse.Namespace, b: int) -> 
             p: [x.result["tokens"] / len(x.items) for r in done if (x := r.get(f"{w}/{p}"))]
             for p in args.paths
         },
-        "median_per_item_s": {p: statistics.median(v) for p, v in per.items()},
+        "median_per_item_s": {
+            p: statistics.median(ok) if (ok := [x for x in v if x is not None]) else None
+            for p, v in per.items()
+        },
     }
     for path, ref in (("batch", "one"), ("batch", "server")):
         if path in args.paths and ref in args.paths:
             ratios = paired(done, f"{w}/{path}", f"{w}/{ref}")
             res[f"ratios_{path}_over_{ref}"] = ratios
-            res[f"ratio_{path}_over_{ref}"] = statistics.median(ratios)
+            res[f"ratio_{path}_over_{ref}"] = statistics.median(ratios) if ratios else None
     if args.no_decode_clock or not {"batch", "server"} <= set(args.paths):
         return res
     rounds = [
@@ -416,6 +425,8 @@ def summary(done: Sequence[Round], w: str, args: argparse.Namespace, b: int) -> 
         for r in done
         if (x := r.get(f"{w}/batch")) and (y := r.get(f"{w}/server")) and _decode(x) and _decode(y)
     ]
+    if not rounds:  # no round where both passes ran
+        return res
     res["decode"] = {
         p: [asdict(_decode(pair[k])) for pair in rounds] for k, p in enumerate(("batch", "server"))
     }

@@ -59,7 +59,7 @@ int main(void) {
 #: A stand-in llama-server: /health, and /completion answering n_predict // 2 tokens after
 #: 10 ms (one request at a time), of which it books 8 ms, one call per token and the
 #: prompt's words as tokens on the decode clock (the file in $LLAMABATCH_DECODE_CLOCK), as
-#: decode_clock.c would.
+#: decode_clock.c would (unless $FAKE_SERVER_BOOKS is 0).
 FAKE_SERVER = r"""#!{python}
 import json, os, struct, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -83,6 +83,9 @@ class H(BaseHTTPRequestHandler):
         n = req["n_predict"] // 2
         with one_at_a_time, open(clock, "r+b") as f:
             time.sleep(0.010)
+            if os.environ.get("FAKE_SERVER_BOOKS") == "0":  # a statically linked server
+                self.reply({{"tokens_predicted": n}})
+                return
             calls, ns, tokens = struct.unpack("=3Q", f.read(24))
             f.seek(0)
             words = len(req["prompt"].split())
@@ -162,3 +165,22 @@ def test_vs_llama_server_reports_the_decode_split_and_the_floor(tmp_path, model_
         assert 0 < r["ratio_floor_over_server"] < 1
     table = done.stdout
     assert "floor / server" in table and "one at a time" not in table
+
+
+@pytest.mark.real_model
+def test_vs_llama_server_stops_when_the_clock_counts_nothing(tmp_path, model_path):
+    server = tmp_path / "llama-server"
+    server.write_text(FAKE_SERVER.format(python=sys.executable))
+    server.chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "vs_llama_server.py"), "--model", model_path]
+        + ["--slots", "2", "--rounds", "1", "--items", "2", "--workloads", "L"]
+        + ["--paths", "batch", "server", "--server", str(server)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HOME": str(tmp_path), "FAKE_SERVER_BOOKS": "0"},
+    )
+    assert done.returncode != 0
+    assert "decode_clock counted no decode call" in done.stderr
+    assert "--no-decode-clock" in done.stderr
