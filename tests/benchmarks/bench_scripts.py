@@ -13,6 +13,15 @@ from types import ModuleType
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def stand_in(folder: Path, name: str, script: str) -> Path:
+    """An executable ``folder/name`` running ``script`` (a Python program whose first line
+    is ``#!{python}``, filled with this interpreter; other braces doubled)."""
+    tool = folder / name
+    tool.write_text(script.format(python=sys.executable))
+    tool.chmod(0o755)
+    return tool
+
+
 def load_script(name: str, path: Path) -> ModuleType:
     """The script at ``path`` run as the module ``name`` (registered in ``sys.modules``,
     so that its dataclasses and pickling find it)."""

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from bench_scripts import BENCHMARKS, load_script
+from bench_scripts import BENCHMARKS, load_script, stand_in
 
 #: A stand-in for llama.cpp's llama-batched-bench: its table for the sizes asked for.
 BATCHED_BENCH = """#!{python}
@@ -49,9 +49,7 @@ def test_bench_scheduler_on_the_fake(tmp_path):
 
 @pytest.mark.real_model
 def test_vs_batched_bench_pairs_every_b_in_every_round(tmp_path, model_path):
-    tool = tmp_path / "llama-batched-bench"
-    tool.write_text(BATCHED_BENCH.format(python=sys.executable))
-    tool.chmod(0o755)
+    tool = stand_in(tmp_path, "llama-batched-bench", BATCHED_BENCH)
     out = tmp_path / "vs.json"
     text = run(
         "vs_batched_bench.py",

@@ -12,22 +12,15 @@ import subprocess
 import sys
 
 import pytest
-from bench_scripts import BENCHMARKS, load_script
+from bench_scripts import BENCHMARKS, load_script, stand_in
 
 #: A stand-in libllama: llama_decode and llama_process take 2 ms each and count tokens
 #: (a batch's n_tokens; 3 for a llama_process call), which llama_perf_context reports.
 FAKE_LLAMA = r"""
 #include <stdint.h>
 #include <time.h>
-struct llama_batch {
-    int32_t n_tokens;
-    void *token, *embd, *pos, *n_seq_id, *seq_id;
-    int8_t *logits;
-};
-struct perf {
-    double t_start_ms, t_load_ms, t_p_eval_ms, t_eval_ms;
-    int32_t n_p_eval, n_eval, n_reused;
-};
+struct llama_batch { int32_t n_tokens; void *arrays[6]; };  /* llama.h's layout */
+struct perf { double ms[4]; int32_t n_p_eval, n_eval, n_reused; };
 static int32_t seen;
 static void nap(void) { struct timespec t = {0, 2000000}; nanosleep(&t, 0); }
 int32_t llama_decode(void *ctx, struct llama_batch b) { nap(); seen += b.n_tokens; return 0; }
@@ -42,11 +35,7 @@ struct perf llama_perf_context(const void *ctx) {
 #: A program calling it through its dynamic symbols, as llama-server calls libllama.
 CALLER = r"""
 #include <stdint.h>
-struct llama_batch {
-    int32_t n_tokens;
-    void *token, *embd, *pos, *n_seq_id, *seq_id;
-    int8_t *logits;
-};
+struct llama_batch { int32_t n_tokens; void *arrays[6]; };
 int32_t llama_decode(void *ctx, struct llama_batch b);
 int32_t llama_process(void *ctx, int type, void *batch);
 int main(void) {
@@ -125,9 +114,7 @@ def test_decode_clock_counts_a_programs_decode_calls(tmp_path):
 
 @pytest.mark.real_model
 def test_vs_llama_server_reports_the_decode_split_and_the_floor(tmp_path, model_path):
-    server = tmp_path / "llama-server"
-    server.write_text(FAKE_SERVER.format(python=sys.executable))
-    server.chmod(0o755)
+    server = stand_in(tmp_path, "llama-server", FAKE_SERVER)
     out = tmp_path / "vs.json"
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "vs_llama_server.py"), "--model", model_path]
@@ -169,9 +156,7 @@ def test_vs_llama_server_reports_the_decode_split_and_the_floor(tmp_path, model_
 
 @pytest.mark.real_model
 def test_vs_llama_server_stops_when_the_clock_counts_nothing(tmp_path, model_path):
-    server = tmp_path / "llama-server"
-    server.write_text(FAKE_SERVER.format(python=sys.executable))
-    server.chmod(0o755)
+    server = stand_in(tmp_path, "llama-server", FAKE_SERVER)
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "vs_llama_server.py"), "--model", model_path]
         + ["--slots", "2", "--rounds", "1", "--items", "2", "--workloads", "L"]
