@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from llamabatch import BatchGenerator, SamplingParams
+from llamabatch import BatchGenerator, SamplingParams, Stats
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.one_at_a_time import LlamaLoop
 from llamabatch.measure.records import WorkItem
@@ -97,7 +97,7 @@ class DecodeTotals:
         )
 
 
-def engine_decode_totals(stats: Any) -> DecodeTotals:
+def engine_decode_totals(stats: Stats) -> DecodeTotals:
     """The batch context's totals from ``BatchGenerator.stats`` (tokens: the prompt
     tokens prefilled and the reply tokens)."""
     return DecodeTotals(
@@ -420,25 +420,28 @@ def summary(done: Sequence[Round], w: str, args: argparse.Namespace, b: int) -> 
             res[f"ratio_{path}_over_{ref}"] = statistics.median(ratios) if ratios else None
     if args.no_decode_clock or not {"batch", "server"} <= set(args.paths):
         return res
+    # per round where both passes ran: each pass with its decode totals
     rounds = [
-        (x, y)
+        ((x, dx), (y, dy))
         for r in done
-        if (x := r.get(f"{w}/batch")) and (y := r.get(f"{w}/server")) and _decode(x) and _decode(y)
+        if (x := r.get(f"{w}/batch"))
+        and (y := r.get(f"{w}/server"))
+        and (dx := _decode(x))
+        and (dy := _decode(y))
     ]
-    if not rounds:  # no round where both passes ran
+    if not rounds:
         return res
-    res["decode"] = {
-        p: [asdict(_decode(pair[k])) for pair in rounds] for k, p in enumerate(("batch", "server"))
-    }
+    paths = ("batch", "server")
+    res["decode"] = {p: [asdict(pair[k][1]) for pair in rounds] for k, p in enumerate(paths)}
     host = {
-        p: [(pair[k].seconds - _decode(pair[k]).seconds) / args.items for pair in rounds]
-        for k, p in enumerate(("batch", "server"))
+        p: [(pass_.seconds - d.seconds) / len(pass_.items) for pass_, d in (r[k] for r in rounds)]
+        for k, p in enumerate(paths)
     }
     res["host_s_per_item"] = host
     res["median_host_ms_per_item"] = {p: 1e3 * statistics.median(v) for p, v in host.items()}
-    floor = [_decode(y).seconds / y.seconds for _, y in rounds]
-    equal = [(x.seconds - _decode(x).seconds + _decode(y).seconds) / y.seconds for x, y in rounds]
-    calls = [_decode(x).calls / _decode(y).calls for x, y in rounds]
+    floor = [dy.seconds / y.seconds for _, (y, dy) in rounds]
+    equal = [(x.seconds - dx.seconds + dy.seconds) / y.seconds for (x, dx), (y, dy) in rounds]
+    calls = [dx.calls / dy.calls for (_, dx), (_, dy) in rounds]
     res["ratios_floor_over_server"] = floor
     res["ratio_floor_over_server"] = statistics.median(floor)
     res["ratios_batch_at_equal_decode_over_server"] = equal
