@@ -17,6 +17,12 @@ import pytest
 # inherited by the jobs the tests start.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+from offload import N_GPU_LAYERS  # noqa: E402 - the offload switch (tests/offload.py)
+
+# The software-GPU tier runs only offloaded, on a GPU build (.ci/run runs it with
+# scripts/build-vulkan's venv); the plain run leaves it out.
+collect_ignore = [] if N_GPU_LAYERS else ["gpu_path"]
+
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
@@ -34,7 +40,13 @@ def llm(model_path):
     """One ``llama_cpp.Llama`` on the test model for the whole session (2048 tokens, 2 threads)."""
     import llama_cpp
 
-    model = llama_cpp.Llama(model_path=str(model_path), n_ctx=2048, n_threads=2, verbose=False)
+    model = llama_cpp.Llama(
+        model_path=str(model_path),
+        n_ctx=2048,
+        n_threads=2,
+        n_gpu_layers=N_GPU_LAYERS,
+        verbose=False,
+    )
     yield model
     model.close()
 
@@ -45,7 +57,7 @@ def reference(model_path):
     comparison meets a divergence (``tests/agreement.py``)."""
     from agreement import Reference
 
-    ref = Reference(model_path, n_ctx=2048)
+    ref = Reference(model_path, n_ctx=2048, kwargs={"n_gpu_layers": N_GPU_LAYERS})
     yield ref
     ref.close()
 
@@ -80,7 +92,14 @@ def pair(model_path):
     import llama_cpp
 
     made = [
-        llama_cpp.Llama(model_path=str(model_path), n_ctx=512, n_threads=1, seed=42, verbose=False)
+        llama_cpp.Llama(
+            model_path=str(model_path),
+            n_ctx=512,
+            n_threads=1,
+            seed=42,
+            n_gpu_layers=N_GPU_LAYERS,
+            verbose=False,
+        )
         for _ in range(2)
     ]
     yield made
