@@ -190,12 +190,17 @@ def check_model_file(path: str | os.PathLike[str]) -> Path:
     return p.resolve()
 
 
+#: Layers ``load_llama``, the command line and the lm-eval model offload by default: every
+#: one (-1), as GPU users expect; a CPU-only build of llama-cpp-python ignores it.
+DEFAULT_N_GPU_LAYERS = -1
+
+
 def load_llama(
     path: str | os.PathLike[str],
     *,
     n_ctx: int = 4096,
     n_threads: int | None = None,
-    n_gpu_layers: int = 0,
+    n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
     **kwargs: Any,
 ) -> llama_cpp.Llama:
     """Load a GGUF model into a ``llama_cpp.Llama`` (``verbose=False``) after checking the path.
@@ -203,7 +208,8 @@ def load_llama(
     Args:
         n_ctx: tokens of the Llama's own context; items completed alone must fit it.
         n_threads: CPU threads to generate and to prefill; ``None``: llama-cpp-python's.
-        n_gpu_layers: layers offloaded to the GPU (-1 = all); no effect on a CPU-only build.
+        n_gpu_layers: layers offloaded to the GPU; default -1, every layer (no effect on a
+            CPU-only build); 0 keeps the model on the CPU.
         **kwargs: passed on to ``llama_cpp.Llama``.
 
     Raises:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ParameterError
+from ..model import DEFAULT_N_GPU_LAYERS
 from .errors import UsageError
 
 #: The shared options: flag -> ``add_argument`` keywords.
@@ -26,7 +27,7 @@ SHARED: dict[str, dict[str, Any]] = {
     "--threads": dict(type=int, default=None, metavar="N"),
     "--n-gpu-layers": dict(
         type=int,
-        default=-1,
+        default=DEFAULT_N_GPU_LAYERS,
         metavar="N",
         help="model layers offloaded to the GPU, -1 = all; no effect with a CPU-only "
         "llama-cpp-python (default: %(default)s)",

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from ..completion import Completion
 from ..generator import BatchGenerator
+from ..model import DEFAULT_N_GPU_LAYERS
 from ..params import SamplingParams
 from .generation import generation_sampling
 
@@ -97,7 +98,7 @@ class LlamaBatchLM(LM):
         n_ctx_seq: int | None = None,
         n_batch: int = 512,
         n_threads: int | None = None,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
         max_length: int | None = None,
         max_gen_toks: int = 256,
         prefix_token_id: int | None = None,

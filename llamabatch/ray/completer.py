@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFileError
+from ..model import DEFAULT_N_GPU_LAYERS
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
 from ..params import DEFAULT_N_CTX_SEQ, BatchConfig
 from .columns import batch_rows, result_columns, row_item
@@ -32,7 +33,7 @@ class BatchCompleter:
             (:func:`llamabatch.items.resolve_item`).
         n_ctx: tokens of the ``Llama``'s own context (items completed alone must fit
             it); default ``batch_config.n_ctx_seq`` (or 4096), as ``llamabatch complete``.
-        n_gpu_layers: layers offloaded to the GPU (``-1`` = all; no effect on a CPU
+        n_gpu_layers: layers offloaded to the GPU (default ``-1`` = all; no effect on a CPU
             build of llama-cpp-python).
         n_threads: CPU threads of llama.cpp (default: llama-cpp-python's).
         id_column: the column copied to the output as it is (when the batch has it).
@@ -61,7 +62,7 @@ class BatchCompleter:
         *,
         batch_config: BatchConfig | None = None,
         n_ctx: int | None = None,
-        n_gpu_layers: int = 0,
+        n_gpu_layers: int = DEFAULT_N_GPU_LAYERS,
         n_threads: int | None = None,
         id_column: str | None = "id",
     ) -> None:

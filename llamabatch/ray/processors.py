@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model import DEFAULT_N_GPU_LAYERS
 from ..params import BatchConfig
 from .completer import BatchCompleter
 
@@ -44,7 +45,7 @@ class ProcessorConfig:
     model_path: str | os.PathLike[str]
     batch_config: BatchConfig = BatchConfig()
     n_ctx: int | None = None
-    n_gpu_layers: int = 0
+    n_gpu_layers: int = DEFAULT_N_GPU_LAYERS
     n_threads: int | None = None
     id_column: str | None = "id"
     batch_size: int = 16

@@ -103,3 +103,21 @@ def test_load_llama_wraps_llama_cpp_refusal(tmp_path):
     broken.write_bytes(b"GGUF" + bytes(60))
     with pytest.raises(ModelFileError, match="llama.cpp cannot load"):
         load_llama(broken)
+
+
+@pytest.mark.real_model
+def test_load_llama_offloads_every_layer_by_default(model_path):
+    """As the command line: a GPU user copying the docs uses the GPU (on a CPU-only
+    build llama.cpp keeps every layer on the CPU)."""
+    from llamabatch.model import load_llama
+
+    llm = load_llama(model_path, n_ctx=256)
+    try:
+        assert llm.model_params.n_gpu_layers == 2**31 - 1  # the binding's -1: every layer
+    finally:
+        llm.close()
+    llm = load_llama(model_path, n_ctx=256, n_gpu_layers=0)
+    try:
+        assert llm.model_params.n_gpu_layers == 0
+    finally:
+        llm.close()
