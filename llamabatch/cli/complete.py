@@ -35,6 +35,7 @@ append the rest; a cut-off last line left by a killed job is removed) or --overw
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -47,6 +48,7 @@ from typing import Any, cast
 from ..completion import Completion
 from ..errors import LlamaBatchError
 from ..items import item_fields, with_fields
+from ..model import DEFAULT_MODEL
 from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from ..ray import cli as ray_cli
 from ..remote import cli as remote_cli
@@ -136,6 +138,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --resume, keep the lines of OUT whose id is not in PROMPTS and append "
         "the items after them (default: off: such an OUT was written from another input "
         "and is refused)",
+    )
+    p.add_argument(
+        "--allow-changed-options",
+        action="store_true",
+        help="with --resume, keep the replies OUT holds even though they were written with "
+        "other options that shape a reply (sampling, constraint, model, --system, "
+        "--template, --raw) and append the rest with these (default: off: refused, "
+        "naming each option that changed)",
     )
     p.add_argument(
         "--skip-bad",
@@ -489,6 +499,8 @@ def _run(args: argparse.Namespace) -> int:
     ray_cli.check(args, urls)
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
+    if args.allow_changed_options and not args.resume:
+        raise UsageError("--allow-changed-options needs --resume")
     entries = read_prompts(args.prompts, args.format, skip_bad=args.skip_bad, warn=_warn)
     if not entries:  # as bench and tune refuse it
         raise UsageError(
@@ -509,7 +521,7 @@ def _run(args: argparse.Namespace) -> int:
         ) as out,
         interrupts.installed(),
     ):
-        _keep_fingerprint(args, out, entries)
+        _keep_fingerprint(args, out, entries, reply_options(args, config))
         todo = [e for e in entries if id_key(e.id) not in out.done]
         job = _Job(args, todo, out, skipped=len(entries) - len(todo), t0=t0)
         foreign = len(out.done - {id_key(e.id) for e in entries})
@@ -541,10 +553,34 @@ def _run(args: argparse.Namespace) -> int:
             return _generate(job, gen, job_items, summary, interrupts)
 
 
-def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]) -> None:
+def reply_options(args: argparse.Namespace, config: BatchConfig) -> dict[str, Any]:
+    """The job's options that shape a reply, kept in OUT's fingerprint: every sampling
+    field (constraints included), ``max_tokens``, the model file (path and size; the
+    default model by name), ``--system``, ``--template``, ``--raw``, and the servers of a
+    pool (their model answers)."""
+    model: dict[str, Any] = {"file": DEFAULT_MODEL.filename}
+    if args.model is not None:
+        model = {"file": str(Path(args.model).resolve())}
+        with contextlib.suppress(OSError):
+            model["bytes"] = Path(args.model).stat().st_size
+    return {
+        **dataclasses.asdict(config.sampling),
+        "max_tokens": config.sampling.max_tokens or config.max_tokens,
+        "model": model,
+        "system": args.system,
+        "template": args.template,
+        "raw": args.raw,
+        "server": sorted(remote_cli.server_urls(args)),
+    }
+
+
+def _keep_fingerprint(
+    args: argparse.Namespace, out: Output, entries: list[Line], options: dict[str, Any]
+) -> None:
     """With --resume, check that OUT may be continued with this input (no ids of another
-    input unless --keep-other-ids, no line of an id in OUT changed since); then keep the
-    input's fingerprint beside OUT (:mod:`.job.resume`).
+    input unless --keep-other-ids, no line of an id in OUT changed since, the same
+    options unless --allow-changed-options); then keep the input's fingerprint and the
+    options beside OUT (:mod:`.job.resume`).
 
     Raises:
         UsageError: see :func:`~.job.resume.check_resume`.
@@ -558,10 +594,12 @@ def _keep_fingerprint(args: argparse.Namespace, out: Output, entries: list[Line]
             out.ids,
             args.prompts,
             entries,
+            options=options,
+            allow_changed_options=args.allow_changed_options,
             keep_other_ids=args.keep_other_ids,
             warn=_warn,
         )
-    write_fingerprint(out.path, args.prompts, entries, kept)
+    write_fingerprint(out.path, args.prompts, entries, kept, options)
 
 
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]) -> int:

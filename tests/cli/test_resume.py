@@ -379,3 +379,51 @@ def test_resume_after_sigkill_writes_every_item_once_in_input_order(capsys, tmp_
     clean_job = ("complete", src, "-o", clean_path, *job[4:], "--quiet")
     assert run_cli(capsys, *clean_job)[0] == 0
     assert _results(resumed) == _results(read_jsonl(clean_path))
+
+
+def test_resume_refuses_changed_options_naming_each_unless_allowed(capsys, tmp_path, bad_input):
+    """OUT.fingerprint keeps the options that shape a reply: a resume with others would
+    mix replies of two jobs, so it is refused, each option named with both values."""
+    out_path = tmp_path / "out.jsonl"
+    assert _job(capsys, bad_input, out_path, "--quiet", "--temperature", "0.1")[0] == 0
+    done = out_path.read_text()
+    code, _, err = _job(
+        capsys, bad_input, out_path, "--resume", "--temperature", "0.9", "--max-tokens", "3"
+    )
+    assert code == 2
+    line = single_error_line(err)
+    assert f"{out_path} was written with other options than these" in line
+    assert "temperature: 0.1 -> 0.9" in line and "max_tokens: 200 -> 3" in line
+    assert "--allow-changed-options" in line and "--overwrite" in line
+    assert out_path.read_text() == done  # left alone
+    code, _, err = _job(capsys, bad_input, out_path, "--resume", "--system", "Be short.")
+    assert code == 2 and 'system: null -> "Be short."' in single_error_line(err)
+    code, _, err = _job(
+        capsys, bad_input, out_path, "--resume", "--temperature", "0.9", "--allow-changed-options"
+    )
+    assert code == 0, err
+    assert "was written with other options, kept as they are (temperature: 0.1 -> 0.9)" in err
+    code, _, err = _job(capsys, bad_input, out_path, "--allow-changed-options")
+    assert code == 2 and "--allow-changed-options needs --resume" in single_error_line(err)
+
+
+def test_a_fingerprint_without_options_is_resumed_with_a_warning(capsys, tmp_path, bad_input):
+    out_path = tmp_path / "out.jsonl"
+    assert _job(capsys, bad_input, out_path, "--quiet")[0] == 0
+    fingerprint = tmp_path / "out.jsonl.fingerprint"
+    doc = json.loads(fingerprint.read_text())
+    del doc["options"]  # as written before options were kept
+    fingerprint.write_text(json.dumps(doc))
+    code, _, err = _job(capsys, bad_input, out_path, "--resume", "--temperature", "0.9")
+    assert code == 0, err
+    assert "has no record of the options it was written with" in err
+    assert "temperature" in json.loads(fingerprint.read_text())["options"]
+
+
+def test_the_refusal_of_a_non_empty_output_names_every_way_on(capsys, tmp_path, bad_input):
+    out_path = tmp_path / "out.jsonl"
+    out_path.write_text(_record(1))
+    code, _, err = _job(capsys, bad_input, out_path)
+    line = single_error_line(err)
+    assert code == 2 and "--resume" in line and "--overwrite" in line
+    assert "another file (-o)" in line

@@ -146,8 +146,9 @@ def _prepare(
     if not resume:
         raise UsageError(
             f"output {path} already exists and is not empty "
-            f"({info.st_size} bytes); add --resume to continue the job it "
-            "holds, or --overwrite to replace it"
+            f"({info.st_size} bytes): add --resume to continue the job it holds (the same "
+            "input and options), --overwrite to replace it, or write to another file "
+            "(-o) if it is another job's output"
         )
     try:
         with open(path, "rb") as existing:

@@ -1,8 +1,9 @@
 """Resuming a job: which ids an existing output file holds (whole lines; a line cut off
 by a killed job is truncated before appending), ids compared as JSON values
 (:func:`id_key`: ``7`` and ``"7"`` differ), and the input's fingerprint kept beside it
-(``OUT.fingerprint``: per id its line and digest), with which ``--resume`` refuses an input
-whose line of an id already written changed, or an ``OUT`` of another input.
+(``OUT.fingerprint``: per id its line and digest, and the job's options that shape a reply),
+with which ``--resume`` refuses an input whose line of an id already written changed, an
+``OUT`` of another input, or options that changed (:func:`changed_options`).
 """
 
 from __future__ import annotations
@@ -108,18 +109,52 @@ def fingerprint_path(out: Path) -> Path:
 
 def read_fingerprint(out: Path) -> dict[str, tuple[int, str]] | None:
     """The fingerprint kept for ``out``: id key -> (input line, digest), or ``None``."""
+    doc = _fingerprint_doc(out)
     try:
-        doc = json.loads(fingerprint_path(out).read_text(encoding="utf-8"))
         return {str(k): (int(v[0]), str(v[1])) for k, v in doc["lines"].items()}
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
 
 
+def read_options(out: Path) -> dict[str, Any] | None:
+    """The options kept in ``out``'s fingerprint (:func:`write_fingerprint`), or ``None``
+    (no fingerprint, or one written before options were kept)."""
+    options = _fingerprint_doc(out).get("options")
+    return options if isinstance(options, dict) else None
+
+
+def _fingerprint_doc(out: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(fingerprint_path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def as_json(value: object) -> Any:
+    """``value`` as the JSON value it is kept as (tuples as lists, keys sorted)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def changed_options(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``"name: old -> new"`` for each option whose kept value differs (both as JSON)."""
+    new = as_json(new)
+    return [
+        f"{name}: {json.dumps(old.get(name))} -> {json.dumps(new.get(name))}"
+        for name in sorted(set(old) | set(new))
+        if old.get(name) != new.get(name)
+    ]
+
+
 def write_fingerprint(
-    out: Path, prompts: Path, entries: Iterable[Line], kept: Mapping[str, Any] | None = None
+    out: Path,
+    prompts: Path,
+    entries: Iterable[Line],
+    kept: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
     """Keep the fingerprint of ``entries`` (and the ``kept`` ones of other inputs' ids)
-    beside ``out``, written whole (a temporary file renamed).
+    and the job's ``options`` beside ``out``, written whole (a temporary file renamed).
 
     Raises:
         OSError: it cannot be written.
@@ -128,7 +163,7 @@ def write_fingerprint(
     lines.update({id_key(e.id): (e.line, e.digest) for e in entries})
     path = fingerprint_path(out)
     tmp = path.with_name(path.name + ".tmp")
-    doc = {"input": str(prompts), "lines": lines}
+    doc = {"input": str(prompts), "options": as_json(dict(options or {})), "lines": lines}
     tmp.write_text(json.dumps(doc, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
@@ -139,6 +174,8 @@ def check_resume(
     prompts: Path,
     entries: Sequence[Line],
     *,
+    options: Mapping[str, Any] | None = None,
+    allow_changed_options: bool = False,
     keep_other_ids: bool = False,
     warn: Callable[[str], None] = lambda message: None,
 ) -> dict[str, tuple[int, str]]:
@@ -151,8 +188,9 @@ def check_resume(
 
     Raises:
         UsageError: the output holds ids the input does not have (unless
-            ``keep_other_ids``); or a line of an id already in the output changed since
-            it was written (the first such line is named).
+            ``keep_other_ids``); a line of an id already in the output changed since
+            it was written (the first such line is named); or ``options`` differ from
+            those it was written with (each named, unless ``allow_changed_options``).
     """
     known = {id_key(e.id) for e in entries}
     other = [k for k in scan_ids if k not in known]
@@ -163,6 +201,7 @@ def check_resume(
             "it was written from, give --overwrite to start over, or --keep-other-ids to "
             "keep those lines and append this input's items after them"
         )
+    _check_options(out, scan_ids, options, allow_changed_options, warn)
     fingerprint = read_fingerprint(out)
     if fingerprint is None:
         if scan_ids:
@@ -185,3 +224,34 @@ def check_resume(
                 "--overwrite to start over"
             )
     return {k: v for k, v in fingerprint.items() if k in done and k not in known}
+
+
+def _check_options(
+    out: Path,
+    scan_ids: Sequence[str],
+    options: Mapping[str, Any] | None,
+    allow: bool,
+    warn: Callable[[str], None],
+) -> None:
+    if options is None or not scan_ids:
+        return
+    old = read_options(out)
+    if old is None:
+        warn(
+            f"{out} has no record of the options it was written with (its fingerprint "
+            "is older or missing): cannot check that they did not change"
+        )
+        return
+    changed = changed_options(old, options)
+    if not changed:
+        return
+    what = "; ".join(changed)
+    if allow:
+        warn(f"{out} was written with other options, kept as they are ({what})")
+        return
+    raise UsageError(
+        f"{out} was written with other options than these ({what}): its "
+        f"{len(scan_ids)} replies would not match the rest. Run with the options it was "
+        "written with, give --overwrite to start over, write to another file (-o), or "
+        "--allow-changed-options to keep its replies and append the rest with these"
+    )
