@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 #: ``memoryview.format`` values read as the bytes of UTF-8 text (unsigned bytes, chars).
 BYTE_FORMATS = frozenset({"B", "c"})
 
+#: Characters one token may stand for, at most, for the refusal of a text prompt by its
+#: size before it is tokenized: far above any vocabulary's longest piece (byte-pair
+#: vocabularies' longest are runs of tens of spaces or dashes), so only a text that could
+#: never fit the context is refused this way.
+MAX_CHARS_PER_TOKEN = 1024
+
 
 class RequestStatus(IntEnum):
     """Where a request stands; ordered so ``status >= FINISHED`` means done."""
@@ -289,6 +295,13 @@ def prepare(
         if isinstance(prompt, (bytes, bytearray)):
             prompt = bytes(prompt).decode("utf-8")
         if isinstance(prompt, str):
+            if len(prompt) > n_ctx * MAX_CHARS_PER_TOKEN:  # tokenizing it costs minutes
+                return Request(
+                    index, [], sampling,
+                    error=f"prompt has {len(prompt)} characters: far more than the model "
+                    f"context holds (n_ctx={n_ctx} tokens, and no token stands for more than "
+                    f"{MAX_CHARS_PER_TOKEN} characters); shorten it",
+                )  # fmt: skip
             text, tokens = prompt, vocab.tokenize(prompt)
         elif isinstance(prompt, Sequence) or hasattr(prompt, "__array__"):
             tokens = _token_ids(prompt, vocab.n_vocab)

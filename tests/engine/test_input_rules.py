@@ -54,6 +54,38 @@ def test_a_memoryview_of_utf8_bytes_is_read_as_text_not_token_ids():
     assert gen.complete_many([ids])[0].text == "vegetable"
 
 
+class CountingFake(FakeBackend):
+    """A fake whose tokenizer counts the characters it is given."""
+
+    tokenized = 0
+
+    @property
+    def vocab(self):
+        vocab, outer = super().vocab, self
+
+        class Counting:
+            n_vocab, eog_ids, detokenize = vocab.n_vocab, vocab.eog_ids, vocab.detokenize
+
+            def tokenize(self, text):
+                outer.tokenized += len(text)
+                return vocab.tokenize(text)
+
+        return Counting()
+
+
+def test_a_text_far_longer_than_the_context_is_refused_before_tokenizing_it():
+    """A 5 MB line against a 4096-token context is its item's error at once (it was
+    tokenized first: minutes and gigabytes for a 50 MB line); the others complete."""
+    fake = CountingFake({"apple": "fruit"}, n_ctx=4096)
+    huge = "x" * (4096 * 1024 + 1)
+    with BatchGenerator(backend=fake, slots=2, max_tokens=16) as gen:
+        out = gen.complete_many(["apple", huge, "apple"])
+    assert [c.text for c in (out[0], out[2])] == ["fruit", "fruit"]
+    assert out[1].error.startswith(f"prompt has {len(huge)} characters: far more than")
+    assert "n_ctx=4096" in out[1].error and "shorten it" in out[1].error
+    assert fake.tokenized < len(huge)
+
+
 def test_a_nul_in_a_choice_is_that_items_error_naming_the_choice():
     with pytest.raises(GrammarError, match=r"choices\[1\]='N/A\\x00' holds a NUL") as info:
         grammar_of(SamplingParams(choices=["ok", "N/A\x00"]))
