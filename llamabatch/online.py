@@ -5,6 +5,7 @@ waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follo
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -13,6 +14,26 @@ from concurrent.futures import Future
 from .completion import Completion
 from .engine.request import Request
 from .errors import GeneratorClosed
+
+log = logging.getLogger("llamabatch")
+
+
+class Submitted(Future[Completion]):
+    """The future of one submitted item: a ``concurrent.futures.Future`` whose done-callbacks
+    cannot reach the engine thread or another future. ``concurrent.futures`` logs an
+    ``Exception`` a callback raises and lets any other ``BaseException`` (``SystemExit``,
+    ``KeyboardInterrupt``) out of ``set_result``; here that one is logged too."""
+
+    def add_done_callback(self, fn: Callable[[Future[Completion]], object]) -> None:
+        def guarded(future: Future[Completion]) -> None:
+            try:
+                fn(future)
+            except Exception:
+                raise  # logged by concurrent.futures
+            except BaseException:  # noqa: BLE001 - it must not end the engine thread
+                log.exception("llamabatch: a done-callback of %r raised", future)
+
+        super().add_done_callback(guarded)
 
 
 class Feed:
@@ -23,7 +44,7 @@ class Feed:
         self._run = run
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
-        self._futures: dict[int, Future[Completion]] = {}
+        self._futures: dict[int, Submitted] = {}
         self._taken = 0  # requests the engine took and has not completed yet
         self._next = 0
         self._accepting = True
@@ -40,10 +61,10 @@ class Feed:
         if not self._accepting:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
 
-    def put(self, req: Request) -> Future[Completion]:
+    def put(self, req: Request) -> Submitted:
         """Queue ``req`` (its ``index`` a :meth:`number`) and wake the engine thread,
         starting one when none runs. Raises GeneratorClosed once closed."""
-        future: Future[Completion] = Future()
+        future = Submitted()
         with self._cond:
             self._check_accepting()
             self._futures[req.index] = future

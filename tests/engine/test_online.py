@@ -186,3 +186,21 @@ def test_ctrl_c_stops_a_wait_on_a_future_and_close_then_finishes_the_item():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["interrupted", "closed", "one"]
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt(), ValueError("x")])
+def test_a_raising_done_callback_reaches_no_other_future(caplog, raised: BaseException):
+    def bad(_future) -> None:
+        raise raised
+
+    with _gen() as gen:
+        later: list[str] = []
+        with gen.lock:  # all four start in one step
+            futures = [gen.submit(f"p{i}") for i in range(4)]
+            futures[0].add_done_callback(bad)
+            futures[0].add_done_callback(lambda f: later.append(f.result().text))
+        texts = [f.result(timeout=20).text for f in futures]
+        assert texts == [REPLIES[f"p{i}"] for i in range(4)]
+        assert later == [REPLIES["p0"]]  # the callback after it still ran
+        assert type(raised).__name__ in caplog.text  # logged, as concurrent.futures does
+        assert gen.submit("p5").result(timeout=20).text == REPLIES["p5"]  # the engine goes on
