@@ -355,7 +355,8 @@ class BatchGenerator(Closing):
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
                 the items' (checked up front for a sized ``items``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
-            GeneratorBusy: this thread is already inside a run of this generator.
+            GeneratorBusy: this thread is already inside a run of this generator, or is
+                its engine thread (a done-callback of a submitted item runs there).
             TypeError: ``items`` is one ``str``, ``bytes`` or mapping (not a list).
         """
         _check_many(items)
@@ -393,6 +394,7 @@ class BatchGenerator(Closing):
     def _fed_pages(self, feed: Feed, requests: Iterator[Request]) -> Iterator[list[Completion]]:
         """The pages of ``requests`` run by the engine thread beside the submitted items
         (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
+        feed.check_wait("complete_many / iter_groups / create_completions")
         lookahead, slots = cast(int, self.config.lookahead), self.config.slots
         pending: deque[tuple[int, Future[Completion]]] = deque()
         page: list[Completion] = []
@@ -521,8 +523,10 @@ class BatchGenerator(Closing):
         Returns:
             a ``concurrent.futures.Future`` of its :class:`Completion` (``index``: the
             submission number, 0, 1, ...). ``cancel()`` works while it waits (it then
-            never runs), not once the engine took it; ``result()`` yields to Ctrl-C; an
-            exception of the engine thread is set on every future not yet done.
+            never runs), not once the engine took it; ``result()`` yields to Ctrl-C, and
+            raises GeneratorBusy in a done-callback (on the engine thread, which alone
+            completes items); an exception of the engine thread is set on every future
+            not yet done, and one a done-callback raises is logged.
 
         Raises:
             GeneratorClosed: the generator (or its ``Llama``) was closed.

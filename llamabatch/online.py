@@ -13,7 +13,7 @@ from concurrent.futures import Future
 
 from .completion import Completion
 from .engine.request import Request
-from .errors import GeneratorClosed
+from .errors import GeneratorBusy, GeneratorClosed
 
 log = logging.getLogger("llamabatch")
 
@@ -22,7 +22,23 @@ class Submitted(Future[Completion]):
     """The future of one submitted item: a ``concurrent.futures.Future`` whose done-callbacks
     cannot reach the engine thread or another future. ``concurrent.futures`` logs an
     ``Exception`` a callback raises and lets any other ``BaseException`` (``SystemExit``,
-    ``KeyboardInterrupt``) out of ``set_result``; here that one is logged too."""
+    ``KeyboardInterrupt``) out of ``set_result``; here that one is logged too.
+    :meth:`result` and :meth:`exception` raise GeneratorBusy, instead of waiting forever,
+    where only the waiting thread could complete the item (:meth:`Feed.check_wait`)."""
+
+    def __init__(self, feed: Feed) -> None:
+        super().__init__()
+        self._feed = feed
+
+    def result(self, timeout: float | None = None) -> Completion:
+        if not self.done():
+            self._feed.check_wait("Future.result()")
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self.done():
+            self._feed.check_wait("Future.exception()")
+        return super().exception(timeout)
 
     def add_done_callback(self, fn: Callable[[Future[Completion]], object]) -> None:
         def guarded(future: Future[Completion]) -> None:
@@ -64,7 +80,7 @@ class Feed:
     def put(self, req: Request) -> Submitted:
         """Queue ``req`` (its ``index`` a :meth:`number`) and wake the engine thread,
         starting one when none runs. Raises GeneratorClosed once closed."""
-        future = Submitted()
+        future = Submitted(self)
         with self._cond:
             self._check_accepting()
             self._futures[req.index] = future
@@ -76,6 +92,18 @@ class Feed:
                 self._thread.start()
             self._cond.notify_all()
         return future
+
+    def check_wait(self, what: str) -> None:
+        """Raise GeneratorBusy when called on the engine thread (in a done-callback of a
+        submitted item, which runs there): ``what`` waiting for an item there would never
+        end, as that thread alone completes it."""
+        if threading.current_thread() is self._thread:
+            raise GeneratorBusy(
+                f"{what} was called on the generator's engine thread (in a done-callback "
+                "of a submitted item, which runs there): it would wait for items only "
+                "that thread completes. Hand the work to another thread (e.g. a "
+                "concurrent.futures.ThreadPoolExecutor) or chain it with add_done_callback"
+            )
 
     def source(self) -> Iterator[Request | None]:
         """The engine's requests: the next live one (a cancelled one is skipped), ``None``

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.errors import GeneratorClosed
+from llamabatch.errors import GeneratorBusy, GeneratorClosed
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 
 REPLIES = {f"p{i}": f"reply {i}" + " x" * (i % 5) for i in range(64)}
@@ -204,3 +204,27 @@ def test_a_raising_done_callback_reaches_no_other_future(caplog, raised: BaseExc
         assert later == [REPLIES["p0"]]  # the callback after it still ran
         assert type(raised).__name__ in caplog.text  # logged, as concurrent.futures does
         assert gen.submit("p5").result(timeout=20).text == REPLIES["p5"]  # the engine goes on
+
+
+def test_waiting_for_items_inside_a_done_callback_raises_generator_busy():
+    with _gen() as gen:
+        seen: list[object] = []
+        ran = threading.Event()
+
+        def callback(_future) -> None:
+            for call in (
+                lambda: gen.complete_many(["p5", "p6"]),
+                lambda: list(gen.iter_groups(["p5"])),
+                lambda: gen.submit("p7").result(),
+            ):
+                try:
+                    seen.append(call())
+                except Exception as exc:  # noqa: BLE001 - what the callback saw
+                    seen.append(exc)
+            ran.set()
+
+        gen.submit("p1").add_done_callback(callback)
+        assert ran.wait(20), "the callback never returned"
+        assert [type(e) for e in seen] == [GeneratorBusy] * 3, seen
+        assert "done-callback" in str(seen[0]) and "Future.result()" in str(seen[2])
+        assert gen.submit("p3").result(timeout=20).text == REPLIES["p3"]  # nothing blocked
