@@ -532,22 +532,32 @@ class BatchGenerator(Closing):
             GeneratorClosed: the generator (or its ``Llama``) was closed.
             ValueError: ``sampling`` is not a SamplingParams.
         """
+        feed = self._open_feed(sampling)
+        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+
+    def _open_feed(self, sampling: SamplingParams | None) -> Feed:
+        """The feed of submitted items, made on first use; the checks of :meth:`submit`."""
         self._check_open()
         if sampling is not None and not isinstance(sampling, SamplingParams):
             raise ValueError(f"sampling is {type(sampling).__name__}; give a SamplingParams")
         with self._feed_lock:
             if self._feed is None:
                 self._feed = Feed(self._serve)
-        feed = self._feed
-        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+        return self._feed
 
     async def acomplete(self, item: object, sampling: SamplingParams | None = None) -> Completion:
         """:meth:`submit` awaited from asyncio (cancelling the task cancels a waiting item).
+        The item is numbered when the coroutine starts, as by :meth:`submit`, and resolved
+        (chat formatted, tokenized) in a worker thread (``asyncio.to_thread``): the event
+        loop never waits for it, however long the prompt.
 
         Raises:
             GeneratorClosed, ValueError: as :meth:`submit`.
         """
-        return await asyncio.wrap_future(self.submit(item, sampling))
+        feed = self._open_feed(sampling)
+        index = feed.number()
+        req = await asyncio.to_thread(self._request, index, item, sampling or self.sampling)
+        return await asyncio.wrap_future(feed.put(req))
 
     def _serve(self, feed: Feed) -> None:
         """The engine thread: steps while the feed has work, waits idle without any lock."""

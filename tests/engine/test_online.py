@@ -228,3 +228,37 @@ def test_waiting_for_items_inside_a_done_callback_raises_generator_busy():
         assert [type(e) for e in seen] == [GeneratorBusy] * 3, seen
         assert "done-callback" in str(seen[0]) and "Future.result()" in str(seen[2])
         assert gen.submit("p3").result(timeout=20).text == REPLIES["p3"]  # nothing blocked
+
+
+class SlowTokens(FakeBackend):
+    """Tokenizing ``"slow"`` waits (up to 5 s) for ``loop_ran``, which a coroutine sets: it is
+    set in time only when the event loop runs while the prompt is tokenized."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.loop_ran = threading.Event()
+        self.loop_was_free: bool | None = None
+
+    def tokenize(self, text: str) -> list[int]:
+        if text == "slow":
+            self.loop_was_free = self.loop_ran.wait(5)
+            text = "p1"
+        return super().tokenize(text)
+
+
+def test_acomplete_tokenizes_off_the_event_loop_and_numbers_in_call_order():
+    fake = SlowTokens(REPLIES)
+
+    async def main(gen: BatchGenerator) -> list:
+        slow = asyncio.ensure_future(gen.acomplete("slow"))
+        others = [asyncio.ensure_future(gen.acomplete(f"p{i}")) for i in range(2, 6)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        fake.loop_ran.set()
+        return await asyncio.gather(slow, *others)
+
+    with BatchGenerator(backend=fake, slots=4, max_tokens=40, sampling=SAMPLING) as gen:
+        out = asyncio.run(main(gen))
+    assert fake.loop_was_free is True
+    assert [c.text for c in out] == [REPLIES["p1"]] + [REPLIES[f"p{i}"] for i in range(2, 6)]
+    assert [c.index for c in out] == list(range(5))  # numbered in call order
