@@ -229,7 +229,11 @@ class BatchGenerator(Closing):
 
         With submitted items (:meth:`submit`): stop accepting (``submit`` then raises
         GeneratorClosed), cancel the futures still waiting, let the running items finish
-        and end the engine thread, then free."""
+        and end the engine thread, then free.
+
+        Raises:
+            GeneratorBusy: an engine thread runs and this thread holds :attr:`lock`
+                (``llm_lock(llm)``), which it needs to end; nothing is changed."""
         if self._feed is not None:
             self._feed.close()
         with self.lock:
@@ -525,7 +529,8 @@ class BatchGenerator(Closing):
             submission number, 0, 1, ...). ``cancel()`` works while it waits (it then
             never runs), not once the engine took it; ``result()`` yields to Ctrl-C, and
             raises GeneratorBusy in a done-callback (on the engine thread, which alone
-            completes items); an exception of the engine thread is set on every future
+            completes items) and while this thread holds :attr:`lock`, which each engine
+            step needs; an exception of the engine thread is set on every future
             not yet done, and one a done-callback raises is logged.
 
         Raises:
@@ -542,7 +547,7 @@ class BatchGenerator(Closing):
             raise ValueError(f"sampling is {type(sampling).__name__}; give a SamplingParams")
         with self._feed_lock:
             if self._feed is None:
-                self._feed = Feed(self._serve)
+                self._feed = Feed(self._serve, self.lock)
         return self._feed
 
     async def acomplete(self, item: object, sampling: SamplingParams | None = None) -> Completion:

@@ -14,6 +14,7 @@ from concurrent.futures import Future
 from .completion import Completion
 from .engine.request import Request
 from .errors import GeneratorBusy, GeneratorClosed
+from .locks import held_here
 
 log = logging.getLogger("llamabatch")
 
@@ -56,8 +57,9 @@ class Feed:
     """Submitted requests waiting for the engine, and the futures of all not yet done;
     ``run(feed)`` is the engine thread's body, started by :meth:`put` when none runs."""
 
-    def __init__(self, run: Callable[[Feed], None]) -> None:
+    def __init__(self, run: Callable[[Feed], None], lock: object) -> None:
         self._run = run
+        self._lock = lock  # the generator's: the engine thread takes it for every step
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
         self._futures: dict[int, Submitted] = {}
@@ -94,9 +96,17 @@ class Feed:
         return future
 
     def check_wait(self, what: str) -> None:
-        """Raise GeneratorBusy when called on the engine thread (in a done-callback of a
-        submitted item, which runs there): ``what`` waiting for an item there would never
-        end, as that thread alone completes it."""
+        """Raise GeneratorBusy when ``what`` (a wait for a submitted item) would never end:
+        this thread holds the generator's lock, which the engine thread needs for every
+        step, or is the engine thread (in a done-callback, which runs there), which alone
+        completes the items."""
+        if held_here(self._lock):
+            raise GeneratorBusy(
+                f"{what} was called while this thread holds the generator's lock "
+                "(llamabatch.llm_lock(llm) for a Llama): the engine thread needs it for every "
+                "step, so the wait would never end. Wait outside the `with llm_lock(llm):` "
+                "block (submit() inside it is fine)"
+            )
         if threading.current_thread() is self._thread:
             raise GeneratorBusy(
                 f"{what} was called on the generator's engine thread (in a done-callback "
@@ -163,7 +173,15 @@ class Feed:
 
     def close(self) -> None:
         """Stop accepting, cancel the waiting futures, wake the engine thread and wait
-        for it to finish the requests it took (unless called from it)."""
+        for it to finish the requests it took (unless called from it).
+
+        Raises:
+            GeneratorBusy: an engine thread runs and this thread holds the generator's lock,
+                which it needs to end (nothing is changed: close again outside the lock).
+        """
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self.check_wait("close()")
         with self._cond:
             self._accepting = False
             waiting = [self._futures.pop(r.index) for r in self._waiting]

@@ -262,3 +262,49 @@ def test_acomplete_tokenizes_off_the_event_loop_and_numbers_in_call_order():
     assert fake.loop_was_free is True
     assert [c.text for c in out] == [REPLIES["p1"]] + [REPLIES[f"p{i}"] for i in range(2, 6)]
     assert [c.index for c in out] == list(range(5))  # numbered in call order
+
+
+def _in_thread(fn):
+    """``fn()`` in a thread joined with a timeout (a hang fails the test): what it raised."""
+    out: list[BaseException | None] = []
+
+    def body() -> None:
+        try:
+            fn()
+            out.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "still waiting after 20 s"
+    return out[0]
+
+
+def test_waiting_while_holding_the_lock_raises_at_once_naming_it():
+    with _gen() as gen:
+        futures: list = []
+
+        def result_under_lock() -> None:
+            with gen.lock:
+                futures.append(gen.submit("p1"))  # submitting under the lock is fine
+                futures[0].result(timeout=30)
+
+        def complete_many_under_lock() -> None:
+            with gen.lock:
+                gen.complete_many(["p2", "p3"])
+
+        def close_under_lock() -> None:
+            with gen.lock, gen.lock:  # held twice
+                gen.close()
+
+        for call in (result_under_lock, complete_many_under_lock, close_under_lock):
+            exc = _in_thread(call)
+            assert isinstance(exc, GeneratorBusy), (call.__name__, exc)
+            assert "llm_lock" in str(exc), exc
+        assert not gen.closed  # close changed nothing: it works outside the lock
+        assert futures[0].result(timeout=20).text == REPLIES["p1"]
+        assert [c.text for c in gen.complete_many(["p2", "p3"])] == [REPLIES["p2"], REPLIES["p3"]]
+        assert _in_thread(gen.close) is None
+        assert gen.closed
