@@ -93,7 +93,8 @@ class ChatTemplateError(LlamaBatchError, ValueError):
 
 class GeneratorBusy(LlamaBatchError, RuntimeError):
     """A thread started a second run of a :class:`~llamabatch.BatchGenerator` while its
-    own first run (an unfinished ``iter_groups``) still holds the slots."""
+    own first run (an unfinished ``iter_groups``) still holds the slots, or waited for items
+    on the engine thread that alone completes them (in a submitted item's done-callback)."""
 
 
 # -- the pool of servers (llamabatch.remote) ---------------------------------------------

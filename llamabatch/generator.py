@@ -229,7 +229,11 @@ class BatchGenerator(Closing):
 
         With submitted items (:meth:`submit`): stop accepting (``submit`` then raises
         GeneratorClosed), cancel the futures still waiting, let the running items finish
-        and end the engine thread, then free."""
+        and end the engine thread, then free.
+
+        Raises:
+            GeneratorBusy: an engine thread runs and this thread holds :attr:`lock`
+                (``llm_lock(llm)``), which it needs to end; nothing is changed."""
         if self._feed is not None:
             self._feed.close()
         with self.lock:
@@ -355,7 +359,8 @@ class BatchGenerator(Closing):
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
                 the items' (checked up front for a sized ``items``).
             GeneratorClosed: the generator, or its ``Llama``, was closed.
-            GeneratorBusy: this thread is already inside a run of this generator.
+            GeneratorBusy: this thread is already inside a run of this generator, or is
+                its engine thread (a done-callback of a submitted item runs there).
             TypeError: ``items`` is one ``str``, ``bytes`` or mapping (not a list).
         """
         _check_many(items)
@@ -393,6 +398,7 @@ class BatchGenerator(Closing):
     def _fed_pages(self, feed: Feed, requests: Iterator[Request]) -> Iterator[list[Completion]]:
         """The pages of ``requests`` run by the engine thread beside the submitted items
         (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
+        feed.check_wait("complete_many / iter_groups / create_completions")
         lookahead, slots = cast(int, self.config.lookahead), self.config.slots
         pending: deque[tuple[int, Future[Completion]]] = deque()
         page: list[Completion] = []
@@ -521,29 +527,42 @@ class BatchGenerator(Closing):
         Returns:
             a ``concurrent.futures.Future`` of its :class:`Completion` (``index``: the
             submission number, 0, 1, ...). ``cancel()`` works while it waits (it then
-            never runs), not once the engine took it; ``result()`` yields to Ctrl-C; an
-            exception of the engine thread is set on every future not yet done.
+            never runs), not once the engine took it; ``result()`` yields to Ctrl-C, and
+            raises GeneratorBusy in a done-callback (on the engine thread, which alone
+            completes items) and while this thread holds :attr:`lock`, which each engine
+            step needs; an exception of the engine thread is set on every future
+            not yet done, and one a done-callback raises is logged.
 
         Raises:
             GeneratorClosed: the generator (or its ``Llama``) was closed.
             ValueError: ``sampling`` is not a SamplingParams.
         """
+        feed = self._open_feed(sampling)
+        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+
+    def _open_feed(self, sampling: SamplingParams | None) -> Feed:
+        """The feed of submitted items, made on first use; the checks of :meth:`submit`."""
         self._check_open()
         if sampling is not None and not isinstance(sampling, SamplingParams):
             raise ValueError(f"sampling is {type(sampling).__name__}; give a SamplingParams")
         with self._feed_lock:
             if self._feed is None:
-                self._feed = Feed(self._serve)
-        feed = self._feed
-        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+                self._feed = Feed(self._serve, self.lock)
+        return self._feed
 
     async def acomplete(self, item: object, sampling: SamplingParams | None = None) -> Completion:
         """:meth:`submit` awaited from asyncio (cancelling the task cancels a waiting item).
+        The item is numbered when the coroutine starts, as by :meth:`submit`, and resolved
+        (chat formatted, tokenized) in a worker thread (``asyncio.to_thread``): the event
+        loop never waits for it, however long the prompt.
 
         Raises:
             GeneratorClosed, ValueError: as :meth:`submit`.
         """
-        return await asyncio.wrap_future(self.submit(item, sampling))
+        feed = self._open_feed(sampling)
+        index = feed.number()
+        req = await asyncio.to_thread(self._request, index, item, sampling or self.sampling)
+        return await asyncio.wrap_future(feed.put(req))
 
     def _serve(self, feed: Feed) -> None:
         """The engine thread: steps while the feed has work, waits idle without any lock."""

@@ -1,4 +1,4 @@
-"""One process-wide lock per loaded ``llama_cpp.Llama``."""
+"""One process-wide lock per loaded ``llama_cpp.Llama``, and whether this thread holds one."""
 
 from __future__ import annotations
 
@@ -35,3 +35,11 @@ def llm_lock(llm: Any) -> Any:
         except TypeError:
             raise TypeError(f"llm_lock needs a llama_cpp.Llama, got {type(llm).__name__}") from None
         return lock
+
+
+def held_here(lock: Any) -> bool:
+    """True when this thread holds ``lock``: a ``threading.RLock`` (as :func:`llm_lock`'s)
+    tells through ``_is_owned``, what ``threading.Condition`` asks it; False for a lock
+    that cannot tell (a plain ``threading.Lock``)."""
+    is_owned = getattr(lock, "_is_owned", None)
+    return bool(is_owned()) if callable(is_owned) else False

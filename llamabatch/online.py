@@ -5,6 +5,7 @@ waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follo
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -12,18 +13,56 @@ from concurrent.futures import Future
 
 from .completion import Completion
 from .engine.request import Request
-from .errors import GeneratorClosed
+from .errors import GeneratorBusy, GeneratorClosed
+from .locks import held_here
+
+log = logging.getLogger("llamabatch")
+
+
+class Submitted(Future[Completion]):
+    """The future of one submitted item: a ``concurrent.futures.Future`` whose done-callbacks
+    cannot reach the engine thread or another future. ``concurrent.futures`` logs an
+    ``Exception`` a callback raises and lets any other ``BaseException`` (``SystemExit``,
+    ``KeyboardInterrupt``) out of ``set_result``; here that one is logged too.
+    :meth:`result` and :meth:`exception` raise GeneratorBusy, instead of waiting forever,
+    where only the waiting thread could complete the item (:meth:`Feed.check_wait`)."""
+
+    def __init__(self, feed: Feed) -> None:
+        super().__init__()
+        self._feed = feed
+
+    def result(self, timeout: float | None = None) -> Completion:
+        if not self.done():
+            self._feed.check_wait("Future.result()")
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self.done():
+            self._feed.check_wait("Future.exception()")
+        return super().exception(timeout)
+
+    def add_done_callback(self, fn: Callable[[Future[Completion]], object]) -> None:
+        def guarded(future: Future[Completion]) -> None:
+            try:
+                fn(future)
+            except Exception:
+                raise  # logged by concurrent.futures
+            except BaseException:  # noqa: BLE001 - it must not end the engine thread
+                log.exception("llamabatch: a done-callback of %r raised", future)
+
+        super().add_done_callback(guarded)
 
 
 class Feed:
     """Submitted requests waiting for the engine, and the futures of all not yet done;
     ``run(feed)`` is the engine thread's body, started by :meth:`put` when none runs."""
 
-    def __init__(self, run: Callable[[Feed], None]) -> None:
+    def __init__(self, run: Callable[[Feed], None], lock: object) -> None:
         self._run = run
+        self._lock = lock  # the generator's: the engine thread takes it for every step
         self._cond = threading.Condition()
         self._waiting: deque[Request] = deque()
-        self._futures: dict[int, Future[Completion]] = {}
+        self._futures: dict[int, Submitted] = {}
         self._taken = 0  # requests the engine took and has not completed yet
         self._next = 0
         self._accepting = True
@@ -40,10 +79,10 @@ class Feed:
         if not self._accepting:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
 
-    def put(self, req: Request) -> Future[Completion]:
+    def put(self, req: Request) -> Submitted:
         """Queue ``req`` (its ``index`` a :meth:`number`) and wake the engine thread,
         starting one when none runs. Raises GeneratorClosed once closed."""
-        future: Future[Completion] = Future()
+        future = Submitted(self)
         with self._cond:
             self._check_accepting()
             self._futures[req.index] = future
@@ -55,6 +94,26 @@ class Feed:
                 self._thread.start()
             self._cond.notify_all()
         return future
+
+    def check_wait(self, what: str) -> None:
+        """Raise GeneratorBusy when ``what`` (a wait for a submitted item) would never end:
+        this thread holds the generator's lock, which the engine thread needs for every
+        step, or is the engine thread (in a done-callback, which runs there), which alone
+        completes the items."""
+        if held_here(self._lock):
+            raise GeneratorBusy(
+                f"{what} was called while this thread holds the generator's lock "
+                "(llamabatch.llm_lock(llm) for a Llama): the engine thread needs it for every "
+                "step, so the wait would never end. Wait outside the `with llm_lock(llm):` "
+                "block (submit() inside it is fine)"
+            )
+        if threading.current_thread() is self._thread:
+            raise GeneratorBusy(
+                f"{what} was called on the generator's engine thread (in a done-callback "
+                "of a submitted item, which runs there): it would wait for items only "
+                "that thread completes. Hand the work to another thread (e.g. a "
+                "concurrent.futures.ThreadPoolExecutor) or chain it with add_done_callback"
+            )
 
     def source(self) -> Iterator[Request | None]:
         """The engine's requests: the next live one (a cancelled one is skipped), ``None``
@@ -114,7 +173,15 @@ class Feed:
 
     def close(self) -> None:
         """Stop accepting, cancel the waiting futures, wake the engine thread and wait
-        for it to finish the requests it took (unless called from it)."""
+        for it to finish the requests it took (unless called from it).
+
+        Raises:
+            GeneratorBusy: an engine thread runs and this thread holds the generator's lock,
+                which it needs to end (nothing is changed: close again outside the lock).
+        """
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self.check_wait("close()")
         with self._cond:
             self._accepting = False
             waiting = [self._futures.pop(r.index) for r in self._waiting]

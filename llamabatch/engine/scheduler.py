@@ -374,6 +374,8 @@ class Scheduler:
                         close()
         except GrammarError as exc:
             req.fail(str(exc))
+        except RecursionError as exc:  # an input nested beyond Python's limit
+            req.fail(f"failed even alone: {type(exc).__name__}: {exc}")
         except (BackendError, ValueError) as exc:
             req.fail(f"failed even alone: {exc}")
         return req

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,15 +96,26 @@ def strict_strings(gbnf: str) -> str:
 def schema_grammar(schema: Mapping[str, Any] | str) -> str:
     """The GBNF grammar of a JSON schema (a dict or its JSON text), compiled by llama-cpp-python's
     ``json_schema_to_gbnf`` (as ``LlamaGrammar.from_json_schema``), then
-    :func:`strict_strings`; cached. GrammarError when it is not valid JSON or refused."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except ValueError as exc:
-            raise GrammarError(f"json_schema is not valid JSON: {exc}") from None
-    if not isinstance(schema, Mapping):
-        raise GrammarError(f"json_schema is {type(schema).__name__}; a JSON schema is an object")
-    return _schema_gbnf(json.dumps(schema))
+    :func:`strict_strings`; cached. GrammarError when it is not valid JSON, nested beyond
+    Python's recursion limit, or refused."""
+    try:
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except ValueError as exc:
+                raise GrammarError(f"json_schema is not valid JSON: {exc}") from None
+        if not isinstance(schema, Mapping):
+            raise GrammarError(
+                f"json_schema is {type(schema).__name__}; a JSON schema is an object"
+            )
+        text = json.dumps(schema)
+    except RecursionError:  # Python's json nests one call per level
+        raise GrammarError(
+            "json_schema is nested too deeply to be read (Python's recursion limit, "
+            f"sys.getrecursionlimit() = {sys.getrecursionlimit()}); give a flatter schema "
+            "(e.g. with $defs and $ref)"
+        ) from None
+    return _schema_gbnf(text)
 
 
 def grammar_of(params: Any) -> str | None:

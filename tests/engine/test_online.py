@@ -10,7 +10,7 @@ import time
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.errors import GeneratorClosed
+from llamabatch.errors import GeneratorBusy, GeneratorClosed
 from llamabatch.testing import AloneCall, FakeBackend, StartSeqCall
 
 REPLIES = {f"p{i}": f"reply {i}" + " x" * (i % 5) for i in range(64)}
@@ -186,3 +186,125 @@ def test_ctrl_c_stops_a_wait_on_a_future_and_close_then_finishes_the_item():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["interrupted", "closed", "one"]
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt(), ValueError("x")])
+def test_a_raising_done_callback_reaches_no_other_future(caplog, raised: BaseException):
+    def bad(_future) -> None:
+        raise raised
+
+    with _gen() as gen:
+        later: list[str] = []
+        with gen.lock:  # all four start in one step
+            futures = [gen.submit(f"p{i}") for i in range(4)]
+            futures[0].add_done_callback(bad)
+            futures[0].add_done_callback(lambda f: later.append(f.result().text))
+        texts = [f.result(timeout=20).text for f in futures]
+        assert texts == [REPLIES[f"p{i}"] for i in range(4)]
+        assert later == [REPLIES["p0"]]  # the callback after it still ran
+        assert type(raised).__name__ in caplog.text  # logged, as concurrent.futures does
+        assert gen.submit("p5").result(timeout=20).text == REPLIES["p5"]  # the engine goes on
+
+
+def test_waiting_for_items_inside_a_done_callback_raises_generator_busy():
+    with _gen() as gen:
+        seen: list[object] = []
+        ran = threading.Event()
+
+        def callback(_future) -> None:
+            for call in (
+                lambda: gen.complete_many(["p5", "p6"]),
+                lambda: list(gen.iter_groups(["p5"])),
+                lambda: gen.submit("p7").result(),
+            ):
+                try:
+                    seen.append(call())
+                except Exception as exc:  # noqa: BLE001 - what the callback saw
+                    seen.append(exc)
+            ran.set()
+
+        gen.submit("p1").add_done_callback(callback)
+        assert ran.wait(20), "the callback never returned"
+        assert [type(e) for e in seen] == [GeneratorBusy] * 3, seen
+        assert "done-callback" in str(seen[0]) and "Future.result()" in str(seen[2])
+        assert gen.submit("p3").result(timeout=20).text == REPLIES["p3"]  # nothing blocked
+
+
+class SlowTokens(FakeBackend):
+    """Tokenizing ``"slow"`` waits (up to 5 s) for ``loop_ran``, which a coroutine sets: it is
+    set in time only when the event loop runs while the prompt is tokenized."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.loop_ran = threading.Event()
+        self.loop_was_free: bool | None = None
+
+    def tokenize(self, text: str) -> list[int]:
+        if text == "slow":
+            self.loop_was_free = self.loop_ran.wait(5)
+            text = "p1"
+        return super().tokenize(text)
+
+
+def test_acomplete_tokenizes_off_the_event_loop_and_numbers_in_call_order():
+    fake = SlowTokens(REPLIES)
+
+    async def main(gen: BatchGenerator) -> list:
+        slow = asyncio.ensure_future(gen.acomplete("slow"))
+        others = [asyncio.ensure_future(gen.acomplete(f"p{i}")) for i in range(2, 6)]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        fake.loop_ran.set()
+        return await asyncio.gather(slow, *others)
+
+    with BatchGenerator(backend=fake, slots=4, max_tokens=40, sampling=SAMPLING) as gen:
+        out = asyncio.run(main(gen))
+    assert fake.loop_was_free is True
+    assert [c.text for c in out] == [REPLIES["p1"]] + [REPLIES[f"p{i}"] for i in range(2, 6)]
+    assert [c.index for c in out] == list(range(5))  # numbered in call order
+
+
+def _in_thread(fn):
+    """``fn()`` in a thread joined with a timeout (a hang fails the test): what it raised."""
+    out: list[BaseException | None] = []
+
+    def body() -> None:
+        try:
+            fn()
+            out.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "still waiting after 20 s"
+    return out[0]
+
+
+def test_waiting_while_holding_the_lock_raises_at_once_naming_it():
+    with _gen() as gen:
+        futures: list = []
+
+        def result_under_lock() -> None:
+            with gen.lock:
+                futures.append(gen.submit("p1"))  # submitting under the lock is fine
+                futures[0].result(timeout=30)
+
+        def complete_many_under_lock() -> None:
+            with gen.lock:
+                gen.complete_many(["p2", "p3"])
+
+        def close_under_lock() -> None:
+            with gen.lock, gen.lock:  # held twice
+                gen.close()
+
+        for call in (result_under_lock, complete_many_under_lock, close_under_lock):
+            exc = _in_thread(call)
+            assert isinstance(exc, GeneratorBusy), (call.__name__, exc)
+            assert "llm_lock" in str(exc), exc
+        assert not gen.closed  # close changed nothing: it works outside the lock
+        assert futures[0].result(timeout=20).text == REPLIES["p1"]
+        assert [c.text for c in gen.complete_many(["p2", "p3"])] == [REPLIES["p2"], REPLIES["p3"]]
+        assert _in_thread(gen.close) is None
+        assert gen.closed

@@ -268,3 +268,25 @@ def test_json_string_replies_parse_and_validate(llm, slots: int, schema) -> None
     for c in done:
         assert c.finish_reason == "stop", c
         jsonschema.validate(json.loads(c.text), schema)
+
+
+def _nested_schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize("slots", [1, 4])
+def test_a_schema_nested_too_deeply_is_its_items_error_only(llm, slots: int) -> None:
+    deep = {"prompt": "Reply in JSON:", "json_schema": _nested_schema(600)}
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    with BatchGenerator(llm, slots=slots, n_ctx_seq=256, sampling=greedy) as gen:
+        done = gen.complete_many(["One, two,", deep, "Red, green,"])
+        assert [c.ok for c in done] == [True, False, True], [c.error for c in done]
+        assert "nested too deeply" in done[1].error
+        assert gen.stats.batch_failures == 0
+        online = [gen.submit(item) for item in (deep, "One, two,")]  # the engine thread lives
+        got = [f.result(timeout=120) for f in online]
+        assert [c.ok for c in got] == [False, True], [c.error for c in got]
+        assert "nested too deeply" in got[0].error

@@ -37,3 +37,29 @@ def test_threads_submitting_share_the_slots_and_agree_with_complete_many(llm):
     assert all(c.ok and c.path == "batch" for c in got)
     assert sum(c.text == w for c, w in zip(got, want, strict=True)) >= len(prompts) - 1
     assert decodes < tokens, (decodes, tokens)  # several sequences per decode
+
+
+def test_waiting_under_llm_lock_raises_naming_it_and_works_outside(llm):
+    import llamabatch
+    from llamabatch.errors import GeneratorBusy
+
+    greedy = SamplingParams(temperature=0, max_tokens=4)
+    with BatchGenerator(llm, slots=2, sampling=greedy) as gen:
+        errors: list[BaseException] = []
+
+        def under_lock() -> None:
+            with llamabatch.llm_lock(llm):
+                future = gen.submit("One, two,")
+                for call in (lambda: future.result(timeout=60), gen.close):
+                    try:
+                        call()
+                    except GeneratorBusy as exc:
+                        errors.append(exc)
+
+        t = threading.Thread(target=under_lock, daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), "a wait under llm_lock hung"
+        assert len(errors) == 2 and all("llm_lock" in str(e) for e in errors), errors
+        assert gen.submit("Red, green,").result(timeout=120).ok  # the engine goes on
+    assert gen.closed
