@@ -11,3 +11,8 @@ class UsageError(LlamaBatchError, ValueError):
 
 class OutputCorrupt(LlamaBatchError, ValueError):
     """A whole line of an existing job output is not a JSON object with an ``"id"``."""
+
+
+class OutputWriteError(LlamaBatchError, OSError):
+    """The job's output could not be written (a full disk, a closed pipe): exit status 1,
+    the message naming the output, the cause and how to continue."""

@@ -335,7 +335,7 @@ def test_resume_repairs_a_cut_off_last_line(capsys, tmp_path, model_path):
     assert err.strip() == (
         f"llamabatch complete: warning: {out_path}: removed its cut-off "
         "last line (17 bytes without a newline, left by a job that was "
-        "killed while writing); that item will be done again"
+        "killed or could not finish writing, e.g. on a full disk); that item will be done again"
     )
     assert _results(read_jsonl(out_path)) == _results([json.loads(line) for line in lines])
 
@@ -427,3 +427,11 @@ def test_the_refusal_of_a_non_empty_output_names_every_way_on(capsys, tmp_path, 
     line = single_error_line(err)
     assert code == 2 and "--resume" in line and "--overwrite" in line
     assert "another file (-o)" in line
+
+
+def test_a_full_disk_names_the_output_the_cause_and_the_resume(capsys, tmp_path, bad_input):
+    """/dev/full answers every write with ENOSPC, as a full disk does."""
+    code, _, err = _job(capsys, bad_input, "/dev/full", "--quiet")
+    assert code == 1
+    line = single_error_line(err)
+    assert "cannot write the output /dev/full: no space left on the device" in line

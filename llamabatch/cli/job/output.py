@@ -10,6 +10,7 @@ cut-off last line) or ``--overwrite`` (replace it) is given. The file is locked
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -22,6 +23,7 @@ from typing import IO, Any
 from ...completion import Completion
 from ...outputs import output_record
 from ..common import UsageError
+from ..errors import OutputWriteError
 from .input import BadLine, LineItem
 from .resume import OutputCorrupt, scan_output
 
@@ -69,12 +71,29 @@ class Output:
     _fsync: bool = False
 
     def write(self, records: Iterable[dict[str, Any]]) -> None:
-        """Write records, one JSON line each, then flush and (for a file) fsync."""
-        for record in records:
-            self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.stream.flush()
-        if self._fsync:
-            os.fsync(self.stream.fileno())
+        """Write records, one JSON line each, then flush and (for a file) fsync.
+
+        Raises:
+            OutputWriteError: the output cannot be written (named, with the cause and,
+                for a file, that ``--resume`` continues the job after its last whole line).
+        """
+        try:
+            for record in records:
+                self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.stream.flush()
+            if self._fsync:
+                os.fsync(self.stream.fileno())
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
+            if exc.errno == errno.ENOSPC:
+                cause = "no space left on the device (the disk is full)"
+            how = (
+                "; its whole lines are kept: make room, then run the same command with "
+                "--resume to continue after them (a cut-off last line is removed)"
+                if self.path is not None
+                else ""
+            )
+            raise OutputWriteError(f"cannot write the output {self.where}: {cause}{how}") from exc
 
 
 @contextlib.contextmanager
@@ -116,9 +135,15 @@ def open_output(
         f = open(path, "a", encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write output {path}: {exc.strerror or exc}") from None
-    with f:
+    try:
         _lock(f, path)
         yield _prepare(f, path, resume=resume, overwrite=overwrite, warn=warn)
+    except OutputWriteError:
+        with contextlib.suppress(OSError):  # the same failure again: the first one tells
+            f.close()
+        raise
+    finally:
+        f.close()
 
 
 def _lock(f: IO[str], path: Path) -> None:
@@ -160,8 +185,8 @@ def _prepare(
         os.fsync(f.fileno())
         warn(
             f"{path}: removed its cut-off last line ({scan.cut_bytes} bytes without a "
-            "newline, left by a job that was killed while writing); that item will be "
-            "done again"
+            "newline, left by a job that was killed or could not finish writing, e.g. on a "
+            "full disk); that item will be done again"
         )
     out.done, out.ids, out.n_existing = scan.done, scan.ids, scan.n_lines
     return out
