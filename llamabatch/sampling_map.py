@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .params import SamplingParams
+from .errors import ParameterError
+from .params import SamplingParams, as_int, as_real
 
 _DEFAULT = SamplingParams()
 
@@ -123,6 +124,26 @@ def request_fields(sampling: SamplingParams, max_tokens: int, grammar: str | Non
     return body
 
 
+def _max_tokens(value: object) -> int | None:
+    """``create_completion``'s ``max_tokens`` as the field: ``None`` or <= 0 is ``None``
+    (the generator's); an integer of any type or an integral float (``3.0``, which the
+    binding honours) is that many tokens.
+
+    Raises:
+        ParameterError: anything else (a string, ``3.5``), named.
+    """
+    if value is None:
+        return None
+    number = as_int(value)
+    if number is None and (real := as_real(value)) is not None and real.is_integer():
+        number = int(real)
+    if number is None:
+        raise ParameterError(
+            "max_tokens", value, "None, or an integer (<= 0: the generator's max_tokens)"
+        )
+    return number if number > 0 else None
+
+
 def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     """The :class:`~llamabatch.SamplingParams` of ``create_completion``'s keyword
     arguments (without ``prompt``): the chain, ``seed``, ``max_tokens`` (``None`` or
@@ -142,7 +163,7 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
         elif name == "grammar" and not (value is None or isinstance(value, str)):
             refused.append("grammar (give its GBNF text, not a LlamaGrammar)")
         elif name == "max_tokens":
-            values[name] = value if isinstance(value, int) and value > 0 else None
+            values[name] = _max_tokens(value)
         elif name in (*CHAIN, "seed", "stop", "logprobs", "grammar"):
             values[name] = value
         else:
