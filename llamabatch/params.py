@@ -129,7 +129,8 @@ class SamplingParams:
             grammar stage per sequence, after penalties as in ``Llama._init_sampler``.
         json_schema: a JSON schema (a dict or its JSON text), compiled to GBNF with
             llama-cpp-python's ``json_schema_to_gbnf``; the reply parses as JSON.
-        choices: the reply is exactly one of these strings (a tagger's labels). A reply
+        choices: the reply is exactly one of these strings (a tagger's labels; a list,
+            never one ``str``, which would be read as one label). A reply
             that ``max_tokens`` cuts before it is one of them is not a fragment with
             ``finish_reason`` ``"length"`` but the item's error (``"error"``, saying to
             raise ``max_tokens``); ``max_tokens`` is neither raised nor checked up front,
@@ -304,8 +305,14 @@ class SamplingParams:
 
 def _str_tuple(name: str, value: object, *, allow_empty: bool) -> tuple[str, ...]:
     """``value`` as a tuple of non-empty strings; one ``str`` is one string (as
-    llama-cpp-python's ``stop``), never its characters."""
+    llama-cpp-python's ``stop``), never its characters, where ``allow_empty`` (``stop``);
+    else (``choices``, a list of labels) one ``str`` is refused: ``"bug,billing"`` would
+    be one label."""
     if isinstance(value, str):
+        if not allow_empty:
+            raise ValueError(
+                f"{name}={value!r} is one string: give a list of strings, e.g. {[value]!r}"
+            )
         value = (value,)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{name}={value!r} is not valid: give a string or a list of strings")
@@ -321,7 +328,7 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
     ``choices`` (sequences become tuples, so the dataclass stays frozen and hashable)."""
     stop = () if p.stop is None else _str_tuple("stop", p.stop, allow_empty=True)
     object.__setattr__(p, "stop", stop)
-    ids = p.stop_token_ids
+    ids: object = p.stop_token_ids
     if isinstance(ids, (list, tuple)):
         ids = [t if (i := as_int(t)) is None else i for t in ids]
     if not isinstance(ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in ids):

@@ -124,3 +124,13 @@ def test_a_prompt_longer_than_the_context_reports_its_length_and_n_ctx(slots):
     assert long.finish_reason == "error" and long.n_prompt_tokens == 20  # not 0
     assert "prompt has 20 tokens" in long.error and "n_ctx=16" in long.error
     assert ok.ok and ok.n_prompt_tokens == 2
+
+
+def test_choices_given_as_one_string_is_refused_on_every_path(tmp_path):
+    with pytest.raises(ValueError, match=r"choices='bug,billing' is one string.*\['bug,billing'\]"):
+        SamplingParams(choices="bug,billing")
+    path = tmp_path / "lines.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "choices": "bug,billing"}) + "\n", encoding="utf-8")
+    (entry,) = read_prompts(path, skip_bad=True)
+    assert isinstance(entry, BadLine) and "choices='bug,billing' is one string" in entry.error
+    assert SamplingParams(stop="END").stop == ("END",)  # one stop string is the binding's
