@@ -19,13 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from .params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response
-from .sampling_map import from_completion_kwargs
+from .sampling_map import CHAT_OFF, from_completion_kwargs, refused_arguments
 
 if TYPE_CHECKING:
     from .generator import BatchGenerator
-
-#: ``create_chat_completion`` arguments without a batch counterpart, accepted when off.
-_CHAT_OFF = ("functions", "function_call", "tools", "tool_choice")
 
 #: The chat format ``Llama`` uses for the GGUF's own template.
 _GGUF_TEMPLATE = "chat_template.default"
@@ -37,11 +34,13 @@ def _sampling(kwargs: Mapping[str, Any], *, chat: bool) -> tuple[SamplingParams,
     model, n = kw.pop("model", None), kw.pop("n", 1)
     response_format = None
     if chat:
-        on = [name for name in _CHAT_OFF if kw.pop(name, None) is not None]
+        on = refused_arguments(kw, CHAT_OFF)
+        for name in CHAT_OFF:
+            kw.pop(name, None)
         if on:
             raise ValueError(
                 f"cannot honour {', '.join(on)}: create_chat_completions has no tool calls; "
-                "leave it None"
+                "leave it None (tools: or an empty list)"
             )
         response_format = kw.pop("response_format", None)
         wanted, top = kw.pop("logprobs", None), kw.pop("top_logprobs", None)

@@ -40,20 +40,43 @@ SERVER_FIELDS = COMPLETION_FIELDS
 #: Fields that act only when labels are scored (``SamplingParams.scores_labels``).
 _SCORING = ("score_choices", "choice_leading_space")
 
-#: ``create_completion`` arguments without a field, accepted at the value that means off.
-_OFF = {
-    "suffix": None,
-    "echo": False,
-    "stream": False,
-    "tfs_z": 1.0,
-    "mirostat_mode": 0,
-    "mirostat_tau": 5.0,
-    "mirostat_eta": 0.1,
-    "model": None,
-    "stopping_criteria": None,
-    "logits_processor": None,
-    "logit_bias": None,
+#: ``create_completion`` arguments without a field, accepted at the values that mean off.
+_OFF: dict[str, tuple[Any, ...]] = {
+    "suffix": (None,),
+    "echo": (False,),
+    "stream": (False,),
+    "tfs_z": (1.0,),
+    "mirostat_mode": (0,),
+    "mirostat_tau": (5.0,),
+    "mirostat_eta": (0.1,),
+    "model": (None,),
+    "stopping_criteria": (None,),
+    "logits_processor": (None,),
+    "logit_bias": (None, {}),
 }
+#: ``create_chat_completion``'s (and OpenAI's) tool-call arguments: no batch counterpart,
+#: accepted when off (no tools: ``None`` or an empty list; a choice of ``"none"``).
+CHAT_OFF: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+}
+#: Every argument of the binding's calls (and OpenAI's request fields) that llamabatch
+#: cannot honour, with its values that mean off.
+OFF = {**_OFF, **CHAT_OFF}
+
+
+def is_off(name: str, value: object) -> bool:
+    """True when ``value`` of :data:`OFF`'s ``name`` means off (so it changes nothing)."""
+    return any(value is off or (off is not None and value == off) for off in OFF[name])
+
+
+def refused_arguments(kwargs: Mapping[str, Any], names: Collection[str] = OFF) -> list[str]:
+    """The keys of ``kwargs`` among ``names`` (of :data:`OFF`) set to other than off, in
+    ``kwargs``' order: the one rule for ``create_*`` calls and OpenAI batch bodies, which
+    refuse them by name."""
+    return [k for k, v in kwargs.items() if k in names and k in OFF and not is_off(k, v)]
 
 
 def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]:
@@ -158,7 +181,7 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     refused = []
     for name, value in kwargs.items():
         if name in _OFF:
-            if value != _OFF[name]:
+            if not is_off(name, value):
                 refused.append(name)
         elif name == "grammar" and not (value is None or isinstance(value, str)):
             refused.append("grammar (give its GBNF text, not a LlamaGrammar)")

@@ -72,6 +72,8 @@ def test_chat_refuses_tools_and_one_conversation_instead_of_a_list():
     with _gen() as gen:
         with pytest.raises(ValueError, match="tools"):
             gen.create_chat_completions([[{"role": "user", "content": "x"}]], tools=[{}])
+        with pytest.raises(ValueError, match="tool_choice"):
+            gen.create_chat_completions([[{"role": "user", "content": "x"}]], tool_choice="auto")
         with pytest.raises(TypeError, match="one conversation"):
             gen.create_chat_completions([{"role": "user", "content": "x"}])
         with pytest.raises(TypeError, match="prompts is one str"):
@@ -107,3 +109,14 @@ def test_numpy_numbers_are_numbers():
             ["long"], max_tokens=np.int32(2), temperature=np.float32(0.0), top_k=np.int64(5)
         )
     assert r["usage"]["completion_tokens"] == 2
+
+
+def test_no_tools_given_as_an_empty_list_is_accepted_as_the_binding_does():
+    with _gen() as gen:
+        (r,) = gen.create_chat_completions(
+            [[{"role": "user", "content": "text"}]], tools=[], tool_choice="none", temperature=0
+        )
+        (p,) = gen.create_completions(["text"], echo=False, logit_bias={}, temperature=0)
+    assert r["object"] == "chat.completion"
+    assert "chat template" in r["error"]  # it reached the items (the fake has no template)
+    assert p["choices"][0]["text"] == "one two"

@@ -9,7 +9,10 @@ Input line (OpenAI's Batch API, also read by ``vllm run-batch``)::
 template) or ``/v1/completions`` (``body.prompt``, a string). The body's sampling
 fields are the per-item fields of :mod:`.fields` (``max_completion_tokens`` is read as
 ``max_tokens``); ``model`` is ignored (the job's model answers); ``n`` gives that many
-``choices[]``.
+``choices[]``. A field the binding's calls have but llamabatch cannot honour (``tools``,
+``tool_choice``, ``logit_bias``, ``echo``, ``suffix``...) set to other than off makes the
+line an error naming it, as ``create_completions`` refuses it
+(:func:`~llamabatch.sampling_map.refused_arguments`).
 
 Output line (``--output-format openai``), as the Batch API writes it::
 
@@ -34,6 +37,7 @@ from typing import Any
 
 from ...completion import Completion
 from ...responses import response
+from ...sampling_map import OFF, refused_arguments
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -78,7 +82,13 @@ def request_parts(
     prompt_key = _BODY_PROMPTS[url]
     if prompt_key not in body:
         raise ValueError(f'"body" of a {url} request needs "{prompt_key}"')
-    line = {k: v for k, v in body.items() if k not in _BODY_IGNORED}
+    refused = refused_arguments({k: v for k, v in body.items() if k not in _BODY_IGNORED})
+    if refused:
+        raise ValueError(
+            f'"body" sets {", ".join(refused)}, which llamabatch cannot honour (as '
+            "create_completions refuses it); leave it out"
+        )
+    line = {k: v for k, v in body.items() if k not in _BODY_IGNORED and k not in OFF}
     if "max_completion_tokens" in body and "max_tokens" not in body:
         line["max_tokens"] = body["max_completion_tokens"]
     line.pop("messages" if url == COMPLETIONS_URL else "prompt", None)
