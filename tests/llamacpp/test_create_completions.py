@@ -138,3 +138,20 @@ def test_seed_none_is_derived_from_the_llamas_seed_as_the_binding_does(own_llm):
     want = [own_llm.create_completion(p, **kwargs) for p in PROMPTS[:4]]
     assert _texts(first) == _texts(again) == _texts(alone)
     assert sum(g == w for g, w in zip(_texts(first), _texts(want), strict=True)) >= 3
+
+
+def test_json_object_replies_are_the_bindings(llm):
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    from llamabatch.llamacpp import constraints
+
+    assert constraints._JSON_GBNF == JSON_GBNF  # the copy for installs without the module
+    chats = [[{"role": "user", "content": f"Describe {w} as JSON."}] for w in WORDS[:4]]
+    kwargs = {"max_tokens": 24, "temperature": 0, "response_format": {"type": "json_object"}}
+    got = llamabatch.create_chat_completions(llm, chats, **kwargs)
+    want = [llm.create_chat_completion(m, **kwargs) for m in chats]
+    same = sum(
+        g["choices"][0]["message"] == w["choices"][0]["message"]
+        for g, w in zip(got, want, strict=True)
+    )
+    assert same >= 3, [(g["choices"], w["choices"]) for g, w in zip(got, want, strict=True)]
