@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response
-from .sampling_map import CHAT_OFF, from_completion_kwargs, refused_arguments
+from .sampling_map import CHAT_OFF, chat_logprobs, from_completion_kwargs, refused_arguments
 
 if TYPE_CHECKING:
     from .generator import BatchGenerator
@@ -43,8 +43,7 @@ def _sampling(kwargs: Mapping[str, Any], *, chat: bool) -> tuple[SamplingParams,
                 "leave it None (tools: or an empty list)"
             )
         response_format = kw.pop("response_format", None)
-        wanted, top = kw.pop("logprobs", None), kw.pop("top_logprobs", None)
-        kw["logprobs"] = top if wanted else None  # as the binding's chat handler passes it
+        kw["logprobs"] = chat_logprobs(kw.pop("logprobs", None), kw.pop("top_logprobs", None))
         kw.setdefault("temperature", 0.2)
     else:
         kw.setdefault("max_tokens", 16)
@@ -80,8 +79,9 @@ def _per_prompt(llm: Any, sampling: SamplingParams, count: int) -> Any:
     return [dataclasses.replace(sampling, seed=s) for s in seeds]
 
 
-def _texts(llm: Any, gen: BatchGenerator) -> Any:
-    """Token ids -> text as the binding shows them (the ``Llama``'s ``detokenize``)."""
+def token_text(llm: Any, gen: BatchGenerator) -> Any:
+    """Token ids -> text as the binding shows them in logprobs (the ``Llama``'s
+    ``detokenize``, bad bytes dropped; with no ``Llama``, the backend's vocab)."""
     if llm is None:
         return gen.backend.vocab.detokenize
     return lambda ids: llm.detokenize(list(ids)).decode("utf-8", errors="ignore")
@@ -101,7 +101,7 @@ def completions(
     sampling, model, _ = _sampling(kwargs, chat=False)
     done = gen.complete_many(prompts, _per_prompt(llm, sampling, len(prompts)))
     name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = _texts(llm, gen)
+    text_of = token_text(llm, gen)
     return [
         response(c, model=name, chat=False, text_of=text_of, offset=_len(p))
         for c, p in zip(done, prompts, strict=True)
@@ -135,7 +135,7 @@ def chat_completions(
     per_prompt = _per_prompt(llm, sampling, len(conversations))
     done = gen.complete_many([{"messages": m, **extra} for m in conversations], per_prompt)
     name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = _texts(llm, gen)
+    text_of = token_text(llm, gen)
     return [
         response(c, model=name, chat=True, text_of=text_of, offset=c.n_prompt_tokens) for c in done
     ]

@@ -167,6 +167,14 @@ def _max_tokens(value: object) -> int | None:
     return number if number > 0 else None
 
 
+def chat_logprobs(logprobs: object, top_logprobs: object) -> Any:
+    """The ``logprobs`` field of a chat's OpenAI ``logprobs`` (true or false) and
+    ``top_logprobs`` (N): ``top_logprobs`` when ``logprobs`` is true, else ``None``, as
+    llama-cpp-python's chat handler passes them to ``create_completion``; the one rule
+    of ``create_chat_completions`` and OpenAI batch chat bodies."""
+    return top_logprobs if logprobs else None
+
+
 def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     """The :class:`~llamabatch.SamplingParams` of ``create_completion``'s keyword
     arguments (without ``prompt``): the chain, ``seed``, ``max_tokens`` (``None`` or
