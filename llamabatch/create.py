@@ -2,24 +2,27 @@
 prompts, batched: the binding's keyword arguments (through
 :func:`~llamabatch.sampling_map.from_completion_kwargs`: refused by name when the batch
 path cannot honour one) and defaults, plus ``n`` and ``model``; its response dicts
-(:mod:`llamabatch.responses`). Differences (docs/embedding.md): ``max_tokens`` ``None``
-or <= 0 is the generator's ``max_tokens``; ``grammar`` is GBNF text."""
+(:mod:`llamabatch.responses`). The ``Llama``'s own settings that its
+``create_completion`` reads are the defaults: its penalty window
+(``Llama(last_n_tokens_size=...)``, as ``penalty_last_n``) and, with ``seed=None``, the
+seeds it derives from its own seed (:func:`derived_seeds`). Differences
+(docs/embedding.md): ``max_tokens`` ``None`` or <= 0 is the generator's ``max_tokens``;
+``grammar`` is GBNF text; the ``Llama``'s seed is left as it was (the binding moves it on
+with each call)."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .params import SamplingParams
+from .params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response
-from .sampling_map import from_completion_kwargs
+from .sampling_map import CHAT_OFF, chat_logprobs, from_completion_kwargs, refused_arguments
 
 if TYPE_CHECKING:
     from .generator import BatchGenerator
-
-#: ``create_chat_completion`` arguments without a batch counterpart, accepted when off.
-_CHAT_OFF = ("functions", "function_call", "tools", "tool_choice")
 
 #: The chat format ``Llama`` uses for the GGUF's own template.
 _GGUF_TEMPLATE = "chat_template.default"
@@ -31,23 +34,54 @@ def _sampling(kwargs: Mapping[str, Any], *, chat: bool) -> tuple[SamplingParams,
     model, n = kw.pop("model", None), kw.pop("n", 1)
     response_format = None
     if chat:
-        on = [name for name in _CHAT_OFF if kw.pop(name, None) is not None]
+        on = refused_arguments(kw, CHAT_OFF)
+        for name in CHAT_OFF:
+            kw.pop(name, None)
         if on:
             raise ValueError(
                 f"cannot honour {', '.join(on)}: create_chat_completions has no tool calls; "
-                "leave it None"
+                "leave it None (tools: or an empty list)"
             )
         response_format = kw.pop("response_format", None)
-        wanted, top = kw.pop("logprobs", None), kw.pop("top_logprobs", None)
-        kw["logprobs"] = top if wanted else None  # as the binding's chat handler passes it
+        kw["logprobs"] = chat_logprobs(kw.pop("logprobs", None), kw.pop("top_logprobs", None))
         kw.setdefault("temperature", 0.2)
     else:
         kw.setdefault("max_tokens", 16)
     return dataclasses.replace(from_completion_kwargs(kw), n=n), model, response_format
 
 
-def _texts(llm: Any, gen: BatchGenerator) -> Any:
-    """Token ids -> text as the binding shows them (the ``Llama``'s ``detokenize``)."""
+def derived_seeds(llama_seed: int, count: int, n: int = 1) -> list[int]:
+    """The seeds of ``count`` calls in a row of ``Llama.create_completion(seed=None)`` on a
+    ``Llama`` whose seed is ``llama_seed``: each call sets
+    ``random.Random(previous).randint(0, 2**32)`` (llama-cpp-python 0.3.x
+    ``_create_completion``), the first from ``llama_seed``. Each is taken modulo
+    ``LLAMA_DEFAULT_SEED - (n - 1)``, so that reply ``j``'s ``seed + j`` stays a
+    reproducible seed (the binding's own ``2**32 - 1`` would draw a random one)."""
+    seeds, seed = [], llama_seed
+    for _ in range(count):
+        seed = random.Random(seed).randint(0, 2**32)
+        seeds.append(seed % (LLAMA_DEFAULT_SEED - (n - 1)))
+    return seeds
+
+
+def _per_prompt(llm: Any, sampling: SamplingParams, count: int) -> Any:
+    """``sampling`` with the ``Llama``'s defaults: ``penalty_last_n`` its
+    ``last_n_tokens_size``, and without a ``seed``, one per prompt from
+    :func:`derived_seeds` (so a reply does not depend on what it is batched with); with
+    no ``Llama`` (a backend), ``sampling`` as it is."""
+    if llm is None:
+        return sampling
+    window = getattr(llm, "last_n_tokens_size", sampling.penalty_last_n)
+    sampling = dataclasses.replace(sampling, penalty_last_n=window)
+    if sampling.seed is not None:
+        return sampling
+    seeds = derived_seeds(getattr(llm, "_seed", LLAMA_DEFAULT_SEED), count, sampling.n)
+    return [dataclasses.replace(sampling, seed=s) for s in seeds]
+
+
+def token_text(llm: Any, gen: BatchGenerator) -> Any:
+    """Token ids -> text as the binding shows them in logprobs (the ``Llama``'s
+    ``detokenize``, bad bytes dropped; with no ``Llama``, the backend's vocab)."""
     if llm is None:
         return gen.backend.vocab.detokenize
     return lambda ids: llm.detokenize(list(ids)).decode("utf-8", errors="ignore")
@@ -65,9 +99,9 @@ def completions(
     """:meth:`BatchGenerator.create_completions` (see the module's rules)."""
     prompts = _as_list(prompts, "prompts")
     sampling, model, _ = _sampling(kwargs, chat=False)
-    done = gen.complete_many(prompts, sampling)
+    done = gen.complete_many(prompts, _per_prompt(llm, sampling, len(prompts)))
     name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = _texts(llm, gen)
+    text_of = token_text(llm, gen)
     return [
         response(c, model=name, chat=False, text_of=text_of, offset=_len(p))
         for c, p in zip(done, prompts, strict=True)
@@ -98,9 +132,10 @@ def chat_completions(
                 "chat_handler, or give ready prompts to create_completions"
             )
     extra = {} if response_format is None else {"response_format": response_format}
-    done = gen.complete_many([{"messages": m, **extra} for m in conversations], sampling)
+    per_prompt = _per_prompt(llm, sampling, len(conversations))
+    done = gen.complete_many([{"messages": m, **extra} for m in conversations], per_prompt)
     name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = _texts(llm, gen)
+    text_of = token_text(llm, gen)
     return [
         response(c, model=name, chat=True, text_of=text_of, offset=c.n_prompt_tokens) for c in done
     ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -48,6 +50,51 @@ def _is_real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def as_int(value: object) -> int | None:
+    """``value`` as a Python ``int`` when it is an integer of any type (``numpy.int64``:
+    ``operator.index``), else ``None``; a ``bool`` is not an integer here."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def as_real(value: object) -> float | None:
+    """``value`` as a Python ``float`` when it is a real number of any type
+    (``numbers.Real``: ``numpy.float32`` too), else ``None``; a ``bool`` is not one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+#: Fields holding integers and real numbers: other numeric types become Python's.
+_INT_FIELDS = ("top_k", "seed", "penalty_last_n", "max_tokens", "logprobs", "n")
+_REAL_FIELDS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+)
+
+
+def _normalize_numbers(p: SamplingParams) -> None:
+    """Integers of any type (``numpy.int64``) become ``int``, real numbers of any type
+    (``numpy.float32``) become ``float``; other values are left for the range checks."""
+    for name in _INT_FIELDS:
+        value = as_int(getattr(p, name))
+        if value is not None:
+            object.__setattr__(p, name, value)
+    for name in _REAL_FIELDS:
+        real = as_real(getattr(p, name))
+        if real is not None:
+            object.__setattr__(p, name, real)
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """How each sequence picks its next token.
@@ -82,7 +129,8 @@ class SamplingParams:
             grammar stage per sequence, after penalties as in ``Llama._init_sampler``.
         json_schema: a JSON schema (a dict or its JSON text), compiled to GBNF with
             llama-cpp-python's ``json_schema_to_gbnf``; the reply parses as JSON.
-        choices: the reply is exactly one of these strings (a tagger's labels). A reply
+        choices: the reply is exactly one of these strings (a tagger's labels; a list,
+            never one ``str``, which would be read as one label). A reply
             that ``max_tokens`` cuts before it is one of them is not a fragment with
             ``finish_reason`` ``"length"`` but the item's error (``"error"``, saying to
             raise ``max_tokens``); ``max_tokens`` is neither raised nor checked up front,
@@ -149,6 +197,7 @@ class SamplingParams:
     score_prompt: bool = False
 
     def __post_init__(self) -> None:
+        _normalize_numbers(self)
         _normalize_reply_fields(self)
         _check_samples_and_scores(self)
         _check(
@@ -256,8 +305,14 @@ class SamplingParams:
 
 def _str_tuple(name: str, value: object, *, allow_empty: bool) -> tuple[str, ...]:
     """``value`` as a tuple of non-empty strings; one ``str`` is one string (as
-    llama-cpp-python's ``stop``), never its characters."""
+    llama-cpp-python's ``stop``), never its characters, where ``allow_empty`` (``stop``);
+    else (``choices``, a list of labels) one ``str`` is refused: ``"bug,billing"`` would
+    be one label."""
     if isinstance(value, str):
+        if not allow_empty:
+            raise ValueError(
+                f"{name}={value!r} is one string: give a list of strings, e.g. {[value]!r}"
+            )
         value = (value,)
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"{name}={value!r} is not valid: give a string or a list of strings")
@@ -273,7 +328,9 @@ def _normalize_reply_fields(p: SamplingParams) -> None:
     ``choices`` (sequences become tuples, so the dataclass stays frozen and hashable)."""
     stop = () if p.stop is None else _str_tuple("stop", p.stop, allow_empty=True)
     object.__setattr__(p, "stop", stop)
-    ids = p.stop_token_ids
+    ids: object = p.stop_token_ids
+    if isinstance(ids, (list, tuple)):
+        ids = [t if (i := as_int(t)) is None else i for t in ids]
     if not isinstance(ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in ids):
         raise ValueError(
             f"stop_token_ids={ids!r} is not valid: give a list of token ids (integers >= 0)"

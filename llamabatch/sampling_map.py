@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .params import SamplingParams
+from .errors import ParameterError
+from .params import SamplingParams, as_int, as_real
 
 _DEFAULT = SamplingParams()
 
@@ -39,20 +40,43 @@ SERVER_FIELDS = COMPLETION_FIELDS
 #: Fields that act only when labels are scored (``SamplingParams.scores_labels``).
 _SCORING = ("score_choices", "choice_leading_space")
 
-#: ``create_completion`` arguments without a field, accepted at the value that means off.
-_OFF = {
-    "suffix": None,
-    "echo": False,
-    "stream": False,
-    "tfs_z": 1.0,
-    "mirostat_mode": 0,
-    "mirostat_tau": 5.0,
-    "mirostat_eta": 0.1,
-    "model": None,
-    "stopping_criteria": None,
-    "logits_processor": None,
-    "logit_bias": None,
+#: ``create_completion`` arguments without a field, accepted at the values that mean off.
+_OFF: dict[str, tuple[Any, ...]] = {
+    "suffix": (None,),
+    "echo": (False,),
+    "stream": (False,),
+    "tfs_z": (1.0,),
+    "mirostat_mode": (0,),
+    "mirostat_tau": (5.0,),
+    "mirostat_eta": (0.1,),
+    "model": (None,),
+    "stopping_criteria": (None,),
+    "logits_processor": (None,),
+    "logit_bias": (None, {}),
 }
+#: ``create_chat_completion``'s (and OpenAI's) tool-call arguments: no batch counterpart,
+#: accepted when off (no tools: ``None`` or an empty list; a choice of ``"none"``).
+CHAT_OFF: dict[str, tuple[Any, ...]] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+}
+#: Every argument of the binding's calls (and OpenAI's request fields) that llamabatch
+#: cannot honour, with its values that mean off.
+OFF = {**_OFF, **CHAT_OFF}
+
+
+def is_off(name: str, value: object) -> bool:
+    """True when ``value`` of :data:`OFF`'s ``name`` means off (so it changes nothing)."""
+    return any(value is off or (off is not None and value == off) for off in OFF[name])
+
+
+def refused_arguments(kwargs: Mapping[str, Any], names: Collection[str] = OFF) -> list[str]:
+    """The keys of ``kwargs`` among ``names`` (of :data:`OFF`) set to other than off, in
+    ``kwargs``' order: the one rule for ``create_*`` calls and OpenAI batch bodies, which
+    refuse them by name."""
+    return [k for k, v in kwargs.items() if k in names and k in OFF and not is_off(k, v)]
 
 
 def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]:
@@ -123,6 +147,34 @@ def request_fields(sampling: SamplingParams, max_tokens: int, grammar: str | Non
     return body
 
 
+def _max_tokens(value: object) -> int | None:
+    """``create_completion``'s ``max_tokens`` as the field: ``None`` or <= 0 is ``None``
+    (the generator's); an integer of any type or an integral float (``3.0``, which the
+    binding honours) is that many tokens.
+
+    Raises:
+        ParameterError: anything else (a string, ``3.5``), named.
+    """
+    if value is None:
+        return None
+    number = as_int(value)
+    if number is None and (real := as_real(value)) is not None and real.is_integer():
+        number = int(real)
+    if number is None:
+        raise ParameterError(
+            "max_tokens", value, "None, or an integer (<= 0: the generator's max_tokens)"
+        )
+    return number if number > 0 else None
+
+
+def chat_logprobs(logprobs: object, top_logprobs: object) -> Any:
+    """The ``logprobs`` field of a chat's OpenAI ``logprobs`` (true or false) and
+    ``top_logprobs`` (N): ``top_logprobs`` when ``logprobs`` is true, else ``None``, as
+    llama-cpp-python's chat handler passes them to ``create_completion``; the one rule
+    of ``create_chat_completions`` and OpenAI batch chat bodies."""
+    return top_logprobs if logprobs else None
+
+
 def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     """The :class:`~llamabatch.SamplingParams` of ``create_completion``'s keyword
     arguments (without ``prompt``): the chain, ``seed``, ``max_tokens`` (``None`` or
@@ -137,12 +189,12 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     refused = []
     for name, value in kwargs.items():
         if name in _OFF:
-            if value != _OFF[name]:
+            if not is_off(name, value):
                 refused.append(name)
         elif name == "grammar" and not (value is None or isinstance(value, str)):
             refused.append("grammar (give its GBNF text, not a LlamaGrammar)")
         elif name == "max_tokens":
-            values[name] = value if isinstance(value, int) and value > 0 else None
+            values[name] = _max_tokens(value)
         elif name in (*CHAIN, "seed", "stop", "logprobs", "grammar"):
             values[name] = value
         else:

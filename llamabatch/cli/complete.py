@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..completion import Completion
+from ..create import token_text
 from ..errors import LlamaBatchError
 from ..items import item_fields, with_fields
 from ..model import DEFAULT_MODEL
@@ -402,7 +403,8 @@ def run(args: argparse.Namespace) -> int:
 class _Job:
     """One run: what it has to write (``todo``, input order), where, and its counts.
 
-    ``n_ctx`` is the model context that --n-ctx-seq set (a local or Ray run), else ``None``.
+    ``n_ctx`` is the model context that --n-ctx-seq set (a local or Ray run), else ``None``;
+    ``text_of`` the token texts of the logprobs in openai lines (a local run), else ``None``.
     """
 
     args: argparse.Namespace
@@ -414,6 +416,7 @@ class _Job:
     next_entry: int = 0
     model: str = "llamabatch"
     n_ctx: int | None = None
+    text_of: Any = None
 
     def record(self, item: LineItem, completion: Completion) -> dict[str, Any]:
         """The output line of a completed item, in the chosen --output-format; a prompt
@@ -429,7 +432,7 @@ class _Job:
                 )
         if self.args.output_format == "openai":
             url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
-            return response_record(item.id, url, completion, self.model)
+            return response_record(item.id, url, completion, self.model, self.text_of)
         return completion_record(item, completion)
 
     def bad_record(self, bad: Any) -> dict[str, Any]:
@@ -549,6 +552,7 @@ def _run(args: argparse.Namespace) -> int:
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, config, args)
+            job.text_of = token_text(llm, gen)  # the logprobs' token texts (openai)
             summary = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
             return _generate(job, gen, job_items, summary, interrupts)
 

@@ -12,9 +12,49 @@ from typing import Any
 from ..errors import GrammarError
 from .dead_ends import check_choices, check_literals
 
-#: Any JSON object (``response_format: {"type": "json_object"}``): the schema
-#: ``{"type": "object"}`` compiled like every other schema.
-JSON_OBJECT_SCHEMA = {"type": "object"}
+#: Any JSON object (``response_format: {"type": "json_object"}`` without a ``schema``):
+#: llama-cpp-python's ``llama_grammar.JSON_GBNF`` (0.3.36), which its chat handler builds
+#: for it (``_grammar_for_response_format``), so that replies are the binding's. Used when
+#: that module is not installed; :func:`json_object_grammar` prefers the module's own.
+_JSON_GBNF = r"""
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+"""
+
+
+def json_object_grammar() -> str:
+    """The GBNF text of ``response_format: {"type": "json_object"}``: llama-cpp-python's
+    ``llama_grammar.JSON_GBNF`` (what ``create_chat_completion`` uses), or the copy of it
+    here when the module is not installed."""
+    try:
+        from llama_cpp.llama_grammar import JSON_GBNF
+    except ImportError:
+        return _JSON_GBNF
+    return str(JSON_GBNF)
+
 
 #: One character of a JSON string, as current llama.cpp's converter writes it
 #: (``common/json-schema-to-grammar.cpp``, ``PRIMITIVE_RULES`` "char", in the llama.cpp
@@ -137,8 +177,10 @@ def grammar_of(params: Any) -> str | None:
 
 def response_format_fields(response_format: object) -> dict[str, Any]:
     """The :class:`~llamabatch.SamplingParams` fields an OpenAI ``response_format`` stands for:
-    ``{}`` for ``{"type": "text"}``, else ``{"json_schema": schema}`` (any object for
-    ``json_object``). ValueError, naming what is valid, for anything else."""
+    ``{}`` for ``{"type": "text"}``, ``{"grammar": json_object_grammar()}`` for
+    ``json_object`` (with a ``schema``: ``{"json_schema": schema}``, as llama-cpp-python
+    reads it), ``{"json_schema": schema}`` for ``json_schema``. ValueError, naming what is
+    valid, for anything else."""
     if not isinstance(response_format, Mapping):
         raise ValueError(
             f"response_format must be an object such as "
@@ -149,7 +191,9 @@ def response_format_fields(response_format: object) -> dict[str, Any]:
         return {}
     if kind == "json_object":
         schema = response_format.get("schema")  # llama-cpp-python also reads this key
-        return {"json_schema": dict(schema) if isinstance(schema, Mapping) else JSON_OBJECT_SCHEMA}
+        if isinstance(schema, Mapping):
+            return {"json_schema": dict(schema)}
+        return {"grammar": json_object_grammar()}
     if kind == "json_schema":
         spec = response_format.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, Mapping) else None

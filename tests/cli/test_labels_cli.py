@@ -98,3 +98,41 @@ def test_the_summary_counts_the_tokens_of_every_reply(capsys, tmp_path: Path) ->
     usage = rec["response"]["body"]["usage"]
     assert usage["completion_tokens"] == sum(len(s["token_ids"]) for s in a["samples"])
     assert f", out {usage['completion_tokens']};" in err
+
+
+@pytest.mark.real_model
+def test_openai_lines_carry_the_logprobs_asked_for(capsys, tmp_path: Path) -> None:
+    chat = [{"role": "user", "content": "Name a fruit."}]
+    lines = [
+        {
+            "custom_id": "chat",
+            "url": "/v1/chat/completions",
+            "body": {"messages": chat, "logprobs": True, "top_logprobs": 2},
+        },
+        {"custom_id": "text", "url": "/v1/completions", "body": {"prompt": "Sky", "logprobs": 2}},
+    ]
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        write_jsonl(tmp_path / "b.jsonl", lines),
+        "-o",
+        out,
+        *FAST,
+        "--output-format",
+        "openai",
+        "--quiet",
+    )
+    assert code == 0, err
+    chat_rec, text_rec = read_jsonl(out)
+    assert chat_rec["error"] is None and text_rec["error"] is None
+    (chat_choice,) = chat_rec["response"]["body"]["choices"]
+    (text_choice,) = text_rec["response"]["body"]["choices"]
+    content = chat_choice["logprobs"]["content"]
+    assert "".join(c["token"] for c in content) == chat_choice["message"]["content"]
+    assert all(len(c["top_logprobs"]) in (2, 3) for c in content)  # the 2, then the chosen
+    text_lp = text_choice["logprobs"]
+    assert "".join(text_lp["tokens"]) == text_choice["text"]
+    assert (
+        len(text_lp["token_logprobs"]) == text_rec["response"]["body"]["usage"]["completion_tokens"]
+    )

@@ -16,6 +16,7 @@ from cli_util import EXAMPLES, FAST, example_prompts, read_jsonl, run_cli, write
 from llamabatch import SamplingParams
 from llamabatch.cli.job.input import read_prompts
 from llamabatch.items import with_fields
+from llamabatch.llamacpp.constraints import json_object_grammar
 
 LABELS = ["billing", "bug", "account", "feature_request"]
 
@@ -54,7 +55,7 @@ def test_a_bad_field_value_is_a_bad_line_named_by_number(tmp_path: Path) -> None
     assert "max_tokens" in bad[0].error and "choices" in bad[1].error
 
 
-def test_response_format_becomes_a_json_schema(tmp_path: Path) -> None:
+def test_response_format_becomes_the_bindings_constraint(tmp_path: Path) -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     path = write_jsonl(
         tmp_path / "in.jsonl",
@@ -72,10 +73,10 @@ def test_response_format_becomes_a_json_schema(tmp_path: Path) -> None:
     )
     flags = SamplingParams(choices=["a", "b"])
     resolved = [with_fields(flags, e.fields) for e in read_prompts(path)]
-    assert [(s.json_schema, s.choices) for s in resolved] == [
-        ({"type": "object"}, None),
-        (schema, None),
-        (None, None),  # {"type": "text"} lifts the flags' constraint
+    assert [(s.grammar, s.json_schema, s.choices) for s in resolved] == [
+        (json_object_grammar(), None, None),  # llama-cpp-python's JSON_GBNF
+        (None, schema, None),
+        (None, None, None),  # {"type": "text"} lifts the flags' constraint
     ]
 
 
@@ -124,7 +125,7 @@ def test_openai_requests_are_read_as_items(tmp_path: Path) -> None:
         "stop": ["."],
     }
     assert entries[3].fields == {"max_tokens": 40, "response_format": {"type": "json_object"}}
-    assert with_fields(SamplingParams(), entries[3].fields).json_schema == {"type": "object"}
+    assert with_fields(SamplingParams(), entries[3].fields).grammar == json_object_grammar()
 
 
 def test_version(capsys) -> None:

@@ -3,6 +3,7 @@ dicts' shape, ``n`` choices, the logprobs layout, and keywords refused by name."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from llamabatch import BatchGenerator
@@ -71,6 +72,8 @@ def test_chat_refuses_tools_and_one_conversation_instead_of_a_list():
     with _gen() as gen:
         with pytest.raises(ValueError, match="tools"):
             gen.create_chat_completions([[{"role": "user", "content": "x"}]], tools=[{}])
+        with pytest.raises(ValueError, match="tool_choice"):
+            gen.create_chat_completions([[{"role": "user", "content": "x"}]], tool_choice="auto")
         with pytest.raises(TypeError, match="one conversation"):
             gen.create_chat_completions([{"role": "user", "content": "x"}])
         with pytest.raises(TypeError, match="prompts is one str"):
@@ -83,3 +86,37 @@ def test_a_failed_item_keeps_the_keys_and_says_why_in_its_place():
     assert [r["choices"][0]["finish_reason"] for r in out] == ["stop", "error", "stop"]
     assert "error" in out[1] and "error" not in out[0]
     assert set(out[1]) == KEYS | {"error"}
+
+
+@pytest.mark.parametrize("max_tokens", [3, 3.0, "numpy.int64"])
+def test_max_tokens_of_any_integer_type_is_honoured_like_the_binding(max_tokens):
+    value = np.int64(3) if max_tokens == "numpy.int64" else max_tokens
+    with _gen() as gen:
+        (r,) = gen.create_completions(["long"], max_tokens=value, temperature=0)
+    assert r["usage"]["completion_tokens"] == 3
+    assert r["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("max_tokens", ["3", 3.5])
+def test_max_tokens_that_is_no_integer_is_refused_by_name(max_tokens):
+    with _gen() as gen, pytest.raises(ValueError, match="max_tokens"):
+        gen.create_completions(["long"], max_tokens=max_tokens)
+
+
+def test_numpy_numbers_are_numbers():
+    with _gen() as gen:
+        (r,) = gen.create_completions(
+            ["long"], max_tokens=np.int32(2), temperature=np.float32(0.0), top_k=np.int64(5)
+        )
+    assert r["usage"]["completion_tokens"] == 2
+
+
+def test_no_tools_given_as_an_empty_list_is_accepted_as_the_binding_does():
+    with _gen() as gen:
+        (r,) = gen.create_chat_completions(
+            [[{"role": "user", "content": "text"}]], tools=[], tool_choice="none", temperature=0
+        )
+        (p,) = gen.create_completions(["text"], echo=False, logit_bias={}, temperature=0)
+    assert r["object"] == "chat.completion"
+    assert "chat template" in r["error"]  # it reached the items (the fake has no template)
+    assert p["choices"][0]["text"] == "one two"

@@ -156,3 +156,40 @@ def test_a_prompt_longer_than_the_context_reports_its_length_and_n_ctx(slots):
     assert long.finish_reason == "error" and long.n_prompt_tokens == 20  # not 0
     assert "prompt has 20 tokens" in long.error and "n_ctx=16" in long.error
     assert ok.ok and ok.n_prompt_tokens == 2
+
+
+def test_choices_given_as_one_string_is_refused_on_every_path(tmp_path):
+    with pytest.raises(ValueError, match=r"choices='bug,billing' is one string.*\['bug,billing'\]"):
+        SamplingParams(choices="bug,billing")
+    path = tmp_path / "lines.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "choices": "bug,billing"}) + "\n", encoding="utf-8")
+    (entry,) = read_prompts(path, skip_bad=True)
+    assert isinstance(entry, BadLine) and "choices='bug,billing' is one string" in entry.error
+    assert SamplingParams(stop="END").stop == ("END",)  # one stop string is the binding's
+
+
+@pytest.mark.parametrize(
+    "body, named",
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"logit_bias": {"12": 5}}, "logit_bias"),
+        ({"echo": True}, "echo"),
+        ({"suffix": "end"}, "suffix"),
+    ],
+)
+def test_an_openai_body_field_that_cannot_be_honoured_is_the_lines_error(tmp_path, body, named):
+    chat = {"custom_id": "c", "url": "/v1/chat/completions"}
+    lines = [
+        {**chat, "body": {"messages": [{"role": "user", "content": "x"}], **body}},
+        {**chat, "body": {"messages": [{"role": "user", "content": "x"}], "tools": []}},
+        {"custom_id": "p", "url": "/v1/completions", "body": {"prompt": "a", "echo": False}},
+    ]
+    lines[1]["custom_id"] = "off"
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    warnings: list[str] = []
+    bad, off, plain = read_prompts(path, skip_bad=True, warn=warnings.append)
+    assert isinstance(bad, BadLine) and bad.id == "c" and f"sets {named}" in bad.error
+    assert type(off).__name__ == type(plain).__name__ == "LineItem"
+    assert warnings == []  # the off values change nothing and need no warning

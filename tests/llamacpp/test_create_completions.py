@@ -98,3 +98,60 @@ def test_an_item_too_long_for_a_slot_is_completed_alone_in_its_place(llm):
     assert [r["choices"][0]["finish_reason"] for r in out] == ["length"] * 3
     assert all("error" not in r for r in out)
     assert gen.stats.items_alone >= 1
+
+
+@pytest.fixture
+def own_llm(model_path):
+    """A ``Llama`` with its own seed and penalty window (not the defaults)."""
+    import llama_cpp
+
+    model = llama_cpp.Llama(
+        model_path=str(model_path),
+        n_ctx=512,
+        n_threads=2,
+        seed=7,
+        last_n_tokens_size=2,
+        verbose=False,
+    )
+    yield model
+    model.close()
+
+
+def _texts(responses: list[dict]) -> list[str]:
+    return [r["choices"][0]["text"] for r in responses]
+
+
+def test_the_llamas_penalty_window_is_the_default(own_llm):
+    kwargs = {"max_tokens": 12, "temperature": 0, "repeat_penalty": 1.5}
+    got = llamabatch.create_completions(own_llm, PROMPTS[:4], **kwargs)
+    want = [own_llm.create_completion(p, **kwargs) for p in PROMPTS[:4]]
+    assert _texts(got) == _texts(want)
+
+
+def test_seed_none_is_derived_from_the_llamas_seed_as_the_binding_does(own_llm):
+    kwargs = {"max_tokens": 8, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+    first = llamabatch.create_completions(own_llm, PROMPTS[:4], **kwargs)
+    again = llamabatch.create_completions(own_llm, PROMPTS[:4], **kwargs)
+    with llamabatch.BatchGenerator(own_llm, slots=1) as gen:
+        alone = gen.create_completions(PROMPTS[:4], **kwargs)
+    assert own_llm._seed == 7  # the Llama is left as it was
+    want = [own_llm.create_completion(p, **kwargs) for p in PROMPTS[:4]]
+    assert _texts(first) == _texts(again) == _texts(alone)
+    assert sum(g == w for g, w in zip(_texts(first), _texts(want), strict=True)) >= 3
+
+
+def test_json_object_replies_are_the_bindings(llm):
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    from llamabatch.llamacpp import constraints
+
+    assert constraints._JSON_GBNF == JSON_GBNF  # the copy for installs without the module
+    chats = [[{"role": "user", "content": f"Describe {w} as JSON."}] for w in WORDS[:3]]
+    kwargs = {"max_tokens": 12, "temperature": 0, "response_format": {"type": "json_object"}}
+    got = llamabatch.create_chat_completions(llm, chats, **kwargs)
+    want = [llm.create_chat_completion(m, **kwargs) for m in chats]
+    same = sum(
+        g["choices"][0]["message"] == w["choices"][0]["message"]
+        for g, w in zip(got, want, strict=True)
+    )
+    assert same >= 2, [(g["choices"], w["choices"]) for g, w in zip(got, want, strict=True)]

@@ -9,7 +9,12 @@ Input line (OpenAI's Batch API, also read by ``vllm run-batch``)::
 template) or ``/v1/completions`` (``body.prompt``, a string). The body's sampling
 fields are the per-item fields of :mod:`.fields` (``max_completion_tokens`` is read as
 ``max_tokens``); ``model`` is ignored (the job's model answers); ``n`` gives that many
-``choices[]``.
+``choices[]``; a chat body's OpenAI ``logprobs: true`` with ``top_logprobs: N`` asks for
+``N`` (:func:`~llamabatch.sampling_map.chat_logprobs`). A field the binding's calls have
+but llamabatch cannot honour (``tools``, ``tool_choice``, ``logit_bias``, ``echo``,
+``suffix``...) set to other than off makes the line an error naming it, as
+``create_completions`` refuses it
+(:func:`~llamabatch.sampling_map.refused_arguments`).
 
 Output line (``--output-format openai``), as the Batch API writes it::
 
@@ -33,7 +38,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...completion import Completion
-from ...responses import response
+from ...responses import TokenText, response
+from ...sampling_map import OFF, chat_logprobs, refused_arguments
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -78,9 +84,17 @@ def request_parts(
     prompt_key = _BODY_PROMPTS[url]
     if prompt_key not in body:
         raise ValueError(f'"body" of a {url} request needs "{prompt_key}"')
-    line = {k: v for k, v in body.items() if k not in _BODY_IGNORED}
+    refused = refused_arguments({k: v for k, v in body.items() if k not in _BODY_IGNORED})
+    if refused:
+        raise ValueError(
+            f'"body" sets {", ".join(refused)}, which llamabatch cannot honour (as '
+            "create_completions refuses it); leave it out"
+        )
+    line = {k: v for k, v in body.items() if k not in _BODY_IGNORED and k not in OFF}
     if "max_completion_tokens" in body and "max_tokens" not in body:
         line["max_tokens"] = body["max_completion_tokens"]
+    if url == CHAT_URL and ("top_logprobs" in body or isinstance(body.get("logprobs"), bool)):
+        line["logprobs"] = chat_logprobs(line.pop("logprobs", None), line.pop("top_logprobs", None))
     line.pop("messages" if url == COMPLETIONS_URL else "prompt", None)
     line["id"] = custom_id
     unknown = {k for k in obj if k not in ("custom_id", "method", "url", "body")}
@@ -92,12 +106,18 @@ def _request_id() -> str:
 
 
 def response_record(
-    custom_id: object, url: str, completion: Completion, model: str
+    custom_id: object,
+    url: str,
+    completion: Completion,
+    model: str,
+    text_of: TokenText | None = None,
 ) -> dict[str, Any]:
-    """The output line of one completed (or failed) item, as the Batch API writes it."""
+    """The output line of one completed (or failed) item, as the Batch API writes it;
+    its ``logprobs`` are filled when the item has them and ``text_of`` (token ids ->
+    text) is given (:func:`~llamabatch.responses.response`)."""
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
-    body = response(completion, model=model, chat=url == CHAT_URL)
+    body = response(completion, model=model, chat=url == CHAT_URL, text_of=text_of)
     for key in ("choice_probs", "votes"):  # llamabatch's own, when asked for
         if getattr(completion, key) is not None:
             body[key] = getattr(completion, key)
