@@ -115,6 +115,24 @@ def test_the_reference_shows_signatures_with_defaults_and_every_sampling_field(s
     assert "one_at_a_time" not in _text(_section(reference, "tune")).split("Returns")[0]
 
 
+def test_the_docs_extra_holds_a_signature_formatter():
+    # mkdocstrings formats the signatures with ruff or black; without either each one
+    # renders as one line that the page cuts off
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    docs = re.search(r"^docs = \[(.*?)\]$", pyproject, re.MULTILINE | re.DOTALL)
+    assert docs is not None and re.search(r'"(ruff|black)\b', docs.group(1)), docs
+
+
+def test_every_returns_and_yields_section_is_one_item(site):
+    # one value comes back: a table row per docstring line would split its description
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    sections = re.findall(
+        r">(?:Returns|Yields):</span></p>\s*<table>(.*?)</table>", reference, re.DOTALL
+    )
+    rows = [section.count('<tr class="doc-section-item">') for section in sections]
+    assert len(rows) >= 5 and set(rows) == {1}, rows
+
+
 def test_public_names_come_before_the_errors_and_no_private_base_shows(site):
     reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
     order = [reference.index(f'id="llamabatch.{n}"') for n in ("BatchGenerator", "Stats")]
