@@ -78,13 +78,23 @@ from .job.input import (
 )
 from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
-from .job.report import JobTally, batching_note, progress_bar, summary_line
+from .job.report import (
+    JobTally,
+    batching_note,
+    busy_cpu_warning,
+    load_average,
+    progress_bar,
+    summary_line,
+)
 from .job.resume import check_resume, id_key, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
 PROG = "llamabatch complete"
 _warn = warner(PROG)
+#: Seconds of generation after which a busy CPU is worth a warning (the load average is
+#: a 1-minute mean: a shorter job says little).
+BUSY_MIN_S = 5.0
 
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1
@@ -462,6 +472,9 @@ class _Job:
             yield self.bad_record(bad)
 
     def summary(self, gen_s: float, note: str) -> None:
+        busy = busy_cpu_warning(load_average(), os.cpu_count()) if gen_s >= BUSY_MIN_S else None
+        if busy is not None:
+            _warn(busy)
         if not self.args.quiet:
             print(
                 summary_line(

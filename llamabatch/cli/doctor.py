@@ -36,6 +36,7 @@ from typing import Any, TextIO
 from . import doctor_diagnosis as dx
 from . import doctor_steps, options
 from .common import EXIT_FAILURE, EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
+from .job.report import busy_cpu_warning, load_average
 
 PROG = "llamabatch doctor"
 
@@ -233,6 +234,9 @@ def header(
             + f" (AMX advertised: {'yes' if dx.has_amx(flags) else 'no'})",
         ),
     ]
+    load, cores = load_average(), os.cpu_count()
+    if load is not None:
+        rows.append(("CPU load", f"{load:.1f} (1-minute average) on {cores} cores"))
     offload = info.get("gpu_offload")
     rows.append(("GPU offload", "unknown" if offload is None else ("yes" if offload else "no")))
     for d in info.get("devices") or []:
@@ -307,6 +311,9 @@ def _work(args: argparse.Namespace) -> int:
         print_check(checks[-1], out)
     passed = sum(c.ok for c in checks)
     print(f"{PROG}: {passed} of {len(checks)} checks passed", file=out, flush=True)
+    busy = busy_cpu_warning(load_average(), os.cpu_count())
+    if busy is not None:  # its decode timings above are then not this machine's own
+        print(f"{PROG}: warning: {busy}", file=out, flush=True)
     return EXIT_OK if passed == len(checks) else EXIT_FAILURE
 
 

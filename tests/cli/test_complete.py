@@ -435,3 +435,23 @@ def test_a_prompt_longer_than_the_context_names_its_length_and_n_ctx_seq(
     assert f"prompt has {bad['n_prompt_tokens']} tokens" in bad["error"]
     assert "--n-ctx-seq 256 sets it: raise --n-ctx-seq above" in bad["error"]
     assert fine["error"] is None
+
+
+@pytest.mark.real_model
+def test_a_busy_cpu_is_told_with_what_to_try(capsys, tmp_path, model_path, monkeypatch):
+    """Other work on the cores collapses llama.cpp's default threads: the job says so (the
+    load figure is a stand-in; the machine is not loaded)."""
+    import llamabatch.cli.complete as complete
+
+    src = tmp_path / "in.txt"
+    src.write_text("Name a fruit.\n", encoding="utf-8")
+    monkeypatch.setattr(complete, "BUSY_MIN_S", 0.0)
+    cores = os.cpu_count()
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.5 * cores, 2.0 * cores, cores))
+    code, _, err = run_cli(capsys, "complete", src, "--model", model_path, "--quiet", *FAST)
+    assert code == 0, err
+    assert f"the CPU was busy during the job (load average {2.5 * cores:.1f} on {cores} " in err
+    assert "try --threads 1" in err
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    code, _, err = run_cli(capsys, "complete", src, "--model", model_path, "--quiet", *FAST)
+    assert code == 0 and "busy" not in err
