@@ -309,11 +309,11 @@ def _work(args: argparse.Namespace) -> int:
             print_check(checks[-1], out)
         checks.append(kv_check(checks[-1]))
         print_check(checks[-1], out)
-    passed = sum(c.ok for c in checks)
-    print(f"{PROG}: {passed} of {len(checks)} checks passed", file=out, flush=True)
     busy = busy_cpu_warning(load_average(), os.cpu_count())
     if busy is not None:  # its decode timings above are then not this machine's own
         print(f"{PROG}: warning: {busy}", file=out, flush=True)
+    passed = sum(c.ok for c in checks)
+    print(f"{PROG}: {passed} of {len(checks)} checks passed", file=out, flush=True)
     return EXIT_OK if passed == len(checks) else EXIT_FAILURE
 
 
