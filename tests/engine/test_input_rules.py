@@ -1,6 +1,6 @@
 """Input rules with no llama.cpp: a choices reply cut by max_tokens, the seed range, a
-memoryview prompt, NUL characters in choices and grammars, and the custom_id of a
-rejected OpenAI request line."""
+memoryview prompt, NUL characters in choices and grammars, groups nested too deep, and the
+custom_id of a rejected OpenAI request line."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from llamabatch import BatchGenerator, SamplingParams
 from llamabatch.cli.job.input import BadLine, read_prompts
 from llamabatch.errors import GrammarError
 from llamabatch.llamacpp.constraints import grammar_of
-from llamabatch.llamacpp.dead_ends import check_literals
+from llamabatch.llamacpp.dead_ends import MAX_GROUP_DEPTH, check_literals
 from llamabatch.testing import FakeBackend
 
 YES = SamplingParams(choices=["yes", "no"])
@@ -118,6 +118,25 @@ def test_a_class_matching_no_character_but_nul_is_refused_with_its_place(grammar
     with pytest.raises(GrammarError, match="matches no character but NUL") as info:
         grammar_of(SamplingParams(grammar=grammar))
     assert where in str(info.value)
+
+
+def _nested(depth: int, inner: str = '"a"') -> str:
+    return "root ::= " + "(" * depth + inner + ")" * depth
+
+
+def test_groups_nested_beyond_the_limit_are_refused_with_their_place():
+    grammar_of(SamplingParams(grammar=_nested(MAX_GROUP_DEPTH)))  # the limit itself passes
+    with pytest.raises(GrammarError, match=f"nested {MAX_GROUP_DEPTH + 1} deep") as info:
+        grammar_of(SamplingParams(grammar=_nested(MAX_GROUP_DEPTH + 1)))
+    assert f"line 1, column {10 + MAX_GROUP_DEPTH}" in str(info.value)
+    assert "use rules instead" in str(info.value)
+
+
+def test_parentheses_in_literals_classes_and_comments_are_no_groups():
+    deep = "(" * (2 * MAX_GROUP_DEPTH)
+    grammar_of(SamplingParams(grammar=_nested(MAX_GROUP_DEPTH, f'"{deep}" [{deep}] # {deep}\n')))
+    siblings = "root ::= " + " ".join(["(" * MAX_GROUP_DEPTH + '"a"' + ")" * MAX_GROUP_DEPTH] * 3)
+    grammar_of(SamplingParams(grammar=siblings))  # depth is per nesting, not per count
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 and alone, and llama.cpp never sees an accept it aborts on (``llama-grammar.cpp: fatal
 error``, SIGABRT). Each case runs in a subprocess, so a regression fails the test
 instead of killing pytest. The dead ends that can be seen in the grammar are refused up
-front; the ``backstop`` cases switch that check off, so that the empty class reaches the
+front (as is a grammar nested deep enough to overflow llama.cpp's parser, SIGSEGV); the
+``backstop`` cases switch that check off, so that the empty class reaches the
 check made while sampling."""
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ POISONS = {
     "empty-class": {"grammar": 'root ::= "a" [^\\x00-\\U0010FFFF]'},
     "empty-class-first": {"grammar": "root ::= [^\\x00-\\U0010FFFF]"},
     "nul-literal": {"grammar": 'root ::= "yes\\x00"'},
+    # 30,000 nested groups overflowed llama.cpp's parser's stack (SIGSEGV)
+    "deep-groups": {"grammar": "root ::= " + "(" * 30_000 + '"a"' + ")" * 30_000},
 }
 BACKSTOP = {"backstop-empty-class", "backstop-empty-class-first"}
 POISONS |= {
@@ -81,6 +84,8 @@ def test_a_dead_end_grammar_ends_only_its_item(model_path, kind: str, slots: int
     if kind.startswith("nul"):
         assert "NUL character" in error  # refused up front, with its place
         assert ("choices[0]" in error) if kind == "nul-in-choice" else ("line 1" in error)
+    elif kind == "deep-groups":
+        assert "nested 101 deep" in error and "line 1, column 110" in error, error
     elif kind.startswith("empty"):
         assert "matches no character but NUL" in error and "line 1" in error, error
     else:
