@@ -23,7 +23,7 @@ from snippets import CODE, PAGES, ROOT, Block, blocks, console_commands
 
 #: Blocks marked not runnable (benchmarks, installs, GPU builds, servers, clusters): a new
 #: one is a decision, made here.
-NOT_RUN = 42  # + the batched_calls commands, host_cost, the floor run, the GPU tier
+NOT_RUN = 43  # + the batched_calls commands, host_cost, the floor run, the GPU tier
 TIMEOUT = 300  # seconds per block; the slowest runs a 20-item job on 2 cores
 RUNNABLE = [p for p in PAGES if any(b.is_code and b.not_run is None for b in blocks(p))]
 
