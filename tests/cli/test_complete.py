@@ -72,6 +72,7 @@ OPTION_HELP = {
     "--resume": "(default: off)",
     "--overwrite": "(default: off: refuse)",
     "--keep-other-ids": "(default: off: such an OUT was written from another input and is refused)",
+    "--allow-changed-options": "(default: off: refused, naming each option that changed)",
     "--skip-bad": "(default: off:",
     "--format": "(default: auto:",
     "--model": "(default: SmolLM2-135M-Instruct Q4_1,",
