@@ -206,6 +206,7 @@ def load_llama(
     """Load a GGUF model into a ``llama_cpp.Llama`` (``verbose=False``) after checking the path.
 
     Args:
+        path: the GGUF file (e.g. :func:`default_model_path`).
         n_ctx: tokens of the Llama's own context; items completed alone must fit it.
         n_threads: CPU threads to generate and to prefill; ``None``: llama-cpp-python's.
         n_gpu_layers: layers offloaded to the GPU; default -1, every layer (no effect on a

@@ -7,10 +7,16 @@ the site has no entry for it). ``~`` shows the last name only, as in Sphinx. The
 parameters of TEST_HOOKS (for tests, not for users) are left out of the site, and an
 entry that documents several names at once (``max_tokens, n_batch: as for ...``) becomes
 one entry per name, so that each parameter gets its row.
+
+Defaults: a default that names a constant (``max_batch_failures=MAX_BATCH_FAILURES``) shows
+the constant's value when that is a literal (``3``), and the Attributes of a dataclass whose
+documented fields all have defaults (a settings object: ``SamplingParams``) are shown with
+a Default column, as parameters are.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from html import escape
 from typing import Any
@@ -52,7 +58,65 @@ def _drop_params(obj: griffe.Object, names: tuple[str, ...]) -> None:
         obj.docstring.value = entry.sub("", obj.docstring.value + "\n").rstrip("\n")
 
 
+def _literal(obj: griffe.Object, default: str | griffe.Expr | None) -> str | griffe.Expr | None:
+    """The value of the constant that ``default`` names, where it is a literal, else
+    ``default`` itself."""
+    value = default
+    for _ in range(4):  # a constant defined as another constant
+        if not isinstance(value, griffe.ExprName):
+            break
+        try:
+            target = obj.modules_collection[value.canonical_path]
+            value = (target.final_target if target.is_alias else target).value
+        except (KeyError, AttributeError, griffe.AliasResolutionError, griffe.CyclicAliasError):
+            return default
+    try:
+        ast.literal_eval(str(value))
+    except (ValueError, SyntaxError):
+        return default
+    return str(value) if value is not default else default
+
+
+def _is_dataclass(obj: griffe.Object) -> bool:
+    return obj.is_class and any(
+        d.callable_path in ("dataclasses.dataclass", "dataclass")
+        for d in obj.decorators  # type: ignore[attr-defined]
+    )
+
+
+def _attributes_with_defaults(cls: griffe.Object) -> None:
+    """Show a settings dataclass's documented fields with their defaults: its Attributes
+    section becomes a parameters table titled "Attributes:" (a Default column)."""
+    if cls.docstring is None or cls.docstring.parser is None:
+        return
+    fields = {
+        name: member.value
+        for name, member in cls.members.items()
+        if not member.is_alias and member.is_attribute and member.value is not None
+    }
+    sections = cls.docstring.parsed  # parsed once here; the site renders this list
+    for index, section in enumerate(sections):
+        if section.kind is not griffe.DocstringSectionKind.attributes:
+            continue
+        if not section.value or any(a.name not in fields for a in section.value):
+            continue
+        sections[index] = griffe.DocstringSectionParameters(
+            [
+                griffe.DocstringParameter(
+                    a.name, description=a.description, annotation=a.annotation, value=fields[a.name]
+                )
+                for a in section.value
+            ],
+            title=section.title or "Attributes:",
+        )
+
+
 def _rewrite(obj: griffe.Object) -> None:
+    if obj.is_function:
+        for parameter in obj.parameters:  # type: ignore[attr-defined]
+            parameter.default = _literal(obj, parameter.default)
+    if obj.is_attribute and obj.parent is not None and obj.parent.is_class:
+        obj.value = _literal(obj, obj.value)  # type: ignore[attr-defined]
     if obj.path in TEST_HOOKS:
         _drop_params(obj, TEST_HOOKS[obj.path])
     if obj.docstring is not None:
@@ -72,6 +136,8 @@ def _rewrite(obj: griffe.Object) -> None:
     for member in obj.members.values():
         if not member.is_alias:
             _rewrite(member)  # type: ignore[arg-type]
+    if _is_dataclass(obj):
+        _attributes_with_defaults(obj)
 
 
 class SphinxRoles(griffe.Extension):

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import importlib
 import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -115,12 +117,120 @@ def test_the_reference_shows_signatures_with_defaults_and_every_sampling_field(s
     assert "one_at_a_time" not in _text(_section(reference, "tune")).split("Returns")[0]
 
 
+def _signature(section: str) -> str:
+    """The text of an entry's first signature, its line breaks kept."""
+    found = re.search(r'<div class="doc-signature[^"]*"><pre>(.*?)</pre>', section, re.DOTALL)
+    assert found is not None, "an entry without a signature"
+    return html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
+
+
 def test_the_docs_extra_holds_a_signature_formatter():
     # mkdocstrings formats the signatures with ruff or black; without either each one
     # renders as one line that the page cuts off
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    docs = re.search(r"^docs = \[(.*?)\]$", pyproject, re.MULTILINE | re.DOTALL)
+    docs = re.search(r"^docs = (.*)$", pyproject, re.MULTILINE)
     assert docs is not None and re.search(r'"(ruff|black)\b', docs.group(1)), docs
+
+
+def test_signatures_are_formatted_one_parameter_a_line(site):
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    lines = _signature(_section(reference, "BatchGenerator")).splitlines()
+    assert lines[0] == "BatchGenerator(", "unformatted signature: ruff or black is missing"
+    assert "    slots: int = 4," in lines and "    max_tokens: int = 200," in lines
+    assert max(map(len, lines)) <= 80
+
+
+def _module_constants() -> dict[str, object]:
+    import llamabatch.model
+    import llamabatch.tuning  # noqa: F401
+
+    return {
+        name: value
+        for module_name, module in list(sys.modules.items())
+        if module_name.split(".")[0] == "llamabatch"
+        for name, value in vars(module).items()
+        if re.fullmatch(r"[A-Z][A-Z0-9_]+", name)
+    }
+
+
+def test_defaults_show_their_values_not_the_names_of_constants(site):
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    shown = set(re.findall(r"= ([A-Z][A-Z0-9_]{2,})\b", _text(reference)))
+    shown |= set(re.findall(r"<td>\s*<code>([A-Z][A-Z0-9_]{2,})</code>\s*</td>", reference))
+    constants = _module_constants()
+    unknown = sorted(shown - constants.keys())
+    assert unknown == [], "defaults named after no constant of llamabatch"
+    plain = sorted(n for n in shown if isinstance(constants[n], (int, float, str, bytes)))
+    assert plain == []
+    generator = _text(_section(reference, "BatchGenerator"))
+    assert "max_batch_failures: int = 3" in generator
+
+
+def _row(table_html: str, name: str) -> str:
+    for row in re.findall(r'<tr class="doc-section-item">(.*?)</tr>', table_html, re.DOTALL):
+        if re.search(rf"<code>(?:<[^>]+>)*{name}(?:<[^>]+>)*</code>", row.split("</td>")[0]):
+            return row
+    raise AssertionError(f"no row for {name}")
+
+
+def test_every_sampling_field_shows_its_default(site):
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    sampling = _section(reference, "SamplingParams")
+    wrong = {}
+    for field in dataclasses.fields(llamabatch.SamplingParams):
+        cells = re.findall(r"<td>(.*?)</td>", _row(sampling, field.name), re.DOTALL)
+        if _text(cells[-1]).strip() != repr(field.default):
+            wrong[field.name] = _text(cells[-1]).strip()
+    assert wrong == {}
+
+
+def _entries(reference: str):
+    """(object, the HTML of its entry) for every entry of the reference."""
+    heads = [
+        (found.start(), found.group(1))
+        for found in re.finditer(
+            r'<h\d id="(llamabatch\.[\w.]+)" class="doc doc-heading', reference
+        )
+    ]
+    for (start, path), (end, _) in zip(heads, heads[1:] + [(len(reference), "")]):
+        parts = path.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for part in parts[cut:]:
+            obj = getattr(obj, part)
+        yield path, obj, reference[start:end]
+
+
+def _test_hooks() -> dict[str, tuple[str, ...]]:
+    spec = importlib.util.spec_from_file_location("roles", ROOT / "scripts/griffe_sphinx_roles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TEST_HOOKS
+
+
+def test_every_parameters_table_names_every_parameter(site):
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    hooks = _test_hooks()
+    missing = {}
+    for path, obj, entry in _entries(reference):
+        table = re.search(r"Parameters:</span></p>\s*<table>.*?</table>", entry, re.DOTALL)
+        if table is None or not callable(obj):
+            continue
+        real = f"{obj.__module__}.{obj.__qualname__}"
+        names = [
+            p.name
+            for p in inspect.signature(obj).parameters.values()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and p.name not in ("self", *hooks.get(real, ()))
+        ]
+        absent = [n for n in names if not re.search(rf"<code>{n}</code>", table.group(0))]
+        if absent:
+            missing[path] = absent
+    assert missing == {}
 
 
 def test_every_returns_and_yields_section_is_one_item(site):
