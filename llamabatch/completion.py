@@ -169,6 +169,9 @@ class Stats:
             (:class:`~llamabatch.engine.step.StepTimes`; 0 where it does not say).
         backend_sampled_rows: rows whose token a sampler chain chose on the model's own
             device (llama.cpp's backend sampling, ``BatchGenerator(backend_sampling=)``).
+        device_check: the result of the check that batched logits equal one-at-a-time
+            ones on the device (``BatchGenerator(check_device=)``), one sentence; ``None``
+            when it did not run.
     """
 
     items_batched: int = 0
@@ -198,6 +201,7 @@ class Stats:
     logits_seconds: float = 0.0
     sampling_seconds: float = 0.0
     backend_sampled_rows: int = 0
+    device_check: str | None = None
 
     @property
     def batching_enabled(self) -> bool:
@@ -238,6 +242,7 @@ class StepSplit:
     sampling: float = 0.0
     other: float = 0.0
     backend_sampled_rows: int = 0
+    device_check: str | None = None
 
     @property
     def seconds(self) -> float:

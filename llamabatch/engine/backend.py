@@ -29,6 +29,7 @@ __all__ = [
     "Release",
     "Save",
     "SeqOp",
+    "SlotMemory",
     "Start",
     "Trim",
     "Vocab",
@@ -55,6 +56,25 @@ class BatchLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class SlotMemory:
+    """Room for a batch context's KV cache (``slots="auto"``).
+
+    Attributes:
+        where: the memory: a device name (``"Vulkan0"``, ``"CUDA0+CUDA1"``) or ``"host"``.
+        free_bytes: bytes free there now (``ggml_backend_dev_memory``; for the host, the
+            memory available to programs).
+        bytes_per_slot: KV cache bytes of one sequence of the asked ``n_ctx_seq``.
+        exact: ``bytes_per_slot`` is exact (False: an estimate, e.g. a sliding window or
+            recurrent state).
+    """
+
+    where: str
+    free_bytes: int
+    bytes_per_slot: int
+    exact: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class BackendInfo:
     """What a backend is and can do; read once, never changes.
 
@@ -75,6 +95,11 @@ class BackendInfo:
             ``None``: the generator makes its own.
         check_batch_params: ``(slots, n_ctx_seq, n_batch) -> None``, raising
             ``ValueError`` for sizes the library would abort on; ``None``: no limits.
+        device: the GPU (or other accelerator) whose logits the batch context reads, by
+            name (``"Vulkan0"``), or ``None`` on the host CPU; batched steps on a device
+            are checked against one at a time by default (``BatchConfig.check_device``).
+        slot_memory: ``(n_ctx_seq) -> SlotMemory``, the room for slots of that size
+            (``slots="auto"``); ``None``: unknown.
     """
 
     n_ctx: int
@@ -88,6 +113,8 @@ class BackendInfo:
     min_score_run: int = 1
     lock: AbstractContextManager[Any] | None = None
     check_batch_params: Callable[[int, int, int], None] | None = None
+    device: str | None = None
+    slot_memory: Callable[[int], SlotMemory] | None = None
 
 
 # -- operations on sequences (Backend.apply) ------------------------------------------

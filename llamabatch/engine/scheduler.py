@@ -28,6 +28,7 @@ from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendInfo, BatchLimits, Release
+from .device_check import check_device
 from .features import Features
 from .request import Request
 from .slot_engine import BatchFailed, SlotEngine
@@ -69,6 +70,9 @@ class Scheduler:
         self.vocab = backend.vocab
         if config.n_ctx_seq is None:
             raise ValueError("config.n_ctx_seq is None: give the tokens per sequence")
+        if not isinstance(config.slots, int):
+            raise ValueError(f"config.slots is {config.slots!r}: give a number of slots")
+        self.slots = config.slots
         self.config, self.n_ctx_seq = config, config.n_ctx_seq
         self.stats = Stats()
         self.limits: BatchLimits | None = None
@@ -77,7 +81,7 @@ class Scheduler:
         self._open_tried = False
         self._failures = 0  # failures of the batch path since an item completed in it
         self._retry: deque[Request] = deque()  # requests in flight at a failure: alone, once
-        if config.slots < 2:
+        if self.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
     # -- the batch context ---------------------------------------------------------------
@@ -94,7 +98,7 @@ class Scheduler:
         self._open_tried = True
         cfg = self.config
         floor = self.n_ctx_seq if min_n_ctx_seq is None else min_n_ctx_seq
-        tries = smaller_tries(cfg.slots, self.n_ctx_seq, floor, self.info.n_ctx)
+        tries = smaller_tries(self.slots, self.n_ctx_seq, floor, self.info.n_ctx)
         why = ""
         for k, (slots, n_ctx_seq) in enumerate(tries, 1):
             try:
@@ -124,6 +128,9 @@ class Scheduler:
                 f"{last[1]} tokens): {why}"
             )
             return False
+        if not self._device_agrees(self.limits):
+            self.limits = None
+            return False
         lim = self.limits
         self.stats.batch_slots, self.stats.batch_n_ctx_seq = lim.n_seq_max, lim.n_ctx_seq
         self.stats.kv_bytes = lim.kv_bytes
@@ -145,6 +152,35 @@ class Scheduler:
             self.info,
         )
         return True
+
+    def _device_agrees(self, limits: BatchLimits) -> bool:
+        """Run the device check where ``config.check_device`` asks (``None``: on a device);
+        False, batching off and the backend closed, when the device fails it."""
+        device, want = self.info.device, self.config.check_device
+        if not (device is not None if want is None else want) or limits.n_seq_max < 2:
+            return True
+        if not self.info.can_score:
+            log.warning("llamabatch: check_device: this backend cannot score rows; not checked")
+            return True
+        try:
+            check = check_device(self.backend, limits)
+        except Exception as exc:  # noqa: BLE001 - a decode failure fails the check
+            verdict = f"the device check failed to run on {device or 'the CPU'}: {exc}"
+            ok = False
+        else:
+            verdict, ok = check.describe(device), check.ok
+        self.stats.device_check = verdict
+        if ok:
+            log.info("llamabatch: %s", verdict)
+            return True
+        self.backend.close()
+        self._disable(
+            f"{verdict}. This device gives other logits to a sequence decoded beside "
+            "others than alone, so batched replies would be wrong: every item is "
+            "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
+            "fewer slots, another backend or driver, or check_device=False to batch anyway"
+        )
+        return False
 
     def open(self) -> BatchLimits | None:
         """Open the batch context now (else when two valid requests wait); its limits,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from ..engine import backend as ops
-from ..engine.backend import BackendInfo, BatchLimits
+from ..engine.backend import BackendInfo, BatchLimits, SlotMemory
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
 from ..llamacpp.ubatch import shape
@@ -95,6 +95,14 @@ class FakeBackend:
             (:func:`~llamabatch.llamacpp.ubatch.shape`); False runs them as planned.
         check: check every call against llama.cpp's rules and log it; ``False`` is a fast
             mode for benchmarks (``num_decode_calls`` still counts).
+        device: ``info.device``, the accelerator the fake claims to run on (``None``: the
+            host), so the generator's device check runs by default.
+        corrupt_mixed: nats added to every score of a call that decodes a prompt (a span of
+            several tokens) beside another sequence's one-token step, as a GPU backend with
+            a multi-sequence defect gives other logits there (0: none).
+        free_bytes, kv_bytes_per_token: with ``free_bytes``, ``info.slot_memory`` reports
+            that much free memory on ``device`` (or the host) and ``kv_bytes_per_token`` per
+            cached token of a slot (``slots="auto"``); ``None``: not reported.
 
     The fault arguments may also be set on the instance later.
 
@@ -138,6 +146,10 @@ class FakeBackend:
         fail_alone: FailAlone | None = None,
         shapes: bool = True,
         check: bool = True,
+        device: str | None = None,
+        corrupt_mixed: float = 0.0,
+        free_bytes: int | None = None,
+        kv_bytes_per_token: int = 1024,
     ) -> None:
         self._kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.n_vocab = n_vocab
@@ -168,6 +180,10 @@ class FakeBackend:
         self.fail_alone = fail_alone
         self.shapes = shapes
         self.check = check
+        self.device = device
+        self.corrupt_mixed = corrupt_mixed
+        self.free_bytes = free_bytes
+        self.kv_bytes_per_token = kv_bytes_per_token
         self.log: list[Call] = []
         self.limits: BatchLimits | None = None
         self.num_decode_calls = 0
@@ -197,6 +213,14 @@ class FakeBackend:
             can_score=True,
             can_share_rows=self.can_share_rows,
             min_score_run=self.min_score_run,
+            device=self.device,
+            slot_memory=None if self.free_bytes is None else self._slot_memory,
+        )
+
+    def _slot_memory(self, n_ctx_seq: int) -> SlotMemory:
+        padded = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
+        return SlotMemory(
+            self.device or "host", cast(int, self.free_bytes), self.kv_bytes_per_token * padded
         )
 
     @property
@@ -486,12 +510,14 @@ class FakeBackend:
         seqs = self._memory.slots
         sampled: list[int | None] = []
         outputs: dict[int, SeqOutput] = {}
+        mixed = any(len(x.tokens) > 1 for x in spans) and any(len(x.tokens) == 1 for x in spans)
         for span in spans:
             seq = seqs[span.seq_id]
             kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.targets is not None:  # after append: over a hole it notes
-                outputs[span.seq_id] = self._span_scores(kv, span, seq.hole)
+                scored = self._span_scores(kv, span, seq.hole)
+                outputs[span.seq_id] = _shifted(scored, self.corrupt_mixed) if mixed else scored
             if not span.logits:
                 continue
             if seq.reply is None:
@@ -648,3 +674,13 @@ class FakeBackend:
     def seqs(self) -> list[SeqLog]:
         """Every item run in a slot, read back from the log (:func:`read_seqs`)."""
         return read_seqs(self.log)
+
+
+def _shifted(out: SeqOutput, nats: float) -> SeqOutput:
+    """``out`` with ``nats`` added to every score and row maximum (``corrupt_mixed``)."""
+    if not nats or out.scores is None:
+        return out
+    return SeqOutput(
+        scores=tuple(tuple(v + nats for v in row) for row in out.scores),
+        row_max=tuple(None if m is None else m + nats for m in out.row_max or ()),
+    )
