@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import sys
 import threading
@@ -13,21 +14,30 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, KvEstimate, Stats
+from .engine.auto_slots import SlotsChoice, choose_slots
 from .engine.backend import Backend, BatchLimits
 from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
 from .items import per_item_sampling, resolve_item
 from .online import Feed
-from .params import DEFAULT_N_CTX_SEQ, MAX_BATCH_FAILURES, BatchConfig, SamplingParams
+from .params import (
+    AUTO_SLOTS,
+    DEFAULT_N_CTX_SEQ,
+    MAX_BATCH_FAILURES,
+    BatchConfig,
+    SamplingParams,
+)
 
 if TYPE_CHECKING:
     from .chat import ChatTemplate
+
+log = logging.getLogger("llamabatch")
 
 
 def _check_llm(llm: object) -> None:
@@ -63,7 +73,11 @@ class BatchGenerator(Closing):
         backend: a :class:`~llamabatch.engine.backend.Backend` instead of ``llm`` (e.g.
             :class:`llamabatch.testing.FakeBackend`). Exactly one of the two is given.
         slots: sequences decoded together (``n_seq_max``), 1 to
-            ``llama_max_parallel_sequences()``; 1 completes every item alone.
+            ``llama_max_parallel_sequences()``; 1 completes every item alone. ``"auto"``:
+            the most (up to 8) whose KV cache of ``n_ctx_seq`` tokens takes at most half
+            the free memory of the device, or of the host on a CPU build
+            (:func:`~llamabatch.engine.auto_slots.choose_slots`; :attr:`slots_choice`
+            says what was chosen and why, and it is logged).
         n_ctx_seq: KV cache tokens per sequence (prompt + reply; llama.cpp pads it to a
             multiple of 256); an item with ``n_prompt + max_tokens > n_ctx_seq`` is
             completed alone. ``None``: ``min(4096, n_ctx)`` of the ``Llama`` (no item
@@ -91,6 +105,13 @@ class BatchGenerator(Closing):
             the same chain and seed (``Stats.backend_sampled_rows`` counts its rows).
             ``None``: when the model's output layer is on a GPU; True / False: always / never
             (docs/performance.md).
+        check_device: before the first batch, run a mixed step (a prompt prefilled
+            beside other sequences' reply steps) and compare its logits with the same
+            tokens one sequence at a time (:mod:`~llamabatch.engine.device_check`); if
+            they disagree, batching is off and every item is completed alone, with a
+            warning saying why (``Stats.batch_disabled_reason``, ``Stats.device_check``).
+            ``None``: where the logits come from a GPU (``BackendInfo.device``); True /
+            False: always / never.
 
     The keywords are one :class:`~llamabatch.BatchConfig`, checked before any library
     work; :meth:`from_config` takes a ready one.
@@ -105,6 +126,11 @@ class BatchGenerator(Closing):
     Attributes:
         lock: held around every use of llama.cpp: for a ``Llama``,
             :func:`llamabatch.llm_lock` ``(llm)``, shared with every generator on it.
+        config: the :class:`~llamabatch.BatchConfig` in use (``slots`` and ``n_ctx_seq``
+            resolved to numbers).
+        slots_choice: with ``slots="auto"``, the
+            :class:`~llamabatch.engine.auto_slots.SlotsChoice` (count and reason); else
+            ``None``.
 
     Thread safety: one run (``iter_groups`` / ``complete_many``) at a time uses the slots;
     another thread's waits. Between decodes other threads may use the ``Llama``; wrap your
@@ -116,7 +142,7 @@ class BatchGenerator(Closing):
         llm: object = None,
         *,
         backend: Backend | None = None,
-        slots: int = 4,
+        slots: int | Literal["auto"] = 4,
         n_ctx_seq: int | None = None,
         n_batch: int = 512,
         max_tokens: int = 200,
@@ -126,6 +152,7 @@ class BatchGenerator(Closing):
         cache_ram_mib: int = 1024,
         max_batch_failures: int = MAX_BATCH_FAILURES,
         backend_sampling: bool | None = None,
+        check_device: bool | None = None,
     ) -> None:
         config = BatchConfig(  # every plain parameter is checked before any library work
             slots=slots,
@@ -138,6 +165,7 @@ class BatchGenerator(Closing):
             cache_ram_mib=cache_ram_mib,
             max_batch_failures=max_batch_failures,
             backend_sampling=backend_sampling,
+            check_device=check_device,
         )
         self._open(llm, backend, config)
 
@@ -172,18 +200,24 @@ class BatchGenerator(Closing):
 
             backend = LlamaBackend(llm, backend_sampling=config.backend_sampling)
         caps = backend.info
-        if config.slots > caps.max_slots:
+        if config.n_ctx_seq is None:
+            config = dataclasses.replace(config, n_ctx_seq=min(DEFAULT_N_CTX_SEQ, caps.n_ctx))
+        self.slots_choice: SlotsChoice | None = None
+        if config.slots == AUTO_SLOTS:
+            self.slots_choice = choose_slots(caps, cast(int, config.n_ctx_seq), config.n_batch)
+            log.info("llamabatch: %s", self.slots_choice.reason)
+            config = dataclasses.replace(config, slots=self.slots_choice.slots)
+        slots = cast(int, config.slots)  # a number from here on
+        if slots > caps.max_slots:
             raise ParameterError(
                 "slots",
-                config.slots,
+                slots,
                 f"1 to {caps.max_slots} (llama_max_parallel_sequences(): the most "
                 "sequences this llama.cpp decodes together)",
             )
-        if config.n_ctx_seq is None:
-            config = dataclasses.replace(config, n_ctx_seq=min(DEFAULT_N_CTX_SEQ, caps.n_ctx))
         self.config, self.sampling = config, config.sampling
-        if caps.check_batch_params is not None and config.slots > 1:  # llama.cpp's own limits
-            caps.check_batch_params(config.slots, cast(int, config.n_ctx_seq), config.n_batch)
+        if caps.check_batch_params is not None and slots > 1:  # llama.cpp's own limits
+            caps.check_batch_params(slots, cast(int, config.n_ctx_seq), config.n_batch)
         self.backend = backend
         self._llm = llm
         self._scheduler = Scheduler(backend, config, info=caps)
@@ -373,7 +407,7 @@ class BatchGenerator(Closing):
         if self._feed is not None:  # the engine thread owns the slots: share them
             yield from self._fed_pages(self._feed, requests)
             return
-        slots = self.config.slots
+        slots = cast(int, self.config.slots)
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
@@ -399,7 +433,7 @@ class BatchGenerator(Closing):
         """The pages of ``requests`` run by the engine thread beside the submitted items
         (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
         feed.check_wait("complete_many / iter_groups / create_completions")
-        lookahead, slots = cast(int, self.config.lookahead), self.config.slots
+        lookahead, slots = cast(int, self.config.lookahead), cast(int, self.config.slots)
         pending: deque[tuple[int, Future[Completion]]] = deque()
         page: list[Completion] = []
         try:

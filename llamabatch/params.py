@@ -15,6 +15,7 @@ import numbers
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Literal, cast
 
 from .errors import ParameterError
 
@@ -395,6 +396,11 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
         )
 
 
+#: ``BatchConfig(slots=AUTO_SLOTS)``: the most slots whose KV cache fits the free memory
+#: of the device (:func:`~llamabatch.engine.auto_slots.choose_slots`).
+AUTO_SLOTS = "auto"
+
+
 def default_lookahead(slots: int) -> int:
     """The default look-ahead: the largest multiple of ``slots`` that is <= max(16, 4 *
     slots) (16 for 1, 2 and 4 slots, 15 for 3, 32 for 8): whole pages, and four slots'
@@ -411,14 +417,16 @@ class BatchConfig:
     (:meth:`~llamabatch.BatchGenerator.from_config`).
 
     ``n_ctx_seq`` ``None`` is ``min(4096, n_ctx)`` of the model, set by the generator;
-    ``lookahead`` ``None`` is :func:`default_lookahead`, set here.
+    ``slots`` ``"auto"`` is chosen by the generator from the free memory of the device
+    (:func:`~llamabatch.engine.auto_slots.choose_slots`); ``lookahead`` ``None`` is
+    :func:`default_lookahead`, set here once ``slots`` is a number.
 
     Raises:
         ValueError: a value outside its range (:class:`~llamabatch.errors.ParameterError`,
             named as the field).
     """
 
-    slots: int = 4
+    slots: int | Literal["auto"] = 4
     n_ctx_seq: int | None = None
     n_batch: int = 512
     max_tokens: int = 200
@@ -428,8 +436,10 @@ class BatchConfig:
     cache_ram_mib: int = 1024
     max_batch_failures: int = MAX_BATCH_FAILURES
     backend_sampling: bool | None = None
+    check_device: bool | None = None
 
     def __post_init__(self) -> None:
+        auto = self.slots == AUTO_SLOTS
         for name, low, valid in (
             ("slots", 1, "1 = every item alone; the most is llama.cpp's, checked with the model"),
             ("n_ctx_seq", 1, "tokens per sequence"),
@@ -440,13 +450,15 @@ class BatchConfig:
             ("max_batch_failures", 1, "batch failures in a row before batching is off"),
         ):
             value = getattr(self, name)
-            if name == "n_ctx_seq" and value is None:
+            if (name == "n_ctx_seq" and value is None) or (name == "slots" and auto):
                 continue
             _check(
                 _is_int(value) and value >= low,
                 name,
                 value,
-                f"an integer >= {low}" + (f" ({valid})" if valid else ""),
+                f"an integer >= {low}"
+                + (f" ({valid})" if valid else "")
+                + (' or "auto"' if name == "slots" else ""),
             )
         if not isinstance(self.sampling, SamplingParams):
             raise ValueError(
@@ -458,10 +470,19 @@ class BatchConfig:
             self.backend_sampling,
             "True, False or None (where it pays)",
         )
-        lookahead = default_lookahead(self.slots) if self.lookahead is None else self.lookahead
+        _check(
+            self.check_device is None or isinstance(self.check_device, bool),
+            "check_device",
+            self.check_device,
+            "True, False or None (on a GPU)",
+        )
+        if auto:  # the generator chooses slots, then lookahead is set or checked
+            return
+        slots = cast(int, self.slots)
+        lookahead = default_lookahead(slots) if self.lookahead is None else self.lookahead
         object.__setattr__(self, "lookahead", lookahead)
         _check(
-            _is_int(lookahead) and lookahead >= 1 and lookahead % self.slots == 0,
+            _is_int(lookahead) and lookahead >= 1 and lookahead % slots == 0,
             "lookahead",
             lookahead,
             f"a positive multiple of slots={self.slots}",

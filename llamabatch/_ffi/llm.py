@@ -91,16 +91,31 @@ def threads_of(llm: Any) -> tuple[int, int]:
     return max(int(n_threads), 1), max(int(n_batch), 1)
 
 
-def output_on_gpu(llm: Any) -> bool:
-    """True when the ``Llama``'s output layer (its logits) runs on a GPU: llama.cpp sees a GPU
-    device and the model offloads layers (``n_gpu_layers`` != 0; the output layer is the first
-    one offloaded, ``llama_model::load_tensors``)."""
+def output_device(llm: Any) -> str | None:
+    """The GPU device(s) the ``Llama``'s output layer (its logits) runs on, by ggml name
+    (``"Vulkan0"``; several joined by ``"+"``), or ``None`` for the host: llama.cpp sees a GPU
+    device and the model offloads layers (``n_gpu_layers`` != 0; the output layer is the
+    first one offloaded, ``llama_model::load_tensors``)."""
     params = getattr(llm, "model_params", None)
     if not getattr(params, "n_gpu_layers", 0):
-        return False
+        return None
     from .sysinfo import devices  # reads ggml's device list
 
-    return any(d.is_gpu for d in devices())
+    gpus = [d.name for d in devices() if d.is_gpu]
+    return "+".join(gpus) if gpus else None
+
+
+def free_memory(llm: Any) -> tuple[str, int | None]:
+    """Where the ``Llama``'s batch contexts keep their KV cache and the bytes free there:
+    the sum over its GPU devices (``ggml_backend_dev_memory``), or ``"host"`` and the
+    memory available to programs (psutil); ``None`` bytes when a device does not say."""
+    device = output_device(llm)
+    from .sysinfo import devices, host_available_memory
+
+    if device is None:
+        return "host", host_available_memory()
+    free = [d.memory_free for d in devices() if d.is_gpu]
+    return device, None if None in free else sum(f for f in free if f is not None)
 
 
 def context_params_of(llm: Any) -> Any:

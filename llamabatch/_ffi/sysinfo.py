@@ -119,3 +119,16 @@ def supports_gpu_offload() -> bool | None:
     """``llama_supports_gpu_offload()``: the build has a GPU backend."""
     f = _func("llama_supports_gpu_offload", ctypes.c_bool)
     return None if f is None else bool(f())
+
+
+def host_available_memory() -> int | None:
+    """Bytes of host memory available to programs without swapping (psutil's
+    ``virtual_memory().available``), or ``None`` if it cannot be read."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError, AttributeError):
+        return None

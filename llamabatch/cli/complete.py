@@ -177,7 +177,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p,
         BATCH_DEFAULTS,
         [
-            ("slots", int, "N", "sequences decoded together; 1 = no batching"),
+            (
+                "slots",
+                options.slots_arg,
+                "N",
+                "sequences decoded together; 1 = no batching; auto = the most (up to 8) "
+                "whose KV cache takes at most half the free memory of the GPU (of the "
+                "host on a CPU build)",
+            ),
             (
                 "lookahead",
                 int,
@@ -565,8 +572,10 @@ def _run(args: argparse.Namespace) -> int:
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
             gen = _local_generator(llm, config, args)
+            if gen.slots_choice is not None:
+                note(args, gen.slots_choice.reason)
             job.text_of = token_text(llm, gen)  # the logprobs' token texts (openai)
-            summary = lambda g: batching_note(config.slots, g.stats)  # noqa: E731
+            summary = lambda g: batching_note(g.config.slots, g.stats)  # noqa: E731
             return _generate(job, gen, job_items, summary, interrupts)
 
 

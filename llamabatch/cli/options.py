@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import ParameterError
 from ..model import DEFAULT_N_GPU_LAYERS
+from ..params import AUTO_SLOTS
 from .errors import UsageError
 
 #: The shared options: flag -> ``add_argument`` keywords.
@@ -132,6 +133,19 @@ def add_fields(
             metavar=metavar,
             help=text,
         )
+
+
+def slots_arg(text: str) -> int | str:
+    """``--slots``: an integer, or ``auto`` (:data:`llamabatch.params.AUTO_SLOTS`); the range
+    is checked with the rest of the run's configuration."""
+    if text.strip().lower() == AUTO_SLOTS:
+        return AUTO_SLOTS
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a slot count: give an integer >= 1 or {AUTO_SLOTS}"
+        ) from None
 
 
 def check_threads(threads: int | None) -> None:

@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..params import AUTO_SLOTS
 from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
 from .common import (
@@ -48,13 +49,15 @@ DEFAULT_ROUNDS = 3
 DEFAULT_SLOTS = (2, 4, 8)
 
 
-def slot_list(text: str) -> tuple[int, ...]:
+def slot_list(text: str) -> tuple[int, ...] | str:
     """``"2,4"`` -> ``(2, 4)`` (an argparse ``type``): the engine's slot counts, each >= 2,
-    duplicates dropped.
+    duplicates dropped; ``"auto"`` as it is (:func:`llamabatch.tuning.run.auto_slot_counts`).
 
     Raises:
         argparse.ArgumentTypeError: not a comma-separated list of integers >= 2.
     """
+    if text.strip().lower() == AUTO_SLOTS:
+        return AUTO_SLOTS
     values = options.slot_counts(text, 2, " (one at a time is always measured)")
     return tuple(dict.fromkeys(values))
 
@@ -73,7 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=slot_list,
         default=DEFAULT_SLOTS,
         metavar="2,4,8",
-        help="slot counts of the engine to try, comma-separated, each >= 2 (default: 2,4,8)",
+        help="slot counts of the engine to try, comma-separated, each >= 2, or auto: 2, 4, 8 "
+        "below the most whose KV cache fits half the free memory of the GPU (of the host on "
+        "a CPU build), then that count (default: 2,4,8)",
     )
     p.add_argument(
         "--rounds",
@@ -219,7 +224,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     samplings = read.samplings
     per_round = options.per_round(len(read.items), args, "--rounds")
-    n_runs = 1 + len(args.slots) + any(not s.is_greedy for s in samplings)
+    n_slots = 3 if args.slots == AUTO_SLOTS else len(args.slots)  # auto: at most 3 counts
+    n_runs = 1 + n_slots + any(not s.is_greedy for s in samplings)
     path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
     with loaded_llama(
         path, n_ctx=args.n_ctx_seq, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers

@@ -12,7 +12,7 @@ from typing import Any
 from .. import _ffi
 from .._ffi.version import check_version
 from ..engine import backend as ops
-from ..engine.backend import BackendInfo, BatchLimits
+from ..engine.backend import BackendInfo, BatchLimits, SlotMemory
 from ..engine.cache import common_prefix
 from ..engine.step import SeqOutput, Span, StepResult, StepTimes, Targets
 from ..errors import (
@@ -124,8 +124,9 @@ class LlamaBackend:
         lib.symbols.require("model_get_vocab", "vocab_n_tokens", "vocab_is_eog")
         if backend_sampling:
             lib.symbols.require("set_sampler", "sampler_copy")
-        elif backend_sampling is None:
-            backend_sampling = lib.samplers.can_attach() and _ffi.output_on_gpu(llm)
+        device = _ffi.output_device(llm)
+        if backend_sampling is None:
+            backend_sampling = lib.samplers.can_attach() and device is not None
         #: Plain chains sample on the model's device (resolved from ``backend_sampling``).
         self.backend_sampling = backend_sampling
         self._llm, self._hook = llm, decode_hook
@@ -145,6 +146,8 @@ class LlamaBackend:
             min_score_run=MIN_SCORE_RUN,
             lock=llm_lock(llm),
             check_batch_params=self.check_batch_params,
+            device=device,
+            slot_memory=self.slot_memory,
         )
         self._ctx: BatchContext | None = None
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
@@ -163,6 +166,23 @@ class LlamaBackend:
             n_threads=n_threads,
             n_threads_batch=n_threads_batch,
         )
+
+    def slot_memory(self, n_ctx_seq: int) -> SlotMemory:
+        """The room for slots of ``n_ctx_seq`` tokens: the free memory where the KV cache goes
+        (:func:`llamabatch._ffi.free_memory`) and one slot's KV bytes (:func:`~.kv_size.estimate`).
+
+        Raises:
+            ParameterError: the device does not report its free memory (``slots="auto"``
+                cannot be chosen).
+            ValueError, LibraryError: as :func:`~.kv_size.estimate`.
+        """
+        where, free = _ffi.free_memory(self._llm)
+        if free is None:
+            raise ParameterError(
+                "slots", "auto", f"a number: {where} does not report its free memory"
+            )
+        kv = estimate(self._llm, slots=1, n_ctx_seq=n_ctx_seq)
+        return SlotMemory(where, free, kv.total_bytes, kv.exact)
 
     # -- state -------------------------------------------------------------------
     @property

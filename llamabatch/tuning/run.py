@@ -8,10 +8,11 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal, cast
 
-from ..engine.backend import Backend
-from ..errors import LlamaBatchError
+from ..engine.auto_slots import choose_slots
+from ..engine.backend import Backend, BackendInfo
+from ..errors import LlamaBatchError, ParameterError
 from ..generator import BatchGenerator
 from ..items import is_messages, per_item_sampling
 from ..measure.agreement import compile_label_regex, label_of, label_rule
@@ -20,9 +21,27 @@ from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
 from ..measure.records import Reply, WorkItem, seeded
 from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
 from ..measure.summary import floor_of, summarize
-from ..params import BatchConfig, SamplingParams
+from ..params import AUTO_SLOTS, DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from .report import TuneReport
 from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
+
+#: The slot counts ``slots="auto"`` tries below the count that fits.
+AUTO_STEPS = (2, 4, 8)
+
+
+def auto_slot_counts(
+    info: BackendInfo, n_ctx_seq: int, n_batch: int
+) -> tuple[tuple[int, ...], str]:
+    """``slots="auto"``: :data:`AUTO_STEPS` below the count whose KV cache fits
+    (:func:`~llamabatch.engine.auto_slots.choose_slots`), then that count; and its reason.
+
+    Raises:
+        ValueError: not even 2 slots fit (nothing to compare), or the free memory is unknown.
+    """
+    choice = choose_slots(info, n_ctx_seq, n_batch)
+    if choice.slots < 2:
+        raise ParameterError("slots", AUTO_SLOTS, f"slot counts >= 2 that fit: {choice.reason}")
+    return (*(k for k in AUTO_STEPS if k < choice.slots), choice.slots), choice.reason
 
 
 def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
@@ -40,7 +59,7 @@ def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
 def tune(
     llm: Any,
     prompts: Sequence[object],
-    slots: Sequence[int] = (2, 4, 8),
+    slots: Sequence[int] | Literal["auto"] = (2, 4, 8),
     rounds: int = 3,
     *,
     items: int | None = None,
@@ -77,7 +96,9 @@ def tune(
             ``None`` with ``backend``.
         prompts: the user's items: strings (special tokens parsed), lists of token ids,
             or chats (lists of ``{"role", "content"}`` messages, which need ``llm``).
-        slots: the engine's slot counts, each >= 2.
+        slots: the engine's slot counts, each >= 2; ``"auto"``: 2, 4 and 8 below the most
+            whose KV cache fits half the free memory of the device, then that count
+            (:func:`auto_slot_counts`; the reason is one of the report's ``notes``).
         rounds: rounds, >= 1.
         items: items per round (default ``min(8, len(prompts) // rounds)``).
         sampling: one :class:`~llamabatch.SamplingParams` for every item, or one per
@@ -115,7 +136,14 @@ def tune(
     t_start = clock()
     if (llm is None) == (backend is None):
         raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
-    counts = _slot_counts(slots)
+    notes = []
+    if slots == AUTO_SLOTS:
+        info = (backend(2) if backend is not None else _llama_backend(llm)).info
+        length = n_ctx_seq or min(DEFAULT_N_CTX_SEQ, info.n_ctx)
+        counts, reason = auto_slot_counts(info, length, n_batch)
+        notes.append(reason)
+    else:
+        counts = _slot_counts(cast(Sequence[int], slots))
     n = len(prompts)
     per_round = items_per_round(n, rounds, items)
     samplings = [s for _, s in per_item_sampling(prompts, sampling or SamplingParams())]
@@ -141,7 +169,6 @@ def tune(
     work = seeded([WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)])
     chosen = sample_rounds(n, rounds, per_round, items_seed)
     warm, _ = warmup_item(work, chosen)
-    notes = []
     if per_round < max(counts):
         notes.append(
             f"{per_round} items per round fill at most {per_round} of "
@@ -198,6 +225,12 @@ def tune(
         seconds=clock() - t_start,
         notes=tuple(notes),
     )
+
+
+def _llama_backend(llm: Any) -> Backend:
+    from ..llamacpp.backend import LlamaBackend  # loads llama.cpp only when asked
+
+    return LlamaBackend(llm)
 
 
 def _one_at_a_time(

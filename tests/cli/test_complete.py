@@ -148,7 +148,7 @@ def test_missing_prompts_file(capsys, tmp_path):
     ("args", "named"),
     [
         (["--slots", "0"], "--slots 0 is out of range: valid is an integer >= 1"),
-        (["--slots", "abc"], "--slots"),
+        (["--slots", "abc"], "'abc' is not a slot count: give an integer >= 1 or auto"),
         (["--max-tokens", "0"], "--max-tokens 0 is out of range"),
         (["--n-ctx-seq", "0"], "--n-ctx-seq 0 is out of range"),
         (["--n-batch", "0"], "--n-batch 0 is out of range"),
@@ -184,6 +184,20 @@ def test_more_slots_than_llama_cpp_allows_names_the_flag_and_the_most(
     assert code == 2
     line = single_error_line(err)
     assert "--slots 100000 is out of range: valid is 1 to " in line and "slots=" not in line
+
+
+@pytest.mark.real_model
+def test_slots_auto_says_what_it_chose_and_why(capsys, model_path, tmp_path):
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(
+        capsys, "complete", EXAMPLES, "-o", out, "--model", model_path, "--slots", "auto", *FAST
+    )
+    assert code == 0, err
+    chose = next(line for line in err.splitlines() if 'slots="auto" chose' in line)
+    slots = int(chose.split("chose ")[1].split(":")[0])
+    assert "free on host" in chose and "per slot of 512 tokens" in chose
+    assert f"batching on ({slots} slots" in err
+    assert len(read_jsonl(out)) == 20
 
 
 def test_missing_model_file(capsys, prompts_file, tmp_path):

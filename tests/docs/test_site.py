@@ -105,7 +105,7 @@ def test_the_reference_shows_signatures_with_defaults_and_every_sampling_field(s
     reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
     generator = _text(_section(reference, "BatchGenerator"))
     assert "BatchGenerator( llm: object = None, *," in generator
-    assert "slots: int = 4" in generator and "max_tokens: int = 200" in generator
+    assert 'slots: int | Literal["auto"] = 4' in generator and "max_tokens: int = 200" in generator
     sampling = _section(reference, "SamplingParams")
     assert "temperature: float = 0.8" in _text(sampling)
     undocumented = [
@@ -136,7 +136,8 @@ def test_signatures_are_formatted_one_parameter_a_line(site):
     reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
     lines = _signature(_section(reference, "BatchGenerator")).splitlines()
     assert lines[0] == "BatchGenerator(", "unformatted signature: ruff or black is missing"
-    assert "    slots: int = 4," in lines and "    max_tokens: int = 200," in lines
+    assert '    slots: int | Literal["auto"] = 4,' in lines
+    assert "    max_tokens: int = 200," in lines
     assert max(map(len, lines)) <= 80
 
 
