@@ -15,7 +15,11 @@ Steps:
 - ``batch``: a batch context of ``--slots`` sequences of ``--n-ctx-seq`` tokens on the
   same model and one lockstep decode step of every sequence (each prompt is prefilled,
   its first token sampled, then all sequences decode their second token together); with
-  the KV cache estimate of :mod:`llamabatch.llamacpp.kv_size`.
+  the KV cache estimate of :mod:`llamabatch.llamacpp.kv_size`;
+- ``agree``: on a batch context of ``--slots`` sequences, a mixed step (one prompt
+  prefilled beside the other sequences' reply steps) compared with the same tokens one
+  sequence at a time (:mod:`llamabatch.engine.device_check`), on the device the model's
+  logits come from.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ DECODE_TOKENS = 64
 #: Prefix of the line that carries a step's result.
 RESULT_PREFIX = "DOCTOR-RESULT "
 
-STEPS = ("sysinfo", "load", "decode", "batch")
+STEPS = ("sysinfo", "load", "decode", "batch", "agree")
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -154,11 +158,49 @@ def step_batch(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: What to try when a device fails the ``agree`` step, printed under it.
+AGREE_HINTS = (
+    "batched replies on this device would differ from one-at-a-time ones; the library "
+    "checks this itself and completes items alone here (check_device)",
+    "try: flash attention on or off (Llama(flash_attn=...)), fewer --slots, another "
+    "llama.cpp backend or GPU driver, or --slots 1 (one at a time)",
+)
+
+
+def step_agree(args: argparse.Namespace) -> dict[str, Any]:
+    """Batched equals alone on the device (:func:`~llamabatch.engine.device_check.check_device`)."""
+    from .._ffi import output_device
+    from ..engine.device_check import check_device
+    from ..llamacpp.backend import LlamaBackend
+
+    llm = _load(args)
+    try:
+        device = output_device(llm)
+        backend = LlamaBackend(llm, backend_sampling=False)
+        try:
+            limits = backend.open(args.slots, args.n_ctx_seq, max(512, args.slots))
+            check = check_device(backend, limits)
+        finally:
+            backend.close()
+    finally:
+        llm.close()
+    where = device or "CPU"
+    return {
+        "ok": check.ok,
+        "detail": check.describe(device),
+        "device": where,
+        "deviation": check.deviation,
+        "tolerance": check.tolerance,
+        "notes": [] if check.ok else [f"device {where}: " + AGREE_HINTS[0], AGREE_HINTS[1]],
+    }
+
+
 _RUN: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "sysinfo": step_sysinfo,
     "load": step_load,
     "decode": step_decode,
     "batch": step_batch,
+    "agree": step_agree,
 }
 
 

@@ -21,6 +21,7 @@ from llamabatch.cli import doctor_diagnosis as dx
 from llamabatch.errors import LibraryError
 
 STAND_IN = Path(__file__).parent / "crashing_binding"
+CORRUPTING = Path(__file__).parent / "corrupting_binding"
 
 AMX_CPUINFO = (
     "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum\n"
@@ -57,14 +58,41 @@ def test_every_check_passes_on_the_default_model(model_path):
     done = doctor("--model", model_path, "--slots", 2, "--n-ctx-seq", 512, "--threads", 1)
     assert done.returncode == 0, done.stdout + done.stderr
     passed = lines_of(done.stdout, "PASS")
-    names = ["system info", "model load", "decode alone", "batch of 2 slots", "KV bytes per slot"]
+    names = [
+        "system info",
+        "model load",
+        "decode alone",
+        "batch of 2 slots",
+        "KV bytes per slot",
+        "batched = alone",
+    ]
     assert [line[6:].split("  ")[0].strip() for line in passed] == names
     assert lines_of(done.stdout, "FAIL") == []
     assert "llama-cpp-python  0.3" in done.stdout and "(supported:" in done.stdout
     assert "64 prompt tokens decoded" in done.stdout
-    kv = passed[-1]
+    kv = passed[-2]
     assert "estimate 11.25 MiB per slot, allocated 11.25 MiB per slot (2 x 512 cells)" in kv
-    assert "5 of 5 checks passed" in done.stdout
+    assert "logits on the CPU agree" in passed[-1] and "2 sequences" in passed[-1]
+    assert "6 of 6 checks passed" in done.stdout
+
+
+@pytest.mark.real_model
+def test_a_device_that_corrupts_mixed_steps_fails_the_agreement_check(model_path):
+    """The corrupting stand-in (``tests/cli/corrupting_binding``: the real binding whose
+    logits are wrong in every decode mixing a prompt with other sequences' steps, as
+    llama.cpp #28537 on HIP) fails ``batched = alone`` only, with what to try."""
+    path = os.pathsep.join([str(CORRUPTING), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    done = doctor(
+        "--model", model_path, "--slots", 3, "--n-ctx-seq", 256, "--threads", 1,
+        env=dict(os.environ, PYTHONPATH=path),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    failed = lines_of(done.stdout, "FAIL")
+    assert len(failed) == 1 and "batched = alone" in failed[0], done.stdout
+    assert "logits on the CPU disagree" in failed[0] and "3 sequences" in failed[0]
+    assert "device CPU: batched replies on this device would differ" in done.stdout
+    assert "flash attention on or off" in done.stdout and "--slots 1" in done.stdout
+    assert "5 of 6 checks passed" in done.stdout
 
 
 @pytest.mark.real_model
@@ -129,8 +157,8 @@ def test_a_crash_during_the_load_is_reported_and_the_doctor_goes_on(tmp_path, gg
     done = doctor("--model", gguf, "--slots", 2, "--n-ctx-seq", 256, env=env)
     assert done.returncode == 1
     failed = lines_of(done.stdout, "FAIL")
-    assert sum("died by signal SIGSEGV" in f for f in failed) == 3  # load, decode, batch
-    assert "KV bytes per slot" in failed[-1]
+    assert sum("died by signal SIGSEGV" in f for f in failed) == 4  # load, decode, batch, agree
+    assert "KV bytes per slot" in failed[-2] and "batched = alone" in failed[-1]
     assert done.stdout.rstrip().endswith("checks passed")
 
 

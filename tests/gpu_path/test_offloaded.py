@@ -122,9 +122,11 @@ class FailingDecode:
 def test_a_failed_decode_on_the_device_retries_its_items_alone(llm, reference):
     """A batched decode that fails on the device costs the items in flight one retry
     alone; after ``max_batch_failures`` in a row batching is off; nothing is lost."""
-    hook = FailingDecode({3}, -3)
+    hook = FailingDecode({3}, -3)  # counts the engine's decodes: no device check before
     backend = LlamaBackend(llm, decode_hook=hook)
-    with BatchGenerator(backend=backend, slots=2, n_ctx_seq=256, sampling=GREEDY) as gen:
+    with BatchGenerator(
+        backend=backend, slots=2, n_ctx_seq=256, sampling=GREEDY, check_device=False
+    ) as gen:
         done = gen.complete_many(PROMPTS[:3])
         stats = gen.stats
     alone, _ = complete(llm, PROMPTS[:3], slots=1)
@@ -134,12 +136,33 @@ def test_a_failed_decode_on_the_device_retries_its_items_alone(llm, reference):
     hook = FailingDecode(set(range(1, 100)), -3)
     backend = LlamaBackend(llm, decode_hook=hook)
     with BatchGenerator(
-        backend=backend, slots=2, n_ctx_seq=256, sampling=GREEDY, max_batch_failures=2
+        backend=backend,
+        slots=2,
+        n_ctx_seq=256,
+        sampling=GREEDY,
+        max_batch_failures=2,
+        check_device=False,
     ) as gen:
         done = gen.complete_many(PROMPTS[:4])
         stats = gen.stats
     assert all(c.error is None and c.path == "alone" for c in done)
     assert not stats.batching_enabled and "max_batch_failures=2" in stats.batch_disabled_reason
+
+
+def test_the_device_check_runs_by_default_and_passes(llm, gpu_device):
+    """On a device the generator checks a mixed step against one at a time before its
+    first batch (``check_device`` default), and lavapipe passes it."""
+    done, stats = complete(llm, PROMPTS[:3], slots=3)
+    assert stats.device_check is not None, stats
+    assert f"logits on {gpu_device.name} agree" in stats.device_check, stats.device_check
+    assert stats.batching_enabled and {c.path for c in done} == {"batch"}
+
+
+def test_auto_slots_are_sized_from_the_devices_free_memory(llm, gpu_device):
+    with BatchGenerator(llm, slots="auto", n_ctx_seq=256, check_device=False) as gen:
+        choice = gen.slots_choice
+    assert f"free on {gpu_device.name}" in choice.reason, choice.reason
+    assert gen.config.slots == choice.slots and 1 <= choice.slots <= 8
 
 
 class SmallDevice(LlamaBackend):
