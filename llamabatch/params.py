@@ -13,7 +13,7 @@ import json
 import math
 import numbers
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Literal, cast
 
@@ -80,6 +80,8 @@ _REAL_FIELDS = (
     "repeat_penalty",
     "frequency_penalty",
     "presence_penalty",
+    "xtc_probability",
+    "xtc_threshold",
 )
 
 
@@ -101,8 +103,9 @@ class SamplingParams:
     """How each sequence picks its next token.
 
     The chain is llama-cpp-python's (``Llama._init_sampler``): penalties(last_n
-    ``penalty_last_n``) → top_k → typical_p → top_p → min_p → temperature → dist(seed);
-    ``temperature == 0`` picks greedily. The same chain is used in a batch and alone.
+    ``penalty_last_n``) → top_k → typical_p → top_p → min_p → (xtc) → temperature →
+    dist(seed); ``temperature == 0`` picks greedily. The same chain samples every item,
+    in a batch and alone (:data:`llamabatch.llamacpp.sampler.STAGES`).
 
     What the reply may be and where it ends (each honoured the same way in a batch and
     alone; names follow llama-cpp-python's ``create_completion`` and vLLM):
@@ -119,6 +122,12 @@ class SamplingParams:
         frequency_penalty: subtracted per earlier occurrence of a token; 0 = off.
         presence_penalty: subtracted once from a token that occurred; 0 = off.
         penalty_last_n: how many generated tokens the penalties look back on.
+        xtc_probability: XTC ("exclude top choices", llama.cpp's
+            ``llama_sampler_init_xtc``): the chance per token, [0, 1], that every token
+            above ``xtc_threshold`` but the least likely of them is removed; 0 = off (no
+            stage). It runs after min_p, before temperature, as in llama.cpp's default
+            order; ``Llama.create_completion`` has no such argument.
+        xtc_threshold: XTC's probability threshold, [0, 1]; above 0.5 XTC does nothing.
         max_tokens: most reply tokens of this item; ``None`` = the generator's
             ``max_tokens``.
         stop: strings that end the reply (one ``str`` or a sequence); the reply is cut
@@ -185,6 +194,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     seed: int | None = None
     penalty_last_n: int = 64
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
@@ -239,6 +250,9 @@ class SamplingParams:
             self.presence_penalty,
             "a finite number (0 = off)",
         )
+        for name in ("xtc_probability", "xtc_threshold"):
+            value = getattr(self, name)
+            _check(_is_real(value) and 0 <= value <= 1, name, value, "[0, 1]")
         if self.seed == LLAMA_DEFAULT_SEED and _is_int(self.seed):
             raise ParameterError(
                 "seed",
@@ -394,6 +408,79 @@ def _check_samples_and_scores(p: SamplingParams) -> None:
             f"seed={p.seed} with n={p.n}: reply j uses seed + j, which must stay below "
             f"{LLAMA_DEFAULT_SEED} (LLAMA_DEFAULT_SEED asks for a random seed)"
         )
+
+
+#: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
+MIN_KEEP = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One stage of the sampled chain (``temperature > 0``), a row of :data:`STAGES`.
+
+    Attributes:
+        init: the stage's ``llama_sampler_init_*`` symbol, as ``_ffi`` resolves it
+            (``"top_k"`` is ``llama_sampler_init_top_k``).
+        fields: the :class:`~llamabatch.SamplingParams` fields it takes, in the init
+            function's order; then ``min_keep`` (:data:`MIN_KEEP`) where ``min_keep``, then
+            the item's seed where ``seed``.
+        keyword: llama-cpp-python's ``Llama._init_sampler`` builds the stage from its
+            ``create_completion`` keywords of the same names (False: a stage of ours,
+            refused where only the binding's arguments are passed on).
+        acts: the stage is built only when this holds (``None``: always; a stage the
+            binding lacks is left out at its off value, so the chain stays the binding's).
+    """
+
+    init: str
+    fields: tuple[str, ...]
+    min_keep: bool = False
+    seed: bool = False
+    keyword: bool = True
+    acts: Callable[[SamplingParams], bool] | None = None
+
+    def args(self, params: SamplingParams) -> tuple[object, ...]:
+        """The init function's arguments for ``params``."""
+        values: list[object] = [getattr(params, name) for name in self.fields]
+        if self.min_keep:
+            values.append(MIN_KEEP)
+        if self.seed:
+            values.append(params.effective_seed)
+        return tuple(values)
+
+    def is_built(self, params: SamplingParams) -> bool:
+        """True when ``params``' chain has this stage."""
+        return self.acts is None or self.acts(params)
+
+
+#: The sampled chain after penalties (and a grammar), in order: llama-cpp-python's
+#: ``Llama._init_sampler`` (0.3.x), with XTC where llama.cpp's default order has it
+#: (``common/sampling.cpp``: min_p, xtc, temperature). ``temperature == 0`` is greedy
+#: instead. Adding a parameter is a field of ``SamplingParams`` and a row here.
+STAGES = (
+    Stage("top_k", ("top_k",)),
+    Stage("typical", ("typical_p",), min_keep=True),
+    Stage("top_p", ("top_p",), min_keep=True),
+    Stage("min_p", ("min_p",), min_keep=True),
+    Stage(
+        "xtc",
+        ("xtc_probability", "xtc_threshold"),
+        min_keep=True,
+        seed=True,
+        keyword=False,
+        acts=lambda p: p.xtc_probability > 0,
+    ),
+    Stage("temp", ("temperature",)),
+    Stage("dist", (), seed=True),
+)
+
+#: The penalties stage's fields (``llama_sampler_init_penalties``, n_vocab first where the
+#: binding takes it); the binding reads ``penalty_last_n`` from ``Llama.last_n_tokens_size``.
+PENALTY_FIELDS = ("penalty_last_n", "repeat_penalty", "frequency_penalty", "presence_penalty")
+
+#: Every field the sampler chain reads, the seed aside.
+CHAIN_FIELDS = tuple(
+    dict.fromkeys((*PENALTY_FIELDS, *(f for stage in STAGES for f in stage.fields)))
+)
 
 
 #: ``BatchConfig(slots=AUTO_SLOTS)``: the most slots whose KV cache fits the free memory

@@ -2,10 +2,11 @@
 OpenAI request's fields, and ``create_completion``'s keyword arguments back as
 :class:`~llamabatch.SamplingParams`.
 
-Derived from the dataclass: every field not in :data:`SPECIAL` is the sampler chain,
-passed under its own name (``Llama.generate`` calls ``temperature`` ``temp``), so a field
-added to the chain later needs no code here. A field set to other than its default that a
-call cannot honour is refused by name, never dropped.
+Derived from the sampler chain's table (:data:`llamabatch.params.STAGES`): the fields of
+the stages llama-cpp-python builds from its keywords are passed under their own names, so a
+stage added later needs no code here; a stage of llamabatch's own (XTC) is not a keyword of
+the binding's calls. A field set to other than its default that a call cannot honour is
+refused by name, never dropped.
 """
 
 from __future__ import annotations
@@ -15,21 +16,21 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from .errors import ParameterError
-from .params import SamplingParams, as_int, as_real
+from .params import PENALTY_FIELDS, STAGES, SamplingParams, as_int, as_real
 
 _DEFAULT = SamplingParams()
 
-#: Fields that are not one keyword of the same name in every call: a ``Llama`` setting
-#: (``penalty_last_n``: ``Llama.last_n_tokens_size``; ``seed``: ``Llama.set_seed`` alone),
-#: the reply's limits and constraint, and the engine's own outputs.
-SPECIAL = frozenset(
-    {"seed", "penalty_last_n", "max_tokens", "stop", "stop_token_ids", "grammar", "json_schema"}
-    | {"choices", "logprobs", "n", "score_choices", "choice_leading_space", "score_prompt"}
+#: The sampler chain's fields that llama-cpp-python takes as keywords of the same names
+#: (``penalty_last_n`` is its ``Llama.last_n_tokens_size``): passed under these names to
+#: ``create_completion`` and to a server.
+CHAIN = tuple(
+    dict.fromkeys(
+        (
+            *(name for name in PENALTY_FIELDS if name != "penalty_last_n"),
+            *(name for stage in STAGES if stage.keyword for name in stage.fields),
+        )
+    )
 )
-#: The sampler chain: passed under these names to ``create_completion`` and to a server.
-CHAIN = tuple(f.name for f in dataclasses.fields(SamplingParams) if f.name not in SPECIAL)
-#: ``Llama.generate``'s names where they differ.
-_GENERATE_NAMES = {"temperature": "temp"}
 #: What ``create_completion`` honours (a constraint as its ``grammar``; ``penalty_last_n``
 #: as the ``Llama``'s ``last_n_tokens_size``).
 COMPLETION_FIELDS = frozenset(
@@ -92,14 +93,8 @@ def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]
     ]
 
 
-def generate_kwargs(sampling: SamplingParams) -> dict[str, Any]:
-    """``Llama.generate``'s keyword arguments of the chain; the seed and
-    :func:`llama_settings` are set on the ``Llama``, the rest is the engine's."""
-    return {_GENERATE_NAMES.get(name, name): getattr(sampling, name) for name in CHAIN}
-
-
 def llama_settings(sampling: SamplingParams) -> dict[str, Any]:
-    """The ``Llama`` attributes the sampler chain reads that no call takes."""
+    """The ``Llama`` attributes its sampler chain reads that no call takes."""
     return {"last_n_tokens_size": sampling.penalty_last_n}
 
 

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import LibraryError
+from ..params import STAGES
 from .version import check_version, installed_version
 
 #: Role → candidate names in ``llama_cpp.llama_cpp``, newest first (llama.h names).
@@ -42,12 +43,8 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "sampler_sample": ("llama_sampler_sample",),
     "sampler_free": ("llama_sampler_free",),
     "init_penalties": ("llama_sampler_init_penalties",),
-    "init_top_k": ("llama_sampler_init_top_k",),
-    "init_typical": ("llama_sampler_init_typical",),
-    "init_top_p": ("llama_sampler_init_top_p",),
-    "init_min_p": ("llama_sampler_init_min_p",),
-    "init_temp": ("llama_sampler_init_temp",),
-    "init_dist": ("llama_sampler_init_dist",),
+    # the sampled chain's stages (llamabatch.params.STAGES), and greedy
+    **{f"init_{stage.init}": (f"llama_sampler_init_{stage.init}",) for stage in STAGES},
     "init_greedy": ("llama_sampler_init_greedy",),
     # optional: copying one sequence's cache (prefix sharing, recurrent snapshots)
     "state_seq_get_size": ("llama_state_seq_get_size",),

@@ -69,27 +69,13 @@ class SamplerChains:
             )
         self._add(chain, stage, "penalties")
 
-    def add_top_k(self, chain: SamplerHandle, k: int) -> None:
-        self._add(chain, self._fn["init_top_k"](k), "top_k")
-
-    def add_typical(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        self._add(chain, self._fn["init_typical"](p, min_keep), "typical")
-
-    def add_top_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        self._add(chain, self._fn["init_top_p"](p, min_keep), "top_p")
-
-    def add_min_p(self, chain: SamplerHandle, p: float, min_keep: int) -> None:
-        self._add(chain, self._fn["init_min_p"](p, min_keep), "min_p")
-
-    def add_temp(self, chain: SamplerHandle, t: float) -> None:
-        self._add(chain, self._fn["init_temp"](t), "temp")
-
-    def add_dist(self, chain: SamplerHandle, seed: int) -> None:
-        """Append ``llama_sampler_init_dist(seed)`` (0xFFFFFFFF = a random seed)."""
-        self._add(chain, self._fn["init_dist"](seed), "dist")
-
-    def add_greedy(self, chain: SamplerHandle) -> None:
-        self._add(chain, self._fn["init_greedy"](), "greedy")
+    def add(self, chain: SamplerHandle, stage: str, *args: object) -> None:
+        """Append ``llama_sampler_init_<stage>(*args)`` (``"top_k"``, ``"dist"``, ``"xtc"``...: a
+        role of :data:`~.resolve.CANDIDATES`); LibraryError when the binding lacks it."""
+        expect(chain, SamplerHandle)
+        role = "init_" + stage
+        self._symbols.require(role)
+        self._add(chain, self._fn[role](*args), stage)
 
     def new_grammar(self, vocab: VocabHandle, grammar: str, root: str = "root") -> SamplerHandle:
         """``llama_sampler_init_grammar(vocab, grammar, root)``: a grammar stage on its own (free it

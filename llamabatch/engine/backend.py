@@ -234,7 +234,7 @@ class Backend(Protocol):
         ...
 
     def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
-        """Create the batch context (once).
+        """Create the batch context (closing one made before).
 
         Raises:
             BatchUnavailable: it cannot be created; the message says why.

@@ -128,8 +128,8 @@ class Scheduler:
                 f"{last[1]} tokens): {why}"
             )
             return False
-        if not self._device_agrees(self.limits):
-            self.limits = None
+        self.limits = self._device_agrees(self.limits, slots, n_ctx_seq)
+        if self.limits is None:
             return False
         lim = self.limits
         self.stats.batch_slots, self.stats.batch_n_ctx_seq = lim.n_seq_max, lim.n_ctx_seq
@@ -153,15 +153,20 @@ class Scheduler:
         )
         return True
 
-    def _device_agrees(self, limits: BatchLimits) -> bool:
-        """Run the device check where ``config.check_device`` asks (``None``: on a device);
-        False, batching off and the backend closed, when the device fails it."""
+    def _device_agrees(
+        self, limits: BatchLimits, slots: int, n_ctx_seq: int
+    ) -> BatchLimits | None:
+        """Run the device check where ``config.check_device`` asks (``None``: on a device)
+        on the batch context just opened, then open a fresh one of the same size for the
+        engine (nothing of the probe's steps stays in it: caches, outputs, samplers); its
+        limits, or ``None`` with batching off and the backend closed when the device fails
+        the check (or the fresh context cannot be made)."""
         device, want = self.info.device, self.config.check_device
         if not (device is not None if want is None else want) or limits.n_seq_max < 2:
-            return True
+            return limits
         if not self.info.can_score:
             log.warning("llamabatch: check_device: this backend cannot score rows; not checked")
-            return True
+            return limits
         try:
             check = check_device(self.backend, limits)
         except Exception as exc:  # noqa: BLE001 - a decode failure fails the check
@@ -172,7 +177,12 @@ class Scheduler:
         self.stats.device_check = verdict
         if ok:
             log.info("llamabatch: %s", verdict)
-            return True
+            self.backend.close()
+            try:
+                return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
+            except Exception as exc:  # noqa: BLE001 - as a failed open
+                self._disable(f"the batch context could not be created again: {exc}")
+                return None
         self.backend.close()
         self._disable(
             f"{verdict}. This device gives other logits to a sequence decoded beside "
@@ -180,7 +190,7 @@ class Scheduler:
             "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
             "fewer slots, another backend or driver, or check_device=False to batch anyway"
         )
-        return False
+        return None
 
     def open(self) -> BatchLimits | None:
         """Open the batch context now (else when two valid requests wait); its limits,

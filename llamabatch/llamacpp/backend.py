@@ -26,15 +26,12 @@ from ..errors import (
 )
 from ..locks import llm_lock
 from ..params import SamplingParams
-from ..sampling_map import generate_kwargs, llama_settings
-from .alone_grammar import AloneGrammar
 from .batch import LlamaBatch
-from .constraints import grammar_of
 from .context import BatchContext, DecodeHook
 from .kv_size import estimate
 from .limits import check_context
-from .llm_state import LlamaGuard, forget_stale_window
-from .sampler import token_logsoftmax, top_logprobs
+from .llm_state import LlamaGuard, LlamaRows
+from .sampler import SeqSampler, token_logsoftmax
 from .slot_samplers import SlotSamplers
 from .ubatch import shape
 from .window import cut_floor, window_holds
@@ -430,60 +427,55 @@ class LlamaBackend:
         return SeqOutput(scores=tuple(out), row_max=tuple(row_max))
 
     def _generate(self, tokens: list[int], sampling: SamplingParams) -> Iterator[SeqOutput]:
-        """``Llama.generate`` with ``sampling``'s chain; the cache keeps the item's tokens for the
-        next item alone. A grammar is an :class:`~.alone_grammar.AloneGrammar` logits processor."""
+        """Generate after ``tokens`` on the ``Llama``'s own context with the batch path's chain
+        (:class:`~.sampler.SeqSampler`, grammar included); the cache keeps the item's tokens
+        for the next item alone, as ``Llama.generate`` keeps them."""
         llm, guard = self._llm, self._alone_guard
-        text = grammar_of(sampling)
-        grammar = AloneGrammar(llm, text) if text is not None else None
+        sampler = SeqSampler(llm, sampling)  # GrammarError before the Llama is touched
+        rows = LlamaRows(llm, self.vocab.n_vocab)
         try:
-            forget_stale_window(llm, tokens, self.n_swa)
-            llm.set_seed(sampling.effective_seed)
-            _ffi.set_llm_settings(llm, llama_settings(sampling))  # read when the chain is built
-            stream = llm.generate(
-                tokens,
-                **generate_kwargs(sampling),
-                reset=True,
-                logits_processor=None if grammar is None else [grammar],
-            )
-            try:
-                while True:
-                    try:
-                        token = next(stream)
-                    except StopIteration:
-                        return
-                    except (RuntimeError, ValueError) as exc:
-                        raise BackendError(f"llama-cpp-python: {exc}") from exc
-                    if grammar is not None:
-                        try:
-                            grammar.accept(token)  # GrammarDeadEnd before any accept
-                        except GrammarDeadEnd as exc:
-                            yield SeqOutput(error=str(exc))
-                            return
-                    logprobs = None
-                    if sampling.logprobs is not None:
-                        logprobs = self._alone_logprobs(token, sampling.logprobs)
-                    yield SeqOutput(token, logprobs)
-            finally:
-                stream.close()
+            self._eval_alone(tokens)
+            while True:
+                try:
+                    token = sampler.sample(rows, -1)
+                except GrammarDeadEnd as exc:  # nothing accepted
+                    yield SeqOutput(error=str(exc))
+                    return
+                logprobs = None
+                if sampling.logprobs is not None:
+                    logprobs = sampler.logprobs(rows, -1, token)
+                yield SeqOutput(token, logprobs)
+                self._eval(llm, [token])  # the cache holds the tokens so far: add this one
         finally:
+            sampler.close()
             if guard is not None:
                 guard.restore_settings()
-            if grammar is not None:
-                grammar.close()
+
+    def _eval_alone(self, tokens: list[int]) -> None:
+        """Make the ``Llama``'s cache hold ``tokens`` and its last row their last token's
+        logits: the cached prefix it shares with them is kept (less the last token, which is
+        decoded again; nothing where the sliding window lost it), the rest decoded."""
+        llm = self._llm
+        cached = _ffi.llm_cached_tokens(llm)
+        keep = min(common_prefix(cached, tokens), len(tokens) - 1)
+        if not window_holds(keep, len(cached), _ffi.llm_seq_pos_min(llm), self.n_swa):
+            keep = 0
+        if keep < len(cached):
+            _ffi.cut_llm_cache(llm, keep)
+        self._eval(llm, tokens[keep:])
+
+    @staticmethod
+    def _eval(llm: Any, tokens: list[int]) -> None:
+        try:
+            llm.eval(tokens)
+        except (RuntimeError, ValueError) as exc:
+            raise BackendError(f"llama-cpp-python: {exc}") from exc
 
     def _release(self) -> None:
         with self.info.lock or _NO_LOCK:  # may come from outside a generator's turn
             guard, self._alone_guard = self._alone_guard, None
             if guard is not None:
                 guard.restore()
-
-    def _alone_logprobs(self, token: int, n: int) -> Any:
-        """Logprobs of the token ``Llama.generate`` just sampled (from its context's last row)."""
-        ctx = _ffi.context_of(self._llm)
-        logits = None if ctx is None else _ffi.load().logits(ctx, -1, self.vocab.n_vocab)
-        if logits is None:
-            raise BackendError("cannot read the Llama's logits for logprobs")
-        return top_logprobs(logits, token, n)
 
     # -- lifetime ----------------------------------------------------------------
     def close(self) -> None:

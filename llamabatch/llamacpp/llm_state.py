@@ -1,13 +1,16 @@
-"""Leave the caller's ``Llama`` as it was: what completing an item alone changes (seed,
-sampler, mirostat mu, penalty window, KV cache), put back (docs/reliability.md)."""
+"""The caller's ``Llama`` for items completed alone: its own context as rows to sample
+from (:class:`LlamaRows`), and what completing items on it changes (its KV cache, the
+settings its next output reads), put back (:class:`LlamaGuard`; docs/reliability.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .. import _ffi
 from ..engine.cache import common_prefix
-from .window import window_holds
+from ..errors import BackendError
 
 
 class LlamaGuard:
@@ -56,15 +59,35 @@ class LlamaGuard:
         _ffi.set_llm_settings(llm, self._settings)
 
 
-def forget_stale_window(llm: Any, tokens: list[int], n_swa: int) -> bool:
-    """Empty the ``Llama``'s cache when ``Llama.generate(tokens)`` would reuse a cached prefix
-    whose window its sliding-window layers no longer hold (:func:`~.window.window_holds`);
-    True when emptied. ``n_swa``: the window (:func:`llamabatch._ffi.window_of`; 0: no check)."""
-    if n_swa <= 0:
-        return False
-    n_cached = len(_ffi.llm_cached_tokens(llm))
-    kept = _ffi.llm_prefix_kept(llm, tokens)
-    if window_holds(kept, n_cached, _ffi.llm_seq_pos_min(llm), n_swa):
-        return False
-    _ffi.cut_llm_cache(llm, 0)
-    return True
+class LlamaRows:
+    """The ``Llama``'s own context as the rows a :class:`~.sampler.SeqSampler` samples from:
+    row ``-1``, the last token of its last decode (``Llama.eval`` asks logits for it).
+
+    Raises:
+        IndexError: another row (``check_output``).
+        BackendError: llama.cpp has no logits there, or the ``Llama`` was closed.
+    """
+
+    def __init__(self, llm: Any, n_vocab: int) -> None:
+        self._llm, self._n_vocab = llm, n_vocab
+
+    @property
+    def handle(self) -> _ffi.ContextHandle:
+        """The ``Llama``'s context (read anew: it is freed by ``Llama.close()``)."""
+        ctx = _ffi.context_of(self._llm) if _ffi.is_loaded(self._llm) else None
+        if ctx is None:
+            raise BackendError("the Llama was closed (Llama.close()); its context is freed")
+        return ctx
+
+    def check_output(self, i: int) -> None:
+        """Row ``i`` is the last one (``-1``), the only one with logits."""
+        if i != -1:
+            raise IndexError(f"row {i} of the Llama's context has no logits: only -1 has")
+
+    def logits(self, i: int, *, copy: bool = True) -> np.ndarray:
+        """The last row's logits (float32[n_vocab]), a copy or a view until the next decode."""
+        self.check_output(i)
+        row = _ffi.load().logits(self.handle, -1, self._n_vocab, copy=copy)
+        if row is None:
+            raise BackendError("llama_get_logits_ith returned NULL for the Llama's last row")
+        return row

@@ -1,4 +1,5 @@
-"""SeqSampler: one sequence's llama.cpp sampler chain, built stage for stage as
+"""The one sampler chain of every item, batched or alone: :class:`SeqSampler`, one
+sequence's llama.cpp chain built from :data:`llamabatch.params.STAGES` stage for stage as
 llama-cpp-python's ``Llama._init_sampler`` (0.3.x) builds ``Llama.generate``'s."""
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ import numpy as np
 from .. import _ffi
 from .._util.closing import Closing
 from ..errors import GrammarDeadEnd
-from ..params import SamplingParams
+from ..params import PENALTY_FIELDS, STAGES, SamplingParams
 from .constraints import grammar_of
-
-#: ``min_keep`` of typical/top_p/min_p in ``Llama._init_sampler`` (``max(1, n_probs=0)``).
-MIN_KEEP = 1
 
 
 def _vocab(lib: _ffi.Library, source: Any) -> _ffi.VocabHandle:
@@ -78,22 +76,16 @@ def chain_key(params: SamplingParams, grammar: str | None) -> tuple[object, ...]
     """What :class:`SeqSampler` builds from ``params`` into its chain (``grammar``: the text of
     a grammar stage in it), all but the seed: chains with equal keys have the same stages with
     the same settings (``llama_sampler_copy`` can carry one's state into the other)."""
-    penalties = (
-        params.penalty_last_n,
-        params.repeat_penalty,
-        params.frequency_penalty,
-        params.presence_penalty,
-        grammar,
-    )
+    penalties = (*(getattr(params, name) for name in PENALTY_FIELDS), grammar)
     if params.is_greedy:
         return (*penalties, "greedy")
     return (
         *penalties,
-        params.top_k,
-        params.typical_p,
-        params.top_p,
-        params.min_p,
-        params.temperature,
+        *(
+            (stage.init, *(getattr(params, name) for name in stage.fields))
+            for stage in STAGES
+            if stage.is_built(params)
+        ),
     )
 
 
@@ -106,10 +98,11 @@ def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[tuple[floa
 
 
 class SeqSampler(Closing):
-    """One sampler chain (``llama_sampler_chain_init``) for one sequence:
-    penalties → greedy at ``temperature == 0``, else penalties → top_k → typical → top_p →
-    min_p → temp → dist(seed); a grammar right after penalties. Prompt tokens are not fed to
-    the penalty history, as in ``Llama.generate``.
+    """One sampler chain (``llama_sampler_chain_init``) for one sequence, batched or alone:
+    penalties → greedy at ``temperature == 0``, else penalties →
+    :data:`~llamabatch.params.STAGES` (top_k → typical → top_p → min_p → xtc where it acts →
+    temp → dist(seed)); a grammar right after penalties. Prompt tokens are not fed to the
+    penalty history, as in ``Llama.generate``.
 
     Args:
         source: a ``llama_cpp.Llama`` or a model handle (the penalties stage needs n_vocab).
@@ -179,14 +172,11 @@ class SeqSampler(Closing):
         ):
             self._candidates = chains.candidates(n_vocab)
         if params.is_greedy:
-            chains.add_greedy(chain)
+            chains.add(chain, "greedy")
         else:
-            chains.add_top_k(chain, params.top_k)
-            chains.add_typical(chain, params.typical_p, MIN_KEEP)
-            chains.add_top_p(chain, params.top_p, MIN_KEEP)
-            chains.add_min_p(chain, params.min_p, MIN_KEEP)
-            chains.add_temp(chain, params.temperature)
-            chains.add_dist(chain, params.effective_seed)
+            for stage in STAGES:
+                if stage.is_built(params):
+                    chains.add(chain, stage.init, *stage.args(params))
 
     @property
     def closed(self) -> bool:

@@ -283,11 +283,15 @@ class FakeBackend:
     def open(self, slots: int, n_ctx_seq: int, n_batch: int) -> BatchLimits:
         """Allocate ``slots`` sequences; n_ctx_seq rounded up to ``ctx_pad``. BatchUnavailable for
         ``fail_open``, ``slots`` above ``max_slots`` or more than ``max_kv_tokens``;
-        FakeBackendViolation when called twice, after ``close`` or with a value < 1."""
+        FakeBackendViolation when called while its context is open or with a value < 1 (after
+        ``close`` it makes a new, empty one)."""
         rules = self._rules
-        rules.require(self.limits is None, "open_batch called after it created a context")
-        rules.require(not self._batch_closed, "open_batch after close()")
+        rules.require(
+            self.limits is None or self._batch_closed,
+            "open_batch called while its batch context is open (close it first)",
+        )
         rules.require(min(slots, n_ctx_seq, n_batch) >= 1, "open_batch with a value < 1")
+        self._batch_closed, self.limits = False, None
         self._open_tried = True
         n_padded = -(-n_ctx_seq // self.ctx_pad) * self.ctx_pad
         too_big = self.max_kv_tokens is not None and slots * n_padded > self.max_kv_tokens

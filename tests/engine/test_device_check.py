@@ -15,6 +15,7 @@ from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.engine.device_check import PROBE_TOLERANCE, check_device
 from llamabatch.errors import ParameterError
 from llamabatch.testing import FakeBackend
+from llamabatch.testing.records import OpenBatchCall
 
 PROMPTS = [f"item {i}" for i in range(10)]
 
@@ -26,7 +27,10 @@ def run(backend: FakeBackend, **kwargs):
 
 
 def test_on_a_device_the_check_runs_by_default_and_a_good_device_batches():
-    done, stats = run(FakeBackend(device="Fake0"))
+    backend = FakeBackend(device="Fake0")
+    done, stats = run(backend)
+    opened = backend.calls(OpenBatchCall)  # the probe's context, then a fresh one
+    assert len(opened) == 2 and opened[0].limits == opened[1].limits
     assert stats.device_check is not None
     assert "on Fake0 agree" in stats.device_check and "4 sequences" in stats.device_check
     assert stats.batching_enabled and stats.items_batched == len(PROMPTS)

@@ -180,12 +180,14 @@ def test_a_recurrent_fake_refuses_partial_trims_and_then_needs_a_clear() -> None
     assert FakeBackend(recurrent=True, declares_recurrent=False).partial_trim
 
 
-def test_open_pads_caps_and_refuses_a_second_call() -> None:
+def test_open_pads_caps_and_refuses_a_second_call_while_open() -> None:
     fake = FakeBackend(ctx_pad=256, n_batch_cap=32)
     limits = fake.open(3, 300, 512)
     assert (limits.n_seq_max, limits.n_ctx_seq, limits.n_batch, limits.n_ctx) == (3, 512, 32, 1536)
-    with pytest.raises(FakeBackendViolation, match="after it created a context"):
+    with pytest.raises(FakeBackendViolation, match="while its batch context is open"):
         fake.open(3, 300, 512)
+    fake.close()  # after close, a new empty context
+    assert fake.open(2, 300, 512).n_seq_max == 2 and fake.kv_lengths == (0, 0)
     with pytest.raises(BatchUnavailable):
         FakeBackend(fail_open=True).open(2, 16, 8)
     with pytest.raises(BatchUnavailable):

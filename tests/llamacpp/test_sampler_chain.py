@@ -49,6 +49,14 @@ def test_chain_order_is_llama_generate_s(llm):
         assert names(sampler) == FULL_CHAIN
 
 
+def test_xtc_is_a_stage_after_min_p_only_where_it_acts(llm):
+    params = SamplingParams(temperature=0.7, xtc_probability=0.5, xtc_threshold=0.2, seed=1)
+    with SeqSampler(llm, params) as sampler:
+        assert names(sampler) == [*FULL_CHAIN[:5], "xtc", *FULL_CHAIN[5:]]
+    with SeqSampler(llm, SamplingParams(temperature=0.7, xtc_threshold=0.2)) as sampler:
+        assert names(sampler) == FULL_CHAIN  # probability 0: the binding's chain
+
+
 def test_temperature_zero_is_penalties_then_greedy(llm):
     with SeqSampler(llm, SamplingParams(temperature=0)) as sampler:
         assert names(sampler) == ["penalties", "greedy"]

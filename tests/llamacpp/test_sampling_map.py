@@ -3,7 +3,6 @@ one map, derived from the dataclass, refusing by name what a call cannot honour.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import re
 
@@ -11,36 +10,48 @@ import pytest
 from llama_cpp import Llama
 
 from llamabatch import SamplingParams
+from llamabatch.params import PENALTY_FIELDS, STAGES
 from llamabatch.sampling_map import (
     CHAIN,
-    SPECIAL,
     completion_kwargs,
     from_completion_kwargs,
-    generate_kwargs,
     request_fields,
 )
 
-#: Every field of the chain off its default (temperature, top_k, top_p, min_p, typical_p,
-#: the three penalties), and the reply's limits.
-CHAIN_VALUES = (0.3, 7, 0.9, 0.1, 0.8, 1.1, 0.2, 0.1)
-TUNED = SamplingParams(**dict(zip(CHAIN, CHAIN_VALUES)), seed=5, max_tokens=9, stop=("END",))
+#: Every field of the chain off its default, and the reply's limits.
+CHAIN_VALUES = {
+    "temperature": 0.3,
+    "top_k": 7,
+    "top_p": 0.9,
+    "min_p": 0.1,
+    "typical_p": 0.8,
+    "repeat_penalty": 1.1,
+    "frequency_penalty": 0.2,
+    "presence_penalty": 0.1,
+}
+TUNED = SamplingParams(**CHAIN_VALUES, seed=5, max_tokens=9, stop=("END",))
 
 
-def test_the_chain_is_every_field_the_table_does_not_name():
-    names = [f.name for f in dataclasses.fields(SamplingParams)]
-    assert SPECIAL <= set(names)
-    assert list(CHAIN) == [n for n in names if n not in SPECIAL]
-    assert all(getattr(TUNED, n) != getattr(SamplingParams(), n) for n in CHAIN)
+def test_the_chain_is_the_stage_tables_binding_keywords():
+    keyword = {n for stage in STAGES if stage.keyword for n in stage.fields}
+    assert set(CHAIN) == keyword | set(PENALTY_FIELDS) - {"penalty_last_n"} == set(CHAIN_VALUES)
+    assert "xtc_probability" not in CHAIN  # a stage of ours: no binding keyword
 
 
 def test_the_keywords_are_llama_cpp_pythons_own():
     completion = set(inspect.signature(Llama.create_completion).parameters)
     chat = set(inspect.signature(Llama.create_chat_completion).parameters)
-    generate = set(inspect.signature(Llama.generate).parameters)
     kwargs = completion_kwargs(TUNED, 200, grammar=object())
     assert set(kwargs) <= completion & chat
-    assert set(generate_kwargs(TUNED)) <= generate
-    assert generate_kwargs(TUNED)["temp"] == 0.3 and kwargs["max_tokens"] == 9
+    assert kwargs["temperature"] == 0.3 and kwargs["max_tokens"] == 9
+
+
+def test_xtc_is_refused_where_only_the_bindings_arguments_go():
+    xtc = SamplingParams(temperature=0.5, xtc_probability=0.5)
+    with pytest.raises(ValueError, match="xtc_probability has no Llama.create_completion"):
+        completion_kwargs(xtc, 200, grammar=None)
+    with pytest.raises(ValueError, match="xtc_probability cannot be sent to a server"):
+        request_fields(xtc, 200, grammar=None)
 
 
 def test_create_completions_keywords_come_back_as_the_same_sampling():
