@@ -20,7 +20,7 @@ from cli_util import read_jsonl, single_error_line
 NO_MODEL = "no-model.gguf"  # a path that does not exist: these jobs must not load a model
 
 #: A stand-in for Windows' msvcrt: ``locking`` as the C runtime's, over POSIX record locks.
-FAKE_MSVCRT = '''
+FAKE_MSVCRT = """
 import errno
 import fcntl as _posix
 import os
@@ -37,7 +37,7 @@ def locking(fd, mode, nbytes):
         _posix.lockf(fd, _posix.LOCK_EX | _posix.LOCK_NB, nbytes, start, os.SEEK_SET)
     except OSError:
         raise PermissionError(errno.EACCES, "Permission denied") from None
-'''
+"""
 
 #: The command in an interpreter without fcntl (as on Windows); prints msvcrt's calls.
 #: ``subprocess`` and ``asyncio`` tell Windows by whether msvcrt imports: they are
