@@ -52,10 +52,10 @@ class BatchCompleter:
         each optional output that some row holds (``logprobs`` ...,
         :mod:`llamabatch.outputs`; and any key a subclass's :meth:`record` adds) as JSON
         text (``None`` in the rows without it: their nested shapes have no single Arrow
-        type), one row per input row, in order. A row
-        that cannot be completed (no prompt, a bad field, messages the chat template
-        refuses) gets ``finish_reason`` ``"error"`` and its ``error`` in its own row;
-        one bad row never makes the call raise.
+        type), one row per input row, in order. A row that cannot be completed (no
+        prompt, a bad field, messages the chat template refuses) gets ``finish_reason``
+        ``"error"`` and its ``error`` in its own row; one bad row never makes the call
+        raise.
     """
 
     def __init__(
