@@ -88,7 +88,7 @@ from .job.report import (
 )
 from .job.resume import check_resume, id_key, write_fingerprint
 from .job.signals import Interrupts
-from .llm import loaded_llama, model_path
+from .llm import loaded_llama, model_path, token_text_of_file
 
 PROG = "llamabatch complete"
 _warn = warner(PROG)
@@ -421,7 +421,8 @@ class _Job:
     """One run: what it has to write (``todo``, input order), where, and its counts.
 
     ``n_ctx`` is the model context that --n-ctx-seq set (a local or Ray run), else ``None``;
-    ``text_of`` the token texts of the logprobs in openai lines (a local run), else ``None``.
+    ``text_of`` the token texts of the logprobs in openai lines (a local run, or a Ray run
+    whose lines ask for logprobs: the model file's vocabulary), else ``None``.
     """
 
     args: argparse.Namespace
@@ -449,7 +450,9 @@ class _Job:
                 )
         if self.args.output_format == "openai":
             url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
-            return response_record(item.id, url, completion, self.model, self.text_of)
+            # text_offset counts from the prompt's length, as create_completion's
+            offset = len(item.prompt) if url == COMPLETIONS_URL and item.prompt else 0
+            return response_record(item.id, url, completion, self.model, self.text_of, offset)
         return completion_record(item, completion)
 
     def bad_record(self, bad: Any) -> dict[str, Any]:
@@ -536,7 +539,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    item_samplings(entries, config.sampling, args.prompts)  # each line with the flags
+    samplings = item_samplings(entries, config.sampling, args.prompts)  # lines + flags
     interrupts = Interrupts()
     with (
         open_output(
@@ -563,7 +566,11 @@ def _run(args: argparse.Namespace) -> int:
         job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
             gen = ray_cli.open_job(args, path, config)
-            return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
+            with contextlib.ExitStack() as vocab:
+                if args.output_format == "openai" and any(s.logprobs for s in samplings):
+                    # the actors send token ids; their text is the model file's vocabulary's
+                    job.text_of = vocab.enter_context(token_text_of_file(path))
+                return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
         with loaded_llama(
             path, n_ctx=job.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
         ) as llm:

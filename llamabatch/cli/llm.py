@@ -4,7 +4,7 @@ the length of a ``with`` block and closed after it."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +40,26 @@ def loaded_llama(
         close = getattr(llm, "close", None)
         if close is not None:
             close()
+
+
+@contextlib.contextmanager
+def token_text_of_file(path: Path) -> Iterator[Callable[[Sequence[int]], str]]:
+    """Token ids -> text as a ``Llama`` of ``path`` shows them in logprobs
+    (:func:`llamabatch.create.token_text`: ``detokenize``, bad bytes dropped), from the
+    file's vocabulary alone (no weights read), freed when the block ends.
+
+    Raises:
+        ModelFileError: llama.cpp cannot read the file's vocabulary.
+        LibraryError: llama-cpp-python is missing or does not load.
+    """
+    from .._ffi.vocab_file import VocabFile
+    from ..errors import ModelFileError
+
+    try:
+        vocab = VocabFile(path)
+    except ValueError as exc:
+        raise ModelFileError(f"llama.cpp cannot read the vocabulary of {path}: {exc}") from exc
+    try:
+        yield lambda ids: vocab.detokenize(ids).decode("utf-8", errors="ignore")
+    finally:
+        vocab.close()

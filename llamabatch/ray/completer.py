@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..completion import Completion
 from ..errors import ModelFileError
 from ..model import DEFAULT_N_GPU_LAYERS
 from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
@@ -49,11 +50,12 @@ class BatchCompleter:
         field columns; the result has ``id_column`` (when given), then ``text``,
         ``finish_reason``, ``error``, ``n_prompt_tokens``, ``n_tokens``, ``path`` and
         each optional output that some row holds (``logprobs`` ...,
-        :mod:`llamabatch.outputs`) as JSON text (``None`` in the rows without it: their
-        nested shapes have no single Arrow type), one row per input row, in order. A row
-        that cannot be completed (no prompt, a bad field, messages the chat template
-        refuses) gets ``finish_reason`` ``"error"`` and its ``error`` in its own row;
-        one bad row never makes the call raise.
+        :mod:`llamabatch.outputs`; and any key a subclass's :meth:`record` adds) as JSON
+        text (``None`` in the rows without it: their nested shapes have no single Arrow
+        type), one row per input row, in order. A row that cannot be completed (no
+        prompt, a bad field, messages the chat template refuses) gets ``finish_reason``
+        ``"error"`` and its ``error`` in its own row; one bad row never makes the call
+        raise.
     """
 
     def __init__(
@@ -95,13 +97,15 @@ class BatchCompleter:
         done = self.generator.complete_many(items)  # a bad item: its error in its place
         records = []
         for k, completion in enumerate(done):
-            record = output_record(completion)
+            record = self.record(completion)
             if k in refused:
                 record.update(
                     text="", finish_reason="error", error=refused[k], n_tokens=0, path="alone"
                 )
             records.append(record)
         extras = [n for n in extra_output_names() if any(n in r for r in records)]
+        added = {k for r in records for k in r} - set(OUTPUT_FIELDS) - set(extra_output_names())
+        extras += sorted(added)  # a subclass's own keys
         for record in records:  # nested outputs have no one Arrow type: JSON text
             for name in extras:
                 if name in record:
@@ -110,6 +114,12 @@ class BatchCompleter:
         if self.id_column is not None and self.id_column in batch:
             return {self.id_column: batch[self.id_column], **columns}
         return columns
+
+    def record(self, completion: Completion) -> dict[str, Any]:
+        """The output record of one row (:func:`llamabatch.outputs.output_record`); a
+        subclass may add keys, each written as a column (JSON text) of the batches in which
+        some row holds it."""
+        return output_record(completion)
 
     def __del__(self) -> None:
         generator = getattr(self, "generator", None)

@@ -26,10 +26,22 @@ from ..errors import RayJobError
 from ..outputs import extra_output_names, from_json
 from ..remote.completion import RemoteCompletion
 from .columns import SAMPLING_PARAMS_COLUMN, batch_rows
+from .completer import BatchCompleter
 from .processors import ProcessorConfig, processor
 
 #: The column of a row's position in the job (the completion's ``index``).
 ROW_COLUMN = "row"
+#: The column of a reply's token ids (JSON text), which the job's completer adds: the
+#: driver writes OpenAI logprobs from them (the chosen token of each step).
+TOKEN_IDS_COLUMN = "token_ids"
+
+
+class JobCompleter(BatchCompleter):
+    """The job's completer: :class:`~llamabatch.ray.BatchCompleter`'s records, each with
+    its reply's token ids (:data:`TOKEN_IDS_COLUMN`)."""
+
+    def record(self, completion: Completion) -> dict[str, Any]:
+        return {**super().record(completion), TOKEN_IDS_COLUMN: list(completion.token_ids)}
 
 
 def job_row(position: int, prompt: str | None, messages: Any, fields: Mapping[str, Any]) -> dict:
@@ -49,7 +61,8 @@ class RayJob(Closing):
 
     Args:
         config: the model, generator and actor pool (its ``id_column`` is replaced by
-            :data:`ROW_COLUMN`).
+            :data:`ROW_COLUMN`; the default completer by :class:`JobCompleter`, which
+            sends each reply's token ids back too).
         address: the cluster: ``None`` or ``""`` starts a local one (or joins the one
             ``RAY_ADDRESS`` names), ``"auto"`` the one started on this node with ``ray
             start``, ``"HOST:6379"`` a head node, ``"ray://HOST:10001"`` a Ray Client
@@ -67,7 +80,8 @@ class RayJob(Closing):
             raise RayJobError(
                 f"--ray needs Ray Data: pip install 'llamabatch[ray]' ({exc})"
             ) from None
-        self.config = dataclasses.replace(config, id_column=ROW_COLUMN)
+        completer = JobCompleter if config.completer is BatchCompleter else config.completer
+        self.config = dataclasses.replace(config, id_column=ROW_COLUMN, completer=completer)
         self._owns = not ray.is_initialized()
         if self._owns:
             try:
@@ -170,10 +184,11 @@ def _completion(row: Mapping[str, Any]) -> RemoteCompletion:
     extras = {
         n: from_json(n, json.loads(row[n])) for n in extra_output_names() if row.get(n) is not None
     }
+    token_ids = row.get(TOKEN_IDS_COLUMN)
     return RemoteCompletion(
         index=int(row[ROW_COLUMN]),
         text=row["text"] or "",
-        token_ids=(),
+        token_ids=tuple(json.loads(token_ids)) if token_ids is not None else (),
         finish_reason=row["finish_reason"],
         error=row["error"],
         n_prompt_tokens=int(row["n_prompt_tokens"] or 0),

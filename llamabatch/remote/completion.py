@@ -16,9 +16,10 @@ class RemoteCompletion(Completion):
 
     ``token_ids`` is empty unless the server sent token ids (llama-cpp-python's and
     llama-server's OpenAI endpoints do not), so :attr:`n_tokens` is the server's
-    ``usage.completion_tokens``. ``finish_reason`` is ``"length"`` when the server says
-    so, ``"stop"`` for any other reason, ``"error"`` with ``error`` set when the item
-    failed. ``n_prompt_tokens`` is ``usage.prompt_tokens``.
+    ``usage.completion_tokens``; a Ray actor sends them (``llamabatch complete --ray``).
+    ``finish_reason`` is ``"length"`` when the server says so, ``"stop"`` for any other
+    reason, ``"error"`` with ``error`` set when the item failed. ``n_prompt_tokens`` is
+    ``usage.prompt_tokens``.
 
     Attributes:
         server: URL of the server that answered (the last one tried for an error, ``""``

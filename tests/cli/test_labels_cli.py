@@ -133,6 +133,7 @@ def test_openai_lines_carry_the_logprobs_asked_for(capsys, tmp_path: Path) -> No
     assert all(len(c["top_logprobs"]) in (2, 3) for c in content)  # the 2, then the chosen
     text_lp = text_choice["logprobs"]
     assert "".join(text_lp["tokens"]) == text_choice["text"]
+    assert text_lp["text_offset"][0] == len("Sky")  # as create_completion: after the prompt
     assert (
         len(text_lp["token_logprobs"]) == text_rec["response"]["body"]["usage"]["completion_tokens"]
     )

@@ -17,6 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 CODE = frozenset({"python", "sh", "bash", "console"})
+#: Blocks whose lines are code a reader copies (a console block: its ``$`` commands), held
+#: to :data:`CODE_WIDTH`; shown output and data (``text``, ``json``, a console block's
+#: output) are what a program prints and stay as printed (docs/css/extra.css wraps them).
+WIDTH_HELD = CODE | {"powershell"}
+#: The longest code line the site shows whole at 1280 px and wider (docs/css/extra.css).
+CODE_WIDTH = 88
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>.*?)\s*-->$")
@@ -97,3 +103,18 @@ def console_commands(code: str) -> list[Command]:
         commands.append(Command(command, []))
         i += 1
     return commands
+
+
+def code_lines(block: Block) -> list[tuple[int, str]]:
+    """(page line number, text) of the lines of ``block`` that are code: every line of a
+    :data:`WIDTH_HELD` block, but of a console block only its ``$`` commands and the lines
+    a trailing backslash continues them on."""
+    if block.lang not in WIDTH_HELD:
+        return []
+    found, going = [], False
+    for k, line in enumerate(block.code.splitlines()):
+        is_code = block.lang != "console" or line.startswith("$ ") or going
+        going = block.lang == "console" and is_code and line.endswith("\\")
+        if is_code:
+            found.append((block.line + 1 + k, line))
+    return found

@@ -75,6 +75,14 @@ def test_the_site_builds_strictly_with_every_public_name_in_the_reference(site):
     assert (site / "index.html").is_file() and (site / "doctor" / "index.html").is_file()
 
 
+def test_code_blocks_name_their_language_for_the_stylesheet(site):
+    # docs/css/extra.css wraps the printed lines of console and JSON blocks by that class
+    page = (site / "index.html").read_text(encoding="utf-8")
+    assert '<div class="language-console highlight">' in page
+    css = (ROOT / "docs" / "css" / "extra.css").read_text(encoding="utf-8")
+    assert ".language-console pre > code" in css and "white-space: pre-wrap" in css
+
+
 #: Words of this project's own machinery, not of the software: the pages are for users.
 MACHINERY = re.compile(
     r"device tool|\bsessions?\b|\bcarry:|`carry`|\bcarried\b|give_back|can_start_another"
@@ -119,7 +127,8 @@ def test_the_reference_shows_signatures_with_defaults_and_every_sampling_field(s
 
 def _signature(section: str) -> str:
     """The text of an entry's first signature, its line breaks kept."""
-    found = re.search(r'<div class="doc-signature[^"]*"><pre>(.*?)</pre>', section, re.DOTALL)
+    # the block's classes: [language-python] doc-signature highlight
+    found = re.search(r'<div class="[^"]*\bdoc-signature\b[^"]*"><pre>(.*?)</pre>', section, re.S)
     assert found is not None, "an entry without a signature"
     return html.unescape(re.sub(r"<[^>]+>", "", found.group(1)))
 

@@ -19,7 +19,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from snippets import CODE, PAGES, ROOT, Block, blocks, console_commands
+from snippets import (
+    CODE,
+    CODE_WIDTH,
+    PAGES,
+    ROOT,
+    Block,
+    blocks,
+    code_lines,
+    console_commands,
+)
 
 #: Blocks marked not runnable (benchmarks, installs, GPU builds, servers, clusters): a new
 #: one is a decision, made here.
@@ -41,6 +50,18 @@ def test_every_block_says_what_it_is(page):
             assert len(block.not_run) > 5, f"{block.where}: 'not run' needs its reason"
         if block.lang == "console":
             assert block.code.startswith("$ "), f"{block.where}: a console block starts with $"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_ids)
+def test_every_code_line_fits_the_page(page):
+    # longer lines are cut off at the right edge of the column on a 1280 px screen
+    wide = [
+        f"{page.relative_to(ROOT)}:{number}: {len(line)} characters"
+        for block in blocks(page)
+        for number, line in code_lines(block)
+        if len(line) > CODE_WIDTH
+    ]
+    assert wide == [], f"code lines over {CODE_WIDTH} characters: break them"
 
 
 def test_the_count_of_blocks(capsys):

@@ -144,3 +144,45 @@ def test_openai_output_of_n_replies_on_ray_has_every_choice_and_its_usage(
             assert body["usage"]["completion_tokens"] >= n, (where, body)  # >= 1 token each
         assert sum(bodies["many"]["votes"].values()) == 3, (where, bodies["many"])
         assert {c["text"] for c in bodies["many"]["choices"]} <= {"x", "y"}
+
+
+def test_openai_output_on_ray_carries_the_logprobs_asked_for_as_locally(
+    ray_address, model_path, tmp_path, capsys
+):
+    chat = [{"role": "user", "content": "apple, apple, apple, apple,"}]
+    lines = [
+        {
+            "custom_id": "chat",
+            "url": "/v1/chat/completions",
+            "body": {"messages": chat, "logprobs": True, "top_logprobs": 2},
+        },
+        {
+            "custom_id": "text",
+            "url": "/v1/completions",
+            "body": {"prompt": "apple, apple, apple, apple,", "logprobs": 2, "n": 2},
+        },
+        {"custom_id": "none", "url": "/v1/completions", "body": {"prompt": "pear, pear,"}},
+    ]
+    src = _write(tmp_path / "in.jsonl", lines)
+    outs = _local_and_ray(src, ["--output-format", "openai"], ray_address, model_path, capsys)
+    bodies = {
+        where: {r["custom_id"]: r["response"]["body"] for r in _read(out)}
+        for where, out in outs.items()
+    }
+    for where, body in bodies.items():
+        (chat_choice,) = body["chat"]["choices"]
+        content = chat_choice["logprobs"]["content"]
+        assert "".join(c["token"] for c in content) == chat_choice["message"]["content"], where
+        assert all(len(c["top_logprobs"]) in (2, 3) for c in content), where
+        for choice in body["text"]["choices"]:  # n = 2: each reply its own logprobs
+            layout = choice["logprobs"]
+            assert "".join(layout["tokens"]) == choice["text"], (where, choice)
+            assert layout["text_offset"][0] == len("apple, apple, apple, apple,"), where
+        assert body["none"]["choices"][0]["logprobs"] is None, where
+    # greedy, confident prompts: the same tokens on Ray as locally
+    for custom_id in ("chat", "text"):
+        local, on_ray = (bodies[w][custom_id]["choices"][0]["logprobs"] for w in bodies)
+        key = "content" if custom_id == "chat" else "tokens"
+        tokens = [c["token"] if custom_id == "chat" else c for c in local[key]]
+        ray_tokens = [c["token"] if custom_id == "chat" else c for c in on_ray[key]]
+        assert ray_tokens[:3] == tokens[:3], (custom_id, local, on_ray)

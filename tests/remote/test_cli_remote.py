@@ -191,3 +191,35 @@ def test_a_server_url_where_nothing_listens_fails_in_seconds_naming_it(tmp_path)
     assert done.returncode == 1, done.stderr
     assert "could be connected to in 10 s" in done.stderr and url in done.stderr
     assert "check the URLs" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.real_model
+def test_openai_lines_that_ask_for_logprobs_on_a_pool_are_errors_naming_the_way_out(
+    two_servers, tmp_path, capsys
+):
+    # a pool's request carries no logprobs: a line that asks for them is its error, in
+    # both output formats, never a reply with "logprobs": null
+    chat = [{"role": "user", "content": "Name a fruit."}]
+    lines = [
+        {
+            "custom_id": "chat",
+            "url": "/v1/chat/completions",
+            "body": {"messages": chat, "logprobs": True, "top_logprobs": 2},
+        },
+        {"custom_id": "text", "url": "/v1/completions", "body": {"prompt": "Sky", "logprobs": 2}},
+        {"custom_id": "plain", "url": "/v1/completions", "body": {"prompt": "Sky"}},
+    ]
+    src = tmp_path / "batch.jsonl"
+    src.write_text("".join(json.dumps(o) + "\n" for o in lines), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["complete", str(src), "-o", str(out), *OPTIONS, "--output-format", "openai"]
+    code = main([*argv, "--model", str(tmp_path / NO_MODEL), *_server_args(two_servers)])
+    assert code == 0, capsys.readouterr().err
+    chat_rec, text_rec, plain_rec = _records(out)
+    for rec in (chat_rec, text_rec):
+        assert rec["response"] is None, rec
+        message = rec["error"]["message"]
+        assert "logprobs cannot be sent to a server" in message
+        assert "--server" in message and "--ray" in message
+    assert plain_rec["error"] is None
+    assert plain_rec["response"]["body"]["choices"][0]["logprobs"] is None

@@ -111,13 +111,16 @@ def response_record(
     completion: Completion,
     model: str,
     text_of: TokenText | None = None,
+    offset: int = 0,
 ) -> dict[str, Any]:
     """The output line of one completed (or failed) item, as the Batch API writes it;
     its ``logprobs`` are filled when the item has them and ``text_of`` (token ids ->
-    text) is given (:func:`~llamabatch.responses.response`)."""
+    text) is given, ``text_offset`` counted from ``offset`` (the binding's: the prompt's
+    length; :func:`~llamabatch.responses.response`)."""
     if not completion.ok:
         return error_response(custom_id, "item_failed", completion.error or "failed")
-    body = response(completion, model=model, chat=url == CHAT_URL, text_of=text_of)
+    chat = url == CHAT_URL
+    body = response(completion, model=model, chat=chat, text_of=text_of, offset=offset)
     for key in ("choice_probs", "votes"):  # llamabatch's own, when asked for
         if getattr(completion, key) is not None:
             body[key] = getattr(completion, key)

@@ -3,14 +3,17 @@ and writing records, one JSON object per line, flushed and fsynced after each ba
 
 An existing non-empty output file is never overwritten by accident: the job refuses to
 start unless ``--resume`` (continue it: skip the ids already there, after removing a
-cut-off last line) or ``--overwrite`` (replace it) is given. The file is locked
-(``flock``) while the job runs, so two jobs cannot write one output at once.
+cut-off last line) or ``--overwrite`` (replace it) is given. The file is locked while
+the job runs, so two jobs cannot write one output at once: ``flock`` on POSIX systems,
+``msvcrt.locking`` of one byte far past any data on Windows (a Windows lock also bars
+reads through other handles, so it holds no byte a reader needs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import json
 import os
 import stat
@@ -29,8 +32,14 @@ from .resume import OutputCorrupt, scan_output
 
 try:
     import fcntl
-except ImportError:  # Windows: no lock
+except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
+#: Windows' C runtime locking (``msvcrt.locking``) where there is no ``fcntl``.
+msvcrt: Any = None if fcntl is not None else importlib.import_module("msvcrt")
+#: The byte a Windows lock holds (1 TiB): past the end of any output, so that reading the
+#: file through another handle (``--resume`` scans it, a user looks) never meets a locked
+#: byte, and within the largest file NTFS and common POSIX file systems allow.
+WINDOWS_LOCK_OFFSET = 2**40
 
 
 def completion_record(item: LineItem, completion: Completion) -> dict[str, Any]:
@@ -147,14 +156,35 @@ def open_output(
 
 
 def _lock(f: IO[str], path: Path) -> None:
-    if fcntl is None:
-        return
+    """Lock the open output for this job, or refuse it when another job holds it; a file
+    system without locks goes on unlocked.
+
+    Raises:
+        UsageError: another job holds the lock (the message names the file).
+    """
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UsageError(f"output {path} is locked: another job is writing it") from None
-    except OSError:  # a file system without locks: go on unlocked
-        pass
+        if fcntl is not None:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            _lock_windows(f.fileno())
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK):
+            raise UsageError(
+                f"output {path} is locked: another job is writing it (wait for it to "
+                "end, or write to another file with -o)"
+            ) from None
+        # any other error: a file system without locks, go on unlocked
+
+
+def _lock_windows(fd: int) -> None:
+    """``msvcrt.locking`` of the byte at :data:`WINDOWS_LOCK_OFFSET` (it locks from the
+    file position); the position goes back to the end, where the output is appended.
+    The lock ends when the file is closed."""
+    os.lseek(fd, WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+    try:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    finally:
+        os.lseek(fd, 0, os.SEEK_END)
 
 
 def _prepare(
