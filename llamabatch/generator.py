@@ -1,6 +1,8 @@
 """BatchGenerator, the public entry point: items read lazily, resolved
 (:mod:`llamabatch.items`), run by the :class:`~llamabatch.engine.scheduler.Scheduler` and
-given back in input order, a page of ``slots`` items at a time."""
+given back in input order, a page of ``slots`` items at a time; and
+:func:`create_completions` / :func:`create_chat_completions`, llama-cpp-python's calls
+(:mod:`llamabatch.create`) on a generator opened for one call."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, KvEstimate, Stats
+from .create import chat_call, completion_call
 from .engine.auto_slots import SlotsChoice, choose_slots
 from .engine.backend import Backend, BatchLimits
 from .engine.request import Request, prepare
@@ -531,9 +534,8 @@ class BatchGenerator(Closing):
             TypeError: ``prompts`` is one prompt, not a list.
             GeneratorClosed, GeneratorBusy: as :meth:`complete_many`.
         """
-        from .create import completions
-
-        return completions(self, self._llm, prompts, kwargs)
+        call = completion_call(self._llm, prompts, kwargs)
+        return call.responses(self.complete_many(call.items, call.sampling), self.backend)
 
     def create_chat_completions(
         self, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
@@ -547,9 +549,8 @@ class BatchGenerator(Closing):
                 ``chat_format`` or ``chat_handler`` than its GGUF template.
             TypeError: ``messages_list`` is one conversation, not a list of them.
         """
-        from .create import chat_completions
-
-        return chat_completions(self, self._llm, messages_list, kwargs)
+        call = chat_call(self._llm, messages_list, kwargs)
+        return call.responses(self.complete_many(call.items, call.sampling), self.backend)
 
     # -- online -----------------------------------------------------------------------
     def submit(self, item: object, sampling: SamplingParams | None = None) -> Future[Completion]:
@@ -616,6 +617,28 @@ class BatchGenerator(Closing):
             feed.fail(exc)
         else:
             feed.ended()
+
+
+def create_completions(llm: Any, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
+    """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
+    dict per prompt, in order, from a :class:`BatchGenerator` opened on ``llm`` for this
+    call (keep one and call its method to reuse its context).
+
+    Raises:
+        ValueError: a keyword that cannot be honoured (named) or a bad value.
+        TypeError: ``prompts`` is one prompt, not a list; ``llm`` is not a ``Llama``.
+    """
+    with BatchGenerator(llm) as gen:
+        return gen.create_completions(prompts, **kwargs)
+
+
+def create_chat_completions(
+    llm: Any, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
+) -> list[dict]:
+    """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched, as
+    :func:`create_completions` (errors: as :meth:`BatchGenerator.create_chat_completions`)."""
+    with BatchGenerator(llm) as gen:
+        return gen.create_chat_completions(messages_list, **kwargs)
 
 
 class _Turn:

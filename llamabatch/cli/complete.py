@@ -574,7 +574,7 @@ def _run(args: argparse.Namespace) -> int:
             gen = _local_generator(llm, config, args)
             if gen.slots_choice is not None:
                 note(args, gen.slots_choice.reason)
-            job.text_of = token_text(llm, gen)  # the logprobs' token texts (openai)
+            job.text_of = token_text(llm, gen.backend.vocab)  # the logprobs' token texts (openai)
             summary = lambda g: batching_note(g.config.slots, g.stats)  # noqa: E731
             return _generate(job, gen, job_items, summary, interrupts)
 
