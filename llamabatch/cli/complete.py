@@ -70,6 +70,7 @@ from .job.input import (
     FORMATS,
     Line,
     LineItem,
+    id_key,
     item_samplings,
     job_items,
     read_prompts,
@@ -86,7 +87,7 @@ from .job.report import (
     progress_bar,
     summary_line,
 )
-from .job.resume import check_resume, id_key, write_fingerprint
+from .job.resume import check_resume, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path
 
