@@ -12,9 +12,8 @@ loads no native library.
 
 from .chat import ChatTemplate
 from .completion import Completion, KvEstimate, Sample, Stats
-from .create import create_chat_completions, create_completions
 from .errors import LlamaBatchError
-from .generator import BatchGenerator
+from .generator import BatchGenerator, create_chat_completions, create_completions
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
 from .tuning import TuneReport, tune

@@ -1,5 +1,7 @@
 """llama-cpp-python's ``create_completion`` / ``create_chat_completion`` over a list of
-prompts, batched: the binding's keyword arguments (through
+prompts in the generator's terms (:class:`BindingCall`: the items to complete, then the
+response dicts of their completions; :meth:`~llamabatch.BatchGenerator.create_completions`
+runs it): the binding's keyword arguments (through
 :func:`~llamabatch.sampling_map.from_completion_kwargs`: refused by name when the batch
 path cannot honour one) and defaults, plus ``n`` and ``model``; its response dicts
 (:mod:`llamabatch.responses`). The ``Llama``'s own settings that its
@@ -14,15 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from .completion import Completion
+from .engine.backend import Backend, Vocab
 from .params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response
 from .sampling_map import CHAT_OFF, chat_logprobs, from_completion_kwargs, refused_arguments
-
-if TYPE_CHECKING:
-    from .generator import BatchGenerator
 
 #: The chat format ``Llama`` uses for the GGUF's own template.
 _GGUF_TEMPLATE = "chat_template.default"
@@ -64,7 +66,9 @@ def derived_seeds(llama_seed: int, count: int, n: int = 1) -> list[int]:
     return seeds
 
 
-def _per_prompt(llm: Any, sampling: SamplingParams, count: int) -> Any:
+def _per_prompt(
+    llm: Any, sampling: SamplingParams, count: int
+) -> SamplingParams | list[SamplingParams]:
     """``sampling`` with the ``Llama``'s defaults: ``penalty_last_n`` its
     ``last_n_tokens_size``, and without a ``seed``, one per prompt from
     :func:`derived_seeds` (so a reply does not depend on what it is batched with); with
@@ -79,12 +83,47 @@ def _per_prompt(llm: Any, sampling: SamplingParams, count: int) -> Any:
     return [dataclasses.replace(sampling, seed=s) for s in seeds]
 
 
-def token_text(llm: Any, gen: BatchGenerator) -> Any:
+def token_text(llm: Any, vocab: Vocab) -> Callable[[Sequence[int]], str]:
     """Token ids -> text as the binding shows them in logprobs (the ``Llama``'s
-    ``detokenize``, bad bytes dropped; with no ``Llama``, the backend's vocab)."""
+    ``detokenize``, bad bytes dropped; with no ``Llama``, the backend's ``vocab``)."""
     if llm is None:
-        return gen.backend.vocab.detokenize
+        return vocab.detokenize
     return lambda ids: llm.detokenize(list(ids)).decode("utf-8", errors="ignore")
+
+
+@dataclass(frozen=True, slots=True)
+class BindingCall:
+    """One ``create_completions`` / ``create_chat_completions`` call in the generator's
+    terms: the ``items`` to complete with their ``sampling``, and how the completions are
+    written back as the binding's response dicts (:meth:`responses`).
+
+    Attributes:
+        items: what ``complete_many`` takes, one per prompt or conversation.
+        sampling: their sampling params (one per item where the ``Llama`` seeds each).
+        llm: the ``Llama``, or ``None`` (a backend without one).
+        model: the call's ``model``, or ``None``.
+        chat: a chat call.
+        offsets: per item, the ``text_offset`` base of a completion's logprobs (``None``:
+            a chat, whose base is the completion's ``n_prompt_tokens``).
+    """
+
+    items: list[object]
+    sampling: SamplingParams | list[SamplingParams]
+    llm: Any
+    model: str | None = None
+    chat: bool = False
+    offsets: list[int] | None = None
+
+    def responses(self, done: Sequence[Completion], backend: Backend) -> list[dict[str, Any]]:
+        """The response dict of each completion of :attr:`items`, in order (``backend``:
+        the generator's, named when there is no ``Llama`` and no ``model``)."""
+        name = self.model or getattr(self.llm, "model_path", None) or type(backend).__name__
+        text_of = token_text(self.llm, backend.vocab)
+        offsets = self.offsets if self.offsets is not None else [c.n_prompt_tokens for c in done]
+        return [
+            response(c, model=name, chat=self.chat, text_of=text_of, offset=offset)
+            for c, offset in zip(done, offsets, strict=True)
+        ]
 
 
 def _as_list(values: Iterable[object], what: str) -> list[object]:
@@ -93,19 +132,17 @@ def _as_list(values: Iterable[object], what: str) -> list[object]:
     return list(values)
 
 
-def completions(
-    gen: BatchGenerator, llm: Any, prompts: Iterable[object], kwargs: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """:meth:`BatchGenerator.create_completions` (see the module's rules)."""
+def completion_call(llm: Any, prompts: Iterable[object], kwargs: Mapping[str, Any]) -> BindingCall:
+    """:meth:`BatchGenerator.create_completions`' call (see the module's rules).
+
+    Raises:
+        ValueError: a keyword that cannot be honoured (named) or a bad value.
+        TypeError: ``prompts`` is one prompt, not a list.
+    """
     prompts = _as_list(prompts, "prompts")
     sampling, model, _ = _sampling(kwargs, chat=False)
-    done = gen.complete_many(prompts, _per_prompt(llm, sampling, len(prompts)))
-    name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = token_text(llm, gen)
-    return [
-        response(c, model=name, chat=False, text_of=text_of, offset=_len(p))
-        for c, p in zip(done, prompts, strict=True)
-    ]
+    per_prompt = _per_prompt(llm, sampling, len(prompts))
+    return BindingCall(prompts, per_prompt, llm, model, offsets=[_len(p) for p in prompts])
 
 
 def _len(prompt: object) -> int:
@@ -113,10 +150,14 @@ def _len(prompt: object) -> int:
     return len(prompt) if isinstance(prompt, (str, Sequence)) else 0
 
 
-def chat_completions(
-    gen: BatchGenerator, llm: Any, conversations: Iterable[object], kwargs: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """:meth:`BatchGenerator.create_chat_completions`."""
+def chat_call(llm: Any, conversations: Iterable[object], kwargs: Mapping[str, Any]) -> BindingCall:
+    """:meth:`BatchGenerator.create_chat_completions`' call.
+
+    Raises:
+        ValueError: as :func:`completion_call`; the ``Llama`` was given another
+            ``chat_format`` or ``chat_handler`` than its GGUF template.
+        TypeError: ``conversations`` is one conversation, not a list of them.
+    """
     conversations = _as_list(conversations, "messages_list")
     if conversations and isinstance(conversations[0], Mapping):
         raise TypeError("messages_list is one conversation; give a list of them, e.g. [messages]")
@@ -132,36 +173,5 @@ def chat_completions(
                 "chat_handler, or give ready prompts to create_completions"
             )
     extra = {} if response_format is None else {"response_format": response_format}
-    per_prompt = _per_prompt(llm, sampling, len(conversations))
-    done = gen.complete_many([{"messages": m, **extra} for m in conversations], per_prompt)
-    name = model or getattr(llm, "model_path", None) or type(gen.backend).__name__
-    text_of = token_text(llm, gen)
-    return [
-        response(c, model=name, chat=True, text_of=text_of, offset=c.n_prompt_tokens) for c in done
-    ]
-
-
-def create_completions(llm: Any, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
-    """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
-    dict per prompt, in order, from a :class:`~llamabatch.BatchGenerator` opened on
-    ``llm`` for this call (keep one and call its method to reuse its context).
-
-    Raises:
-        ValueError: a keyword that cannot be honoured (named) or a bad value.
-        TypeError: ``prompts`` is one prompt, not a list; ``llm`` is not a ``Llama``.
-    """
-    from .generator import BatchGenerator
-
-    with BatchGenerator(llm) as gen:
-        return gen.create_completions(prompts, **kwargs)
-
-
-def create_chat_completions(
-    llm: Any, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
-) -> list[dict]:
-    """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched, as
-    :func:`create_completions` (errors: as :meth:`BatchGenerator.create_chat_completions`)."""
-    from .generator import BatchGenerator
-
-    with BatchGenerator(llm) as gen:
-        return gen.create_chat_completions(messages_list, **kwargs)
+    items: list[object] = [{"messages": m, **extra} for m in conversations]
+    return BindingCall(items, _per_prompt(llm, sampling, len(items)), llm, model, chat=True)

@@ -1,6 +1,8 @@
 """BatchGenerator, the public entry point: items read lazily, resolved
 (:mod:`llamabatch.items`), run by the :class:`~llamabatch.engine.scheduler.Scheduler` and
-given back in input order, a page of ``slots`` items at a time."""
+given back in input order, a page of ``slots`` items at a time; and
+:func:`create_completions` / :func:`create_chat_completions`, llama-cpp-python's calls
+(:mod:`llamabatch.create`) on a generator opened for one call."""
 
 from __future__ import annotations
 
@@ -19,13 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, KvEstimate, Stats
+from .create import chat_call, completion_call
 from .engine.auto_slots import SlotsChoice, choose_slots
 from .engine.backend import Backend, BatchLimits
 from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
 from .items import per_item_sampling, resolve_item
-from .online import Feed
+from .online import SubmitQueue
 from .params import (
     AUTO_SLOTS,
     DEFAULT_N_CTX_SEQ,
@@ -226,8 +229,8 @@ class BatchGenerator(Closing):
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
         self._template: ChatTemplate | None = None
-        self._feed: Feed | None = None  # made by the first submit
-        self._feed_lock = threading.Lock()
+        self._queue: SubmitQueue | None = None  # made by the first submit
+        self._queue_lock = threading.Lock()
 
     @staticmethod
     def estimate_memory(
@@ -268,8 +271,8 @@ class BatchGenerator(Closing):
         Raises:
             GeneratorBusy: an engine thread runs and this thread holds :attr:`lock`
                 (``llm_lock(llm)``), which it needs to end; nothing is changed."""
-        if self._feed is not None:
-            self._feed.close()
+        if self._queue is not None:
+            self._queue.close()
         with self.lock:
             if not self._closed:
                 self._closed = True
@@ -404,8 +407,8 @@ class BatchGenerator(Closing):
     def _pages(self, requests: Iterator[Request], *, hand_back: bool) -> Iterator[list[Completion]]:
         """The pages; with ``hand_back`` the caller's ``Llama`` is put back as it was
         before each page is yielded (the caller may use it in between)."""
-        if self._feed is not None:  # the engine thread owns the slots: share them
-            yield from self._fed_pages(self._feed, requests)
+        if self._queue is not None:  # the engine thread owns the slots: share them
+            yield from self._queued_pages(self._queue, requests)
             return
         slots = cast(int, self.config.slots)
         done: dict[int, Completion] = {}
@@ -429,18 +432,20 @@ class BatchGenerator(Closing):
             if done:  # the run has ended: the Llama is already given back
                 yield self._deliver([done.pop(i) for i in sorted(done)])
 
-    def _fed_pages(self, feed: Feed, requests: Iterator[Request]) -> Iterator[list[Completion]]:
+    def _queued_pages(
+        self, queue: SubmitQueue, requests: Iterator[Request]
+    ) -> Iterator[list[Completion]]:
         """The pages of ``requests`` run by the engine thread beside the submitted items
         (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
-        feed.check_wait("complete_many / iter_groups / create_completions")
+        queue.check_wait("complete_many / iter_groups / create_completions")
         lookahead, slots = cast(int, self.config.lookahead), cast(int, self.config.slots)
         pending: deque[tuple[int, Future[Completion]]] = deque()
         page: list[Completion] = []
         try:
             while True:
                 while len(pending) < lookahead and (req := next(requests, None)) is not None:
-                    i, req.index = req.index, feed.number()
-                    pending.append((i, feed.put(req)))
+                    i, req.index = req.index, queue.number()
+                    pending.append((i, queue.put(req)))
                 if not pending:
                     break
                 i, future = pending.popleft()
@@ -531,9 +536,8 @@ class BatchGenerator(Closing):
             TypeError: ``prompts`` is one prompt, not a list.
             GeneratorClosed, GeneratorBusy: as :meth:`complete_many`.
         """
-        from .create import completions
-
-        return completions(self, self._llm, prompts, kwargs)
+        call = completion_call(self._llm, prompts, kwargs)
+        return call.responses(self.complete_many(call.items, call.sampling), self.backend)
 
     def create_chat_completions(
         self, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
@@ -547,9 +551,8 @@ class BatchGenerator(Closing):
                 ``chat_format`` or ``chat_handler`` than its GGUF template.
             TypeError: ``messages_list`` is one conversation, not a list of them.
         """
-        from .create import chat_completions
-
-        return chat_completions(self, self._llm, messages_list, kwargs)
+        call = chat_call(self._llm, messages_list, kwargs)
+        return call.responses(self.complete_many(call.items, call.sampling), self.backend)
 
     # -- online -----------------------------------------------------------------------
     def submit(self, item: object, sampling: SamplingParams | None = None) -> Future[Completion]:
@@ -571,18 +574,18 @@ class BatchGenerator(Closing):
             GeneratorClosed: the generator (or its ``Llama``) was closed.
             ValueError: ``sampling`` is not a SamplingParams.
         """
-        feed = self._open_feed(sampling)
-        return feed.put(self._request(feed.number(), item, sampling or self.sampling))
+        queue = self._open_queue(sampling)
+        return queue.put(self._request(queue.number(), item, sampling or self.sampling))
 
-    def _open_feed(self, sampling: SamplingParams | None) -> Feed:
-        """The feed of submitted items, made on first use; the checks of :meth:`submit`."""
+    def _open_queue(self, sampling: SamplingParams | None) -> SubmitQueue:
+        """The queue of submitted items, made on first use; the checks of :meth:`submit`."""
         self._check_open()
         if sampling is not None and not isinstance(sampling, SamplingParams):
             raise ValueError(f"sampling is {type(sampling).__name__}; give a SamplingParams")
-        with self._feed_lock:
-            if self._feed is None:
-                self._feed = Feed(self._serve, self.lock)
-        return self._feed
+        with self._queue_lock:
+            if self._queue is None:
+                self._queue = SubmitQueue(self._serve, self.lock)
+        return self._queue
 
     async def acomplete(self, item: object, sampling: SamplingParams | None = None) -> Completion:
         """:meth:`submit` awaited from asyncio (cancelling the task cancels a waiting item).
@@ -593,29 +596,51 @@ class BatchGenerator(Closing):
         Raises:
             GeneratorClosed, ValueError: as :meth:`submit`.
         """
-        feed = self._open_feed(sampling)
-        index = feed.number()
+        queue = self._open_queue(sampling)
+        index = queue.number()
         req = await asyncio.to_thread(self._request, index, item, sampling or self.sampling)
-        return await asyncio.wrap_future(feed.put(req))
+        return await asyncio.wrap_future(queue.put(req))
 
-    def _serve(self, feed: Feed) -> None:
-        """The engine thread: steps while the feed has work, waits idle without any lock."""
+    def _serve(self, queue: SubmitQueue) -> None:
+        """The engine thread: steps while the queue has work, waits idle without any lock."""
         try:
             with self._run():
                 with self._turn():
                     self._scheduler.open()
-                steps = self._scheduler.iter_steps(feed.source(), self._turn, sys.maxsize)
+                steps = self._scheduler.iter_steps(queue.source(), self._turn, sys.maxsize)
                 for done in steps:
                     for c in done:
                         self._scheduler.count(c)
-                        feed.resolve(c)
-                    if feed.idle:
+                        queue.resolve(c)
+                    if queue.idle:
                         self._scheduler.release_alone()
-                        feed.wait()
+                        queue.wait()
         except BaseException as exc:  # noqa: BLE001 - every waiting future must learn it
-            feed.fail(exc)
+            queue.fail(exc)
         else:
-            feed.ended()
+            queue.ended()
+
+
+def create_completions(llm: Any, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
+    """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
+    dict per prompt, in order, from a :class:`BatchGenerator` opened on ``llm`` for this
+    call (keep one and call its method to reuse its context).
+
+    Raises:
+        ValueError: a keyword that cannot be honoured (named) or a bad value.
+        TypeError: ``prompts`` is one prompt, not a list; ``llm`` is not a ``Llama``.
+    """
+    with BatchGenerator(llm) as gen:
+        return gen.create_completions(prompts, **kwargs)
+
+
+def create_chat_completions(
+    llm: Any, messages_list: Iterable[Sequence[Mapping[str, Any]]], **kwargs: Any
+) -> list[dict]:
+    """``[llm.create_chat_completion(m, **kwargs) for m in messages_list]``, batched, as
+    :func:`create_completions` (errors: as :meth:`BatchGenerator.create_chat_completions`)."""
+    with BatchGenerator(llm) as gen:
+        return gen.create_chat_completions(messages_list, **kwargs)
 
 
 class _Turn:

@@ -1,6 +1,6 @@
-"""Online use: :class:`Feed`, the thread-safe queue of submitted requests and their
-futures, and the source of the engine thread that owns the slots (``None`` while nothing
-waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follow
+"""Online use: :class:`SubmitQueue`, the thread-safe queue of submitted requests and
+their futures, and the source of the engine thread that owns the slots (``None`` while
+nothing waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follow
 ``concurrent.futures``: cancellable while waiting, running once the engine took them."""
 
 from __future__ import annotations
@@ -25,20 +25,20 @@ class Submitted(Future[Completion]):
     ``Exception`` a callback raises and lets any other ``BaseException`` (``SystemExit``,
     ``KeyboardInterrupt``) out of ``set_result``; here that one is logged too.
     :meth:`result` and :meth:`exception` raise GeneratorBusy, instead of waiting forever,
-    where only the waiting thread could complete the item (:meth:`Feed.check_wait`)."""
+    where only the waiting thread could complete the item (:meth:`SubmitQueue.check_wait`)."""
 
-    def __init__(self, feed: Feed) -> None:
+    def __init__(self, queue: SubmitQueue) -> None:
         super().__init__()
-        self._feed = feed
+        self._queue = queue
 
     def result(self, timeout: float | None = None) -> Completion:
         if not self.done():
-            self._feed.check_wait("Future.result()")
+            self._queue.check_wait("Future.result()")
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if not self.done():
-            self._feed.check_wait("Future.exception()")
+            self._queue.check_wait("Future.exception()")
         return super().exception(timeout)
 
     def add_done_callback(self, fn: Callable[[Future[Completion]], object]) -> None:
@@ -53,11 +53,11 @@ class Submitted(Future[Completion]):
         super().add_done_callback(guarded)
 
 
-class Feed:
+class SubmitQueue:
     """Submitted requests waiting for the engine, and the futures of all not yet done;
-    ``run(feed)`` is the engine thread's body, started by :meth:`put` when none runs."""
+    ``run(queue)`` is the engine thread's body, started by :meth:`put` when none runs."""
 
-    def __init__(self, run: Callable[[Feed], None], lock: object) -> None:
+    def __init__(self, run: Callable[[SubmitQueue], None], lock: object) -> None:
         self._run = run
         self._lock = lock  # the generator's: the engine thread takes it for every step
         self._cond = threading.Condition()
@@ -141,7 +141,7 @@ class Feed:
             return not self._waiting and self._taken == 0
 
     def wait(self) -> None:
-        """Block until a request is submitted or the feed is closed (no lock held)."""
+        """Block until a request is submitted or the queue is closed (no lock held)."""
         with self._cond:
             while not self._waiting and self._accepting:
                 self._cond.wait()
@@ -151,7 +151,7 @@ class Feed:
         with self._cond:
             future = self._futures.pop(completion.index)
             self._taken -= 1
-        future.set_result(completion)  # callbacks run here, outside the feed's lock
+        future.set_result(completion)  # callbacks run here, outside the queue's lock
 
     def fail(self, exc: BaseException) -> None:
         """The engine thread ended with ``exc``: set it on every future not yet done; a
@@ -167,7 +167,7 @@ class Feed:
                 future.set_exception(exc)
 
     def ended(self) -> None:
-        """The engine thread ended normally (the feed is closed)."""
+        """The engine thread ended normally (the queue is closed)."""
         with self._cond:
             self._thread = None
 

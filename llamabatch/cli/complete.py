@@ -70,6 +70,7 @@ from .job.input import (
     FORMATS,
     Line,
     LineItem,
+    id_key,
     item_samplings,
     job_items,
     read_prompts,
@@ -86,7 +87,7 @@ from .job.report import (
     progress_bar,
     summary_line,
 )
-from .job.resume import check_resume, id_key, write_fingerprint
+from .job.resume import check_resume, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path, token_text_of_file
 
@@ -581,7 +582,7 @@ def _run(args: argparse.Namespace) -> int:
             gen = _local_generator(llm, config, args)
             if gen.slots_choice is not None:
                 note(args, gen.slots_choice.reason)
-            job.text_of = token_text(llm, gen)  # the logprobs' token texts (openai)
+            job.text_of = token_text(llm, gen.backend.vocab)  # the logprobs' token texts (openai)
             summary = lambda g: batching_note(g.config.slots, g.stats)  # noqa: E731
             return _generate(job, gen, job_items, summary, interrupts)
 

@@ -31,7 +31,7 @@ from .backend import (
 )
 from .cache import HostCache, SavedState, Slot, SlotTable, common_prefix, reusable
 from .request import Request, RequestStatus
-from .step import Feed, SeqOutput, Span, StepResult, plan_step
+from .step import PrefillTokens, SeqOutput, Span, StepResult, plan_step
 
 WAITING, COPYING, PREFILL, DECODE, FINISHED = RequestStatus
 _OP_NAMES = {Start: "start_seq", Trim: "trim", Copy: "copy_seq", Save: "save_seq", Load: "load_seq"}
@@ -458,7 +458,7 @@ class SlotEngine:
 
     def _plan(self) -> list[Span]:
         steps: list[Span] = []
-        feeds: list[Feed] = []
+        prefills: list[PrefillTokens] = []
         table = self.table.slots
         for req in self.running.values():
             status = req.status
@@ -471,16 +471,17 @@ class SlotEngine:
                 n = len(table[sid].cached)
                 later = [b - n for b in req.breaks if b > n] if req.fed < len(req.prompt) else ()
                 goal = req.goal()
-                feeds.append(Feed(sid, n, goal[n:], req.samples, min(later) if later else None))
+                stop_at = min(later) if later else None
+                prefills.append(PrefillTokens(sid, n, goal[n:], req.samples, stop_at))
         n_batch = self.limits.n_batch
         if len(steps) > n_batch:  # not all fit: take turns
             k = self._rotate % len(steps)
             steps = steps[k:] + steps[:k]
             self._rotate += n_batch
-        spans = plan_step(steps, feeds, n_batch)
+        spans = plan_step(steps, prefills, n_batch)
         if not spans:  # only copies waiting (cannot happen: their sources prefill)
             raise BatchFailed("nothing to decode: every running request waits for a copy")
-        if feeds:
+        if prefills:
             return [span if span.step else self._outputs(span) for span in spans]
         return spans
 

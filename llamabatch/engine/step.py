@@ -111,8 +111,9 @@ class StepResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Feed:
-    """A sequence's next tokens: ``tokens`` at ``pos``; ``stop_at`` caps one call."""
+class PrefillTokens:
+    """A sequence's tokens still to prefill: ``tokens`` at ``pos``; ``stop_at`` caps one
+    call."""
 
     seq_id: int
     pos: int
@@ -124,27 +125,27 @@ class Feed:
 _SEQ_ID = attrgetter("seq_id")
 
 
-def plan_step(steps: Sequence[Span], feeds: Sequence[Feed], n_batch: int) -> list[Span]:
+def plan_step(steps: Sequence[Span], prefills: Sequence[PrefillTokens], n_batch: int) -> list[Span]:
     """The spans of one call: reply ``steps`` first (one-token spans, at most ``n_batch``,
-    in order), then ``feeds`` fill the remaining budget in order, a feed cut where it does
-    not fit (``logits`` kept only on a whole feed). Returned by ascending seq id (llama.cpp
+    in order), then ``prefills`` fill the remaining budget in order, one cut where it does
+    not fit (``logits`` kept only on a whole one). Returned by ascending seq id (llama.cpp
     puts consecutive seq ids in one ubatch).
 
     Raises:
-        ValueError: ``n_batch`` < 1, or an empty feed.
+        ValueError: ``n_batch`` < 1, or a prefill without tokens.
     """
     if n_batch < 1:
         raise ValueError(f"n_batch={n_batch} is out of range: valid is an integer >= 1")
     spans = list(steps[:n_batch])
     room = n_batch - len(spans)
-    for f in feeds:
+    for p in prefills:
         if room == 0:
             break
-        n = len(f.tokens)
+        n = len(p.tokens)
         if n == 0:
-            raise ValueError(f"seq {f.seq_id} has no tokens left to feed")
-        take = min(room, n if f.stop_at is None else min(n, f.stop_at))
-        spans.append(Span(f.seq_id, f.pos, f.tokens[:take], f.logits and take == n))
+            raise ValueError(f"seq {p.seq_id} has no tokens left to feed")
+        take = min(room, n if p.stop_at is None else min(n, p.stop_at))
+        spans.append(Span(p.seq_id, p.pos, p.tokens[:take], p.logits and take == n))
         room -= take
     spans.sort(key=_SEQ_ID)
     return spans

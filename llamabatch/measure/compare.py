@@ -16,7 +16,7 @@ from typing import Any
 from ..completion import Completion
 from ..generator import BatchGenerator
 from .one_at_a_time import OneAtATime
-from .records import Replies, Reply, WorkItem, seeded
+from .records import PassReplies, Reply, WorkItem, seeded
 from .rounds import Clock, Path, Progress, Round, run_rounds
 from .workloads import warmup_prompt
 
@@ -60,7 +60,7 @@ class EnginePath:
         self._make = make
         self.generator: BatchGenerator | None = None
 
-    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> Replies:
+    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> PassReplies:
         if self.generator is None:
             self.generator = self._make()
         gen = self.generator
@@ -70,7 +70,7 @@ class EnginePath:
             progress(len(group))
         done.sort(key=lambda c: c.index)
         batched = sum(c.path == "batch" for c in done)
-        return Replies(
+        return PassReplies(
             tuple(reply_of(items[c.index].id, c) for c in done),
             items_batched=batched,
             items_alone=len(done) - batched,
@@ -94,7 +94,7 @@ class Comparison:
     """What :func:`compare` measured.
 
     Attributes:
-        rounds: every round with every setting's pass (results: ``Replies``).
+        rounds: every round with every setting's pass (results: ``PassReplies``).
         kv_bytes_per_slot: per ``"slots=K"`` setting, the KV bytes of one of its slots
             (``None`` when unknown).
     """
@@ -165,8 +165,8 @@ def compare(
 
 
 def _labelled(path: Path, label: Callable[[str | None], Any]) -> Path:
-    def run(items: Sequence[Any], progress: Progress) -> Replies:
-        out: Replies = path(items, progress)
+    def run(items: Sequence[Any], progress: Progress) -> PassReplies:
+        out: PassReplies = path(items, progress)
         replies = tuple(replace(r, label=label(r.text if r.ok else None)) for r in out.replies)
         return replace(out, replies=replies)
 

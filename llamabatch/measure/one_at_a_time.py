@@ -19,7 +19,7 @@ from ..errors import LlamaBatchError
 from ..items import is_messages
 from ..params import SamplingParams
 from ..sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
-from .records import Replies, Reply, WorkItem
+from .records import PassReplies, Reply, WorkItem
 from .rounds import Progress
 
 
@@ -75,17 +75,17 @@ def check_one_reply(
 
 class OneAtATime:
     """Items completed one after the other, ``one(item)`` each, as a path of
-    :func:`~llamabatch.measure.rounds.run_rounds` (its result: the ``Replies``)."""
+    :func:`~llamabatch.measure.rounds.run_rounds` (its result: the ``PassReplies``)."""
 
     def __init__(self, one: Callable[[WorkItem], Reply]) -> None:
         self.one = one
 
-    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> Replies:
+    def __call__(self, items: Sequence[WorkItem], progress: Progress) -> PassReplies:
         replies = []
         for item in items:
             replies.append(self.one(item))
             progress(1)
-        return Replies(tuple(replies), items_alone=len(replies))
+        return PassReplies(tuple(replies), items_alone=len(replies))
 
     def close(self) -> None:
         """Nothing to put back here (see :class:`LlamaLoop`)."""

@@ -1,5 +1,5 @@
-"""What the item paths take and give back (plain data): a :class:`WorkItem`, and a pass's
-:class:`Replies`."""
+"""What the item paths take and give back (plain data): a :class:`WorkItem`, and the
+:class:`PassReplies` of a pass."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Replies:
+class PassReplies:
     """What an item path returns for a pass: one reply per item, in item order.
 
     Attributes:

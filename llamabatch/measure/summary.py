@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .agreement import Agreement, agreement
 from .compare import FLOOR, ONE_AT_A_TIME
-from .records import Replies
+from .records import PassReplies
 from .rounds import Pass, Round
 from .stats import paired, per_round
 
@@ -75,7 +75,7 @@ class SettingReport:
         return self.label_share if self.label_share is not None else self.exact_share
 
 
-def _replies(p: Pass | None) -> Replies | None:
+def _replies(p: Pass | None) -> PassReplies | None:
     return None if p is None or p.error is not None else p.result
 
 

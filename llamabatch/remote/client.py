@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from ..errors import ItemRejected, ServerFault
-from .request import Request
+from .request import ServerRequest
 
 #: HTTP statuses that say "not now" rather than "never": retried on another server
 #: (RFC 9110 408 Request Timeout; RFC 6585 429 Too Many Requests; every 5xx).
@@ -109,7 +109,7 @@ def _check_status(response: httpx.Response) -> None:
 
 
 def send(
-    client: httpx.Client, url: str, request: Request, model: str | None, timeout_s: float
+    client: httpx.Client, url: str, request: ServerRequest, model: str | None, timeout_s: float
 ) -> ServerReply:
     """POST one request to the server at ``url`` and parse its answer.
 

@@ -22,7 +22,7 @@ from ..params import BatchConfig, SamplingParams
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
-from .request import BadItem, Request, build_request
+from .request import BadItem, ServerRequest, build_request
 
 #: Completions per page by default (``page_size=None``).
 DEFAULT_PAGE_SIZE = 16
@@ -225,7 +225,7 @@ class RemoteGenerator(Closing):
 
     @staticmethod
     def _completion(
-        index: int, request: Request, reply: ServerReply, url: str, attempts: int
+        index: int, request: ServerRequest, reply: ServerReply, url: str, attempts: int
     ) -> RemoteCompletion:
         n_tokens = len(reply.token_ids) or reply.n_completion_tokens
         if reply.finish_reason == "length":

@@ -1,4 +1,5 @@
-"""What one item becomes on the wire: the JSON body of an OpenAI-compatible request.
+"""What one item becomes on the wire: a :class:`ServerRequest`, the JSON body of an
+OpenAI-compatible request.
 
 An item is a prompt string (or UTF-8 bytes, or a list of token ids) for
 ``/v1/completions``, a list of chat messages for ``/v1/chat/completions``, or a mapping
@@ -35,9 +36,10 @@ _DEFAULT = SamplingParams()
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    """One ready request: the endpoint path, the JSON body (without ``model``) and the
-    item's resolved sampling params (what its reply is checked against)."""
+class ServerRequest:
+    """One item's request to a server, ready to send: the endpoint path, the JSON body
+    (without ``model``) and the item's resolved sampling params (what its reply is checked
+    against)."""
 
     endpoint: str
     body: dict[str, Any]
@@ -67,7 +69,7 @@ def _prompt(value: object) -> tuple[str, str, object]:
     )
 
 
-def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Request:
+def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> ServerRequest:
     """The request of one item, with the generator's ``sampling`` and ``max_tokens``
     under the item's own fields (:func:`llamabatch.items.resolve_item`).
 
@@ -86,7 +88,7 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Re
     )
 
 
-def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) -> Request:
+def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) -> ServerRequest:
     """The request of a prompt (or list of messages) with its resolved ``sampling``;
     ``sampling.max_tokens`` wins over ``max_tokens``.
 
@@ -99,4 +101,4 @@ def sampling_request(prompt: object, sampling: SamplingParams, max_tokens: int) 
     except ValueError as exc:  # GrammarError too
         raise BadItem(str(exc)) from None
     endpoint, key, value = _prompt(prompt)
-    return Request(endpoint, {key: value, "stream": False, **fields}, sampling)
+    return ServerRequest(endpoint, {key: value, "stream": False, **fields}, sampling)

@@ -1,27 +1,42 @@
 """The fake backend's oracle: what the scheduler should make of each prompt, judged by the
 engine's own stop rule (:func:`llamabatch.engine.request.check_stop`), so that the
-reference and the engine cannot disagree on where a reply ends."""
+reference and the engine cannot disagree on where a reply ends. It reads only the fake's
+model (:class:`FakeModel`), never its calls."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
+from ..engine.backend import Vocab
 from ..engine.request import Request, check_stop
 from ..errors import BackendError
 from ..params import SamplingParams
 from .records import Expected, Tokens
-
-if TYPE_CHECKING:
-    from .fake import FakeBackend
+from .replies import ReplySpec
 
 
-def _as_tokens(fake: FakeBackend, value: str | Sequence[int]) -> Tokens:
+class FakeModel(Vocab, Protocol):
+    """What the oracle reads of a fake backend (a :class:`~.fake.FakeBackend` is one): its
+    vocabulary, its replies and its context.
+
+    Attributes:
+        reply: the configured replies (:data:`~.replies.ReplySpec`).
+        filler: the token after the reply when there is no EOG id.
+        n_ctx: tokens of the one-at-a-time context (prompt + reply alone).
+    """
+
+    reply: ReplySpec
+    filler: int
+    n_ctx: int
+
+
+def _as_tokens(fake: FakeModel, value: str | Sequence[int]) -> Tokens:
     return tuple(fake.tokenize(value) if isinstance(value, str) else value)
 
 
-def reply_of(fake: FakeBackend, prompt: Sequence[int]) -> Tokens:
+def reply_of(fake: FakeModel, prompt: Sequence[int]) -> Tokens:
     """The configured reply to the token ids ``prompt``, before the stop rule."""
     key = tuple(prompt)
     reply = fake.reply
@@ -36,7 +51,7 @@ def reply_of(fake: FakeBackend, prompt: Sequence[int]) -> Tokens:
     return _as_tokens(fake, reply(key))
 
 
-def token_at(fake: FakeBackend, reply: Tokens, i: int) -> int:
+def token_at(fake: FakeModel, reply: Tokens, i: int) -> int:
     """The ``i``-th token of the stream: the reply, then ``min(eog_ids)`` forever (``filler``
     when there is no EOG id)."""
     if i < len(reply):
@@ -44,7 +59,7 @@ def token_at(fake: FakeBackend, reply: Tokens, i: int) -> int:
     return min(fake.eog_ids) if fake.eog_ids else fake.filler
 
 
-def prompt_tokens(fake: FakeBackend, prompt: object) -> Tokens:
+def prompt_tokens(fake: FakeModel, prompt: object) -> Tokens:
     """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids).
 
     Raises:
@@ -75,7 +90,7 @@ def prompt_tokens(fake: FakeBackend, prompt: object) -> Tokens:
 
 
 def expected(
-    fake: FakeBackend, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
+    fake: FakeModel, prompt: object, max_tokens: int, sampling: SamplingParams | None = None
 ) -> Expected:
     """What the scheduler should return for ``prompt`` completed alone: the stop rule on the reply
     stream, at most ``min(max_tokens, n_ctx - n_prompt)`` tokens, ``sampling``'s stop strings

@@ -16,7 +16,8 @@ import time
 import pytest
 from cli_util import FAST, popen_cli, read_jsonl, run_cli, single_error_line, write_jsonl
 
-from llamabatch.cli.job.resume import OutputCorrupt, id_key, scan_output
+from llamabatch.cli.job.input import id_key
+from llamabatch.cli.job.resume import OutputCorrupt, scan_output
 
 NO_MODEL = "no-model.gguf"  # a path that does not exist: these jobs must not load a model
 

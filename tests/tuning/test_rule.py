@@ -8,7 +8,7 @@ import pytest
 from tune_helpers import rounds, run, settings_and_floor, simple
 
 from llamabatch.measure.compare import ONE_AT_A_TIME, setting_name
-from llamabatch.measure.records import Replies, Reply
+from llamabatch.measure.records import PassReplies, Reply
 from llamabatch.tuning import recommend, summarize
 
 BASE = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
@@ -134,7 +134,7 @@ def test_failed_items_count_as_disagreeing():
     broken = Reply(0, "", "error", "boom", 0, "batch", None)
     runs = {p.path: p for p in records[0].passes}
     runs[setting_name(2)] = dataclasses.replace(
-        good, result=Replies((broken, *replies[1:]), items_batched=10)
+        good, result=PassReplies((broken, *replies[1:]), items_batched=10)
     )
     records = [rounds([runs])[0], records[1]]
     s = summarize(setting_name(2), 2, records, n_prompts=10, has_labels=True)

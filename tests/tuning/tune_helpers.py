@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llamabatch.measure.compare import FLOOR, ONE_AT_A_TIME, setting_name
-from llamabatch.measure.records import Replies, Reply
+from llamabatch.measure.records import PassReplies, Reply
 from llamabatch.measure.rounds import Pass, Round
 from llamabatch.tuning import floor_of, summarize
 
@@ -33,7 +33,7 @@ def run(
         setting,
         items,
         seconds,
-        Replies(
+        PassReplies(
             replies,
             items_batched=n if batched and slots > 1 else 0,
             items_alone=0 if batched and slots > 1 else n,

@@ -1,12 +1,15 @@
 """Reading the input of ``llamabatch complete`` (the formats: its ``--help``, from
 :mod:`llamabatch.cli.complete`): JSONL, OpenAI batch requests (:mod:`.openai`) or text, ``-``
 for standard input. A bad line is a :class:`~llamabatch.cli.common.UsageError` naming it,
-or, with ``skip_bad``, a :class:`BadLine` in its place.
+or, with ``skip_bad``, a :class:`BadLine` in its place. Each entry keeps its id and the
+digest of its line: :func:`id_key` is how ids compare, :func:`line_digest` what
+``--resume`` checks a line against (:mod:`.resume`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -20,7 +23,6 @@ from ...items import ITEM_FIELDS, item_fields, with_fields
 from ...params import SamplingParams
 from ..common import UsageError
 from . import openai
-from .resume import line_digest
 
 #: The path that stands for standard input.
 STDIN = Path("-")
@@ -39,7 +41,7 @@ class LineItem:
         fields: the item's own checked fields (:mod:`llamabatch.items`).
         url: the OpenAI endpoint it was asked of, or ``None`` for a plain line.
         is_text: a line of a text file (the command may wrap it in a template).
-        digest: the digest of its line (:func:`~.resume.line_digest`; not compared).
+        digest: the digest of its line (:func:`line_digest`; not compared).
     """
 
     id: str | int
@@ -69,6 +71,18 @@ class BadLine:
 
 
 Line = LineItem | BadLine
+
+
+def id_key(value: object) -> str:
+    """The key an id is compared by: its JSON text (so ``7`` and ``"7"`` differ)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def line_digest(item_id: object, text: str) -> str:
+    """The digest of one input line: SHA-256 of its id (:func:`id_key`) and its text,
+    the first 16 hex digits (kept in ``OUT.fingerprint``, :mod:`.resume`)."""
+    data = f"{id_key(item_id)}\n{text}".encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 class _Bad(ValueError):

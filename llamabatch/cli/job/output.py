@@ -63,7 +63,7 @@ class Output:
         stream: where records go.
         where: its name for messages (the path, or ``"standard output"``).
         is_file: True for a file given with ``-o`` (a job on it can be resumed).
-        done: :func:`~llamabatch.cli.job.resume.id_key` of the ids already in it (``--resume``).
+        done: :func:`~llamabatch.cli.job.input.id_key` of the ids already in it (``--resume``).
         ids: the same, in the file's order.
         n_existing: whole lines already in it (``--resume``).
         path: the file when it is a regular file (its input's fingerprint is kept beside

@@ -1,33 +1,26 @@
 """Resuming a job: which ids an existing output file holds (whole lines; a line cut off
 by a killed job is truncated before appending), ids compared as JSON values
-(:func:`id_key`: ``7`` and ``"7"`` differ), and the input's fingerprint kept beside it
-(``OUT.fingerprint``: per id its line and digest, and the job's options that shape a reply),
-with which ``--resume`` refuses an input whose line of an id already written changed, an
-``OUT`` of another input, or options that changed (:func:`changed_options`).
+(:func:`~.input.id_key`: ``7`` and ``"7"`` differ), and the input's fingerprint kept
+beside it (``OUT.fingerprint``: per id its line and digest, and the job's options that
+shape a reply), with which ``--resume`` refuses an input whose line of an id already
+written changed, an ``OUT`` of another input, or options that changed
+(:func:`changed_options`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import OutputCorrupt, UsageError
-
-if TYPE_CHECKING:
-    from .input import Line
+from .input import Line, id_key
 
 #: Appended to the output's name: the file of its input's fingerprint.
 FINGERPRINT_SUFFIX = ".fingerprint"
-
-
-def id_key(value: object) -> str:
-    """The key an id is compared by: its JSON text (so ``7`` and ``"7"`` differ)."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +88,6 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
 
 
 # -- the input's fingerprint ---------------------------------------------------------------
-def line_digest(item_id: object, text: str) -> str:
-    """The digest of one input line: SHA-256 of its id (:func:`id_key`) and its text,
-    the first 16 hex digits."""
-    data = f"{id_key(item_id)}\n{text}".encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 def fingerprint_path(out: Path) -> Path:
     """Where the fingerprint of the input of output ``out`` is kept: ``OUT.fingerprint``."""
     return out.with_name(out.name + FINGERPRINT_SUFFIX)

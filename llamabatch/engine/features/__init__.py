@@ -14,7 +14,7 @@ from ..backend import BackendInfo, Vocab
 from ..request import Request
 from .label_tokens import TailTokens
 from .labels import label_request
-from .samples import Replies
+from .samples import SampleGroups
 
 
 class Features:
@@ -29,15 +29,15 @@ class Features:
         self._tokenize = vocab.tokenize
         self._tails = TailTokens(vocab.tokenize)  # label tokens per prompt end
         self._min_run = info.min_score_run
-        self.replies = Replies()
+        self.samples = SampleGroups()
 
     def expand(self, req: Request) -> list[Request]:
         """The requests that run for ``req``."""
         return [
             label_request(r, self._tokenize, self._tails, self._min_run)
-            for r in self.replies.expand(req)
+            for r in self.samples.expand(req)
         ]
 
     def merge(self, done: Iterable[Request]) -> list[Completion]:
         """The completions of finished requests (a group's once all of it is done)."""
-        return self.replies.merge(done)
+        return self.samples.merge(done)

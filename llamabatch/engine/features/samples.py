@@ -4,8 +4,8 @@
 group: request ``j`` has ``sample == j``, ``n == 1`` and seed ``seed + j`` (all ``None``
 when ``seed`` is), so a run with a seed is reproducible. The engine lets the requests of
 one group share the prompt's prefill (``Span.share``: the later ones sample their first
-token from the first one's last prompt row, then copy its cache). :class:`Replies` gives
-the K completions back as one :class:`~llamabatch.completion.Completion`: reply 0's
+token from the first one's last prompt row, then copy its cache). :class:`SampleGroups`
+gives the K completions back as one :class:`~llamabatch.completion.Completion`: reply 0's
 fields, ``samples`` with all K and, with ``choices``, the ``votes`` for each label.
 """
 
@@ -18,8 +18,9 @@ from ...completion import Completion, Sample
 from ..request import Request
 
 
-class Replies:
-    """The prompts with ``n > 1`` on their way, and their replies so far."""
+class SampleGroups:
+    """The prompts with ``n > 1`` on their way (one group of ``n`` samples each), and their
+    replies so far."""
 
     def __init__(self) -> None:
         self._groups: dict[int, tuple[Request, list[Completion | None]]] = {}
