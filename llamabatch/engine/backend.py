@@ -5,8 +5,8 @@ The engine never imports ``_ffi`` or ``llamacpp``. Two backends exist:
 :class:`llamabatch.testing.FakeBackend` (no library). A custom backend implements the
 fifteen members of :class:`Backend`, each typed: what it can do is declared once, as data
 (:class:`BackendInfo`); a step goes in and comes out as data (:class:`Span`,
-:class:`StepResult`); the eight operations on sequences are methods, and a saved cache is
-a :class:`SeqState`.
+:class:`StepResult`); each operation on the sequences is a method of its own, and a saved
+cache is a :class:`SeqState`.
 """
 
 from __future__ import annotations
