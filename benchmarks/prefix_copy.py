@@ -4,7 +4,7 @@ Through llamabatch's own backend (no ctypes here): a batch context of ``--slots`
 sequences (non-unified KV cache, ``--n-ctx-seq`` tokens each); a prefix of
 ``--prefix`` tokens (the workload S system prompt, cut or repeated to that length) is
 prefilled into seq 0 (``llama_decode`` in chunks of n_batch), then copied to every
-other sequence with ``LlamaBackend.apply(Copy(...))`` (``llama_state_seq_get_data`` +
+other sequence with ``LlamaBackend.copy_seq(...)`` (``llama_state_seq_get_data`` +
 ``llama_state_seq_set_data``) and trimmed to the prefix; then one decode of one token
 per sequence checks that the copies are usable. Medians of ``--repeats`` runs (rounds of
 :func:`llamabatch.measure.rounds.run_rounds`), in ms.
@@ -23,7 +23,6 @@ import time
 
 from llamabatch import SamplingParams
 from llamabatch.cli.options import script_parser
-from llamabatch.engine.backend import Clear, Copy, Start
 from llamabatch.engine.step import Span
 from llamabatch.llamacpp.backend import LlamaBackend
 from llamabatch.measure.rounds import run_rounds
@@ -48,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def once(items, tick) -> tuple[float, list[float], float]:
         """One repeat: (prefill ms, copy ms per copied slot, decode step ms)."""
-        backend.apply(Clear())
+        backend.clear()
         for s in range(args.slots):
-            backend.apply(Start(s, GREEDY))
+            backend.start_seq(s, GREEDY)
         t0 = time.perf_counter()
         for start in range(0, len(prefix) - 1, limits.n_batch):
             chunk = prefix[start : min(start + limits.n_batch, len(prefix) - 1)]
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         copies = []
         for s in range(1, args.slots):
             t0 = time.perf_counter()
-            backend.apply(Copy(0, s))
+            backend.copy_seq(0, s)
             copies.append(1000 * (time.perf_counter() - t0))
         t0 = time.perf_counter()
         backend.run([Span(s, len(prefix) - 1, prefix[-1:], True) for s in range(args.slots)])

@@ -1,7 +1,7 @@
 """The slot engine, pure Python (no native library, ``tests/engine/test_engine_is_pure.py``),
 and what a custom backend implements: :class:`Backend` (its capabilities as data,
-:class:`BackendInfo`; its vocabulary, :class:`Vocab`), the operations on sequences
-(:data:`SeqOp`) and one step as plain data both ways (:class:`Span` in,
+:class:`BackendInfo`; its vocabulary, :class:`Vocab`; a saved cache,
+:class:`SeqState`) and one step as plain data both ways (:class:`Span` in,
 :class:`StepResult` of :class:`SeqOutput` out). :class:`llamabatch.testing.FakeBackend`
 is a complete example. Inside: :mod:`.scheduler` (queue, fits-or-alone, failures),
 :mod:`.slot_engine` (one step at a time), :mod:`.cache` (slots, prefixes, host memory),

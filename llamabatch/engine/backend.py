@@ -3,9 +3,10 @@
 The engine never imports ``_ffi`` or ``llamacpp``. Two backends exist:
 :class:`llamabatch.llamacpp.backend.LlamaBackend` (a loaded ``llama_cpp.Llama``) and
 :class:`llamabatch.testing.FakeBackend` (no library). A custom backend implements the
-eight members of :class:`Backend`; what it can do is declared once, as data
-(:class:`BackendInfo`), and the operations on sequences are data too
-(:data:`SeqOp`).
+fifteen members of :class:`Backend`, each typed: what it can do is declared once, as data
+(:class:`BackendInfo`); a step goes in and comes out as data (:class:`Span`,
+:class:`StepResult`); each operation on the sequences is a method of its own, and a saved
+cache is a :class:`SeqState`.
 """
 
 from __future__ import annotations
@@ -22,16 +23,8 @@ __all__ = [
     "Backend",
     "BackendInfo",
     "BatchLimits",
-    "Clear",
-    "Copy",
-    "CutFloor",
-    "Load",
-    "Release",
-    "Save",
-    "SeqOp",
+    "SeqState",
     "SlotMemory",
-    "Start",
-    "Trim",
     "Vocab",
 ]
 
@@ -81,12 +74,13 @@ class BackendInfo:
     Attributes:
         n_ctx: tokens of the one-at-a-time context (prompt + reply of an item alone).
         max_slots: most sequences of a batch context (``llama_max_parallel_sequences``).
-        can_copy: :class:`Copy` works; False: no prefix is copied between slots.
-        can_save: :class:`Save` / :class:`Load` work (host-memory states, checkpoints).
-        partial_trim: :class:`Trim` may keep a position > 0 (False for recurrent and
+        can_copy: :meth:`Backend.copy_seq` works; False: no prefix is copied between slots.
+        can_save: :meth:`Backend.save_seq` / :meth:`Backend.load_seq` work (host-memory
+            states, checkpoints).
+        partial_trim: :meth:`Backend.trim` may keep a position > 0 (False for recurrent and
             hybrid memories; True is not a promise: a refused trim is learned from).
         n_swa: the window of sliding-window layers in positions, 0 without one; a cache
-            is then cut back only where :class:`CutFloor` allows.
+            is then cut back only where :meth:`Backend.cut_floor` allows.
         can_score: ``Span.targets`` and scoring alone work.
         can_share_rows: ``Span.share`` works.
         min_score_run: fewest tokens of a sequence decoded in the call that scores a row
@@ -117,71 +111,19 @@ class BackendInfo:
     slot_memory: Callable[[int], SlotMemory] | None = None
 
 
-# -- operations on sequences (Backend.apply) ------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Start:
-    """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays. ``shares``:
-    other sequences' chains may sample from its rows (``Span.share``). Returns ``None``;
-    raises ``GrammarError`` when the grammar is refused."""
+@dataclass(frozen=True, slots=True, eq=False)
+class SeqState:
+    """One sequence's cache as :meth:`Backend.save_seq` copied it, to be given back to
+    :meth:`Backend.load_seq` of the same backend; the engine keeps it and never looks inside.
 
-    seq_id: int
-    sampling: SamplingParams
-    shares: bool = False
+    Attributes:
+        data: the backend's own copy (llama.cpp: the host buffer that
+            ``llama_state_seq_get_data`` wrote).
+        nbytes: its size in bytes (what it takes of ``cache_ram_mib``).
+    """
 
-
-@dataclass(frozen=True, slots=True)
-class Trim:
-    """Keep positions [0, n_keep) of ``seq_id``. Returns False when the memory refused
-    (the cache is then unknown until trimmed to 0, which is never refused)."""
-
-    seq_id: int
-    n_keep: int
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """``dst``'s cache becomes a copy of ``src``'s whole cache. Returns ``None``."""
-
-    src: int
-    dst: int
-
-
-@dataclass(frozen=True, slots=True)
-class Save:
-    """A copy of ``seq_id``'s cache; ``len(state)`` is its size in bytes."""
-
-    seq_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """``seq_id``'s cache becomes ``state`` (of :class:`Save`). Returns ``None``."""
-
-    seq_id: int
-    state: Any
-
-
-@dataclass(frozen=True, slots=True)
-class CutFloor:
-    """The smallest ``n`` > 0 that ``seq_id``'s cache can be cut back to and decoded on
-    from (0: any; a cut to 0 or to the whole cache is always fine). Asked only with
-    ``n_swa`` > 0."""
-
-    seq_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Clear:
-    """Empty every sequence of the batch context (a no-op without one)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """Give the model's own state back as it was before the items run alone since the
-    last release (for a ``Llama``: its KV cache and settings)."""
-
-
-SeqOp = Start | Trim | Copy | Save | Load | CutFloor | Clear | Release
+    data: object
+    nbytes: int
 
 
 @runtime_checkable
@@ -241,8 +183,42 @@ class Backend(Protocol):
         """
         ...
 
-    def apply(self, op: SeqOp) -> Any:
-        """Do one operation on the sequences' state (see each op for what it returns)."""
+    # -- operations on the sequences of the batch context (after open) -------------------
+    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
+        """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays.
+        ``shares``: other sequences' chains may sample from its rows (``Span.share``).
+
+        Raises:
+            GrammarError: the grammar is refused (no cache changed).
+        """
+        ...
+
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """Keep positions [0, n_keep) of ``seq_id``'s cache. False when the memory refused
+        (the cache is then unknown until trimmed to 0, which is never refused)."""
+        ...
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """``dst``'s cache becomes a copy of ``src``'s whole cache (``info.can_copy``)."""
+        ...
+
+    def save_seq(self, seq_id: int) -> SeqState:
+        """A copy of ``seq_id``'s cache (``info.can_save``)."""
+        ...
+
+    def load_seq(self, seq_id: int, state: SeqState) -> None:
+        """``seq_id``'s cache becomes ``state``, which :meth:`save_seq` returned."""
+        ...
+
+    def cut_floor(self, seq_id: int) -> int:
+        """The smallest ``n`` > 0 that ``seq_id``'s cache can be cut back to and decoded on
+        from (0: any; a cut to 0 or to the whole cache is always fine). Asked only with
+        ``info.n_swa`` > 0."""
+        ...
+
+    def clear(self) -> None:
+        """Empty every sequence; each is started again before it is decoded (a no-op
+        without a batch context)."""
         ...
 
     def run(self, spans: Sequence[Span]) -> StepResult:
@@ -264,6 +240,11 @@ class Backend(Protocol):
             BackendError: the prompt cannot be decoded.
             GrammarError: the grammar is refused.
         """
+        ...
+
+    def release_alone(self) -> None:
+        """Give the model's own state back as it was before the items :meth:`run_alone` ran
+        since the last release (for a ``Llama``: its KV cache and settings)."""
         ...
 
     def close(self) -> None:

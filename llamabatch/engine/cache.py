@@ -11,10 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 
+from .backend import SeqState
 from .request import CopyPlan
 
 #: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
-#: and decoded on (``Backend.apply(CutFloor)``).
+#: and decoded on (``Backend.cut_floor``).
 Holds = Callable[["Slot", int], bool]
 
 
@@ -144,14 +145,13 @@ class SavedState:
 
     Attributes:
         tokens: the tokens at positions 0, 1, ... of the saved cache, exactly.
-        state: what ``Backend.apply(Save)`` returned.
-        n_bytes: its size (counted against the limit).
-        floor: its ``CutFloor`` when saved: it is cut back only to a length >= floor.
+        state: what ``Backend.save_seq`` returned (its ``nbytes`` count against the limit).
+        floor: its ``Backend.cut_floor`` when saved: it is cut back only to a length >=
+            floor.
     """
 
     tokens: tuple[int, ...]
-    state: object
-    n_bytes: int
+    state: SeqState
     floor: int = 0
 
     def serves(self, n: int) -> bool:
@@ -207,7 +207,7 @@ class HostCache:
         n, states = len(key), self._states
         return any(states[k].serves(n) for k in self._sorted[lo:hi])
 
-    def add(self, tokens: Sequence[int], state: object, n_bytes: int, floor: int = 0) -> bool:
+    def add(self, tokens: Sequence[int], state: SeqState, floor: int = 0) -> bool:
         """Keep ``state`` (a cache holding exactly ``tokens``); drop the states it serves
         (whose tokens are a prefix of ``tokens``), then the least recently used until it
         fits.
@@ -215,10 +215,10 @@ class HostCache:
         Returns:
             False when nothing was kept (too large, empty, or already covered).
         """
-        key = tuple(tokens)
+        key, n_bytes = tuple(tokens), state.nbytes
         if not key or n_bytes > self.limit_bytes or self.covers(key):
             return False
-        new = SavedState(key, state, n_bytes, floor)
+        new = SavedState(key, state, floor)
         for old in self._prefixes(key):
             if new.serves(len(old)):
                 self._drop(old)
@@ -291,6 +291,6 @@ class HostCache:
         self.n_bytes = 0
 
     def _drop(self, key: tuple[int, ...]) -> None:
-        self.n_bytes -= self._states.pop(key).n_bytes
+        self.n_bytes -= self._states.pop(key).state.nbytes
         del self._used[key]
         del self._sorted[bisect_left(self._sorted, key)]

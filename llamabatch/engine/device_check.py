@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..params import SamplingParams
-from .backend import Backend, BatchLimits, Clear, Start
+from .backend import Backend, BatchLimits
 from .step import Span, StepResult
 
 __all__ = [
@@ -164,22 +164,22 @@ def check_device(backend: Backend, limits: BatchLimits) -> DeviceCheck:
     plan = _plan(limits, vocab.n_vocab, vocab.eog_ids)
     batched: dict[tuple[int, int], list[float]] = {}
     alone: dict[tuple[int, int], list[float]] = {}
-    backend.apply(Clear())
+    backend.clear()
     try:
         for k in range(s):  # a host chain (shares=True): rows read as numbers
-            backend.apply(Start(k, _GREEDY, shares=True))
+            backend.start_seq(k, _GREEDY, shares=True)
         for step, call in plan:
             for seq, row in _rows(backend.run(call), call).items():
                 batched[(seq, step)] = row
         for k in range(s):  # the same tokens, one sequence at a time
-            backend.apply(Clear())
-            backend.apply(Start(k, _GREEDY, shares=True))
+            backend.clear()
+            backend.start_seq(k, _GREEDY, shares=True)
             for step, call in plan:
                 own = [span for span in call if span.seq_id == k]
                 if own:
                     alone[(k, step)] = _rows(backend.run(own), own)[k]
     finally:
-        backend.apply(Clear())
+        backend.clear()
     worst, deviation = (0, 0), 0.0
     for key, row in batched.items():
         d = max(abs(a - b) for a, b in zip(row, alone[key]))

@@ -26,7 +26,7 @@ from ..params import SamplingParams
 from .step import SeqOutput, Span, Targets, TokenLogprobs
 
 if TYPE_CHECKING:
-    from .backend import Vocab
+    from .backend import SeqState, Vocab
 
 #: ``memoryview.format`` values read as the bytes of UTF-8 text (unsigned bytes, chars).
 BYTE_FORMATS = frozenset({"B", "c"})
@@ -128,7 +128,7 @@ class Request:
         self.copy: CopyPlan | None = None
         self.breaks: set[int] = set()
         self.followers: list[Request] = []
-        self.checkpoint: tuple[Any, list[int]] | None = None
+        self.checkpoint: tuple[SeqState, list[int]] | None = None
         self._cut: str | None = None  # the text cut before a stop string
         self._searched = 0  # characters already searched for stop strings
 

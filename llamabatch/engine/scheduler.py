@@ -27,7 +27,7 @@ from typing import Any
 from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
-from .backend import Backend, BackendInfo, BatchLimits, Release
+from .backend import Backend, BackendInfo, BatchLimits
 from .device_check import check_device
 from .features import Features
 from .request import Request
@@ -290,8 +290,8 @@ class Scheduler:
             self._end_run()
 
     def release_alone(self) -> None:
-        """Give the caller's ``Llama`` back as it was (``Release``)."""
-        self.backend.apply(Release())
+        """Give the caller's ``Llama`` back as it was (``Backend.release_alone``)."""
+        self.backend.release_alone()
 
     def _end_run(self) -> None:
         self.release_alone()

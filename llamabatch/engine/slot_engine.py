@@ -10,31 +10,18 @@ exception of a backend call becomes :class:`BatchFailed`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from time import perf_counter
-from typing import Any
 
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
-from .backend import (
-    Backend,
-    BackendInfo,
-    BatchLimits,
-    Clear,
-    Copy,
-    CutFloor,
-    Load,
-    Save,
-    SeqOp,
-    Start,
-    Trim,
-)
+from .backend import Backend, BackendInfo, BatchLimits
 from .cache import HostCache, SavedState, Slot, SlotTable, common_prefix, reusable
 from .request import Request, RequestStatus
 from .step import PrefillTokens, SeqOutput, Span, StepResult, plan_step
 
 WAITING, COPYING, PREFILL, DECODE, FINISHED = RequestStatus
-_OP_NAMES = {Start: "start_seq", Trim: "trim", Copy: "copy_seq", Save: "save_seq", Load: "load_seq"}
 
 
 class BatchFailed(Exception):
@@ -96,19 +83,20 @@ class SlotEngine:
         self._rotate = 0
 
     # -- backend calls -------------------------------------------------------------------
-    def _apply(self, op: SeqOp, changes: bool = True) -> Any:
-        """``backend.apply(op)``; any failure becomes :class:`BatchFailed`, but a grammar
-        refused by :class:`Start` goes through (the request's own error)."""
+    @contextmanager
+    def _calling(self, what: str, changes: bool = True) -> Iterator[None]:
+        """Around the backend call ``what`` (its name): any failure becomes
+        :class:`BatchFailed`, but a grammar refused by ``start_seq`` goes through (the
+        request's own error). ``changes``: it changes caches (:attr:`dirty` meanwhile)."""
         self.dirty = changes
         try:
-            out = self.backend.apply(op)
+            yield
         except Exception as exc:  # noqa: BLE001 - MemoryError, library errors: any failure
-            if isinstance(op, Start) and isinstance(exc, GrammarError):  # changes no cache
+            if what == "start_seq" and isinstance(exc, GrammarError):  # changes no cache
                 self.dirty = False
                 raise
-            raise _failed(_OP_NAMES.get(type(op), type(op).__name__), exc) from exc
+            raise _failed(what, exc) from exc
         self.dirty = False
-        return out
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -137,7 +125,7 @@ class SlotEngine:
         self.host.clear()
         self.dirty = False
         try:
-            self.backend.apply(Clear())
+            self.backend.clear()
         except Exception:  # noqa: BLE001 - nothing more to do; the table forgot them
             pass
         return reqs
@@ -160,7 +148,8 @@ class SlotEngine:
         req.seq_id, req.path, req.status = slot.seq_id, "batch", PREFILL
         self.running[slot.seq_id] = req  # from here a failure hands the request back
         try:
-            self._apply(Start(slot.seq_id, req.sampling, req.group is not None), changes=False)
+            with self._calling("start_seq", changes=False):
+                self.backend.start_seq(slot.seq_id, req.sampling, req.group is not None)
         except GrammarError:
             del self.running[slot.seq_id]
             slot.busy = False
@@ -224,7 +213,7 @@ class SlotEngine:
     # -- sliding windows -----------------------------------------------------------------
     def _floor(self, seq_id: int) -> int | None:
         try:
-            return int(self.backend.apply(CutFloor(seq_id)))
+            return self.backend.cut_floor(seq_id)
         except Exception:  # noqa: BLE001 - an unknown floor only costs a prefill
             return None
 
@@ -256,13 +245,15 @@ class SlotEngine:
         ):
             return
         floor = self._floor(slot.seq_id) if self.info.n_swa > 0 else 0
-        state = self._apply(Save(slot.seq_id), changes=False)
-        if self.host.add(slot.cached, state, len(state), n if floor is None else floor):
+        with self._calling("save_seq", changes=False):
+            state = self.backend.save_seq(slot.seq_id)
+        if self.host.add(slot.cached, state, n if floor is None else floor):
             self.stats.cache_ram_saves += 1
 
     def _load(self, req: Request, saved: SavedState, n: int) -> None:
         slot = self.table.slots[req.seq_id]
-        self._apply(Load(slot.seq_id, saved.state))
+        with self._calling("load_seq"):
+            self.backend.load_seq(slot.seq_id, saved.state)
         slot.cached[:] = saved.tokens
         self.stats.cache_ram_loads += 1
         self._keep(req, n)
@@ -298,7 +289,9 @@ class SlotEngine:
                 req.unfold()
 
     def _trim(self, slot: Slot, n: int) -> bool:
-        return bool(self._apply(Trim(slot.seq_id, n)))
+        with self._calling("trim"):
+            ok = self.backend.trim(slot.seq_id, n)
+        return ok
 
     def _try_copy(self, req: Request) -> bool:
         """Copy the source's cache into ``req``'s slot if it holds the prefix now."""
@@ -318,7 +311,8 @@ class SlotEngine:
             n_own = reusable(dst.cached, req.prompt)
             self._keep(req, n_own if self._holds(dst, n_own) else 0)
         else:
-            self._apply(Copy(src.seq_id, dst.seq_id))
+            with self._calling("copy_seq"):
+                self.backend.copy_seq(src.seq_id, dst.seq_id)
             dst.cached[:] = src.cached
             self.stats.prefix_copies += 1
             self._keep(req, plan.n_tokens)
@@ -414,7 +408,8 @@ class SlotEngine:
                 continue  # its first token ended it: its cache is not needed
             slot = self.table.slots[req.seq_id]
             self._save(slot, 0)
-            self._apply(Copy(leader.seq_id, req.seq_id))
+            with self._calling("copy_seq"):
+                self.backend.copy_seq(leader.seq_id, req.seq_id)
             slot.cached[:] = self.table.slots[leader.seq_id].cached
             req.fed = len(req.prompt)
             self.stats.prefix_copies += 1
@@ -435,7 +430,8 @@ class SlotEngine:
             req.status = FINISHED
             return
         if checkpoints and req.checkpoint is None:
-            req.checkpoint = (self._apply(Save(slot.seq_id), False), list(slot.cached))
+            with self._calling("save_seq", changes=False):
+                req.checkpoint = (self.backend.save_seq(slot.seq_id), list(slot.cached))
         if keep >= len(slot.cached):
             return
         if self.partial_trim and self._holds(slot, keep):  # else: as if it could not be cut
@@ -447,7 +443,8 @@ class SlotEngine:
         if saved is not None and len(saved[1]) <= keep:
             state, tokens = saved
             if common_prefix(tokens, req.goal()) == len(tokens):
-                self._apply(Load(slot.seq_id, state))
+                with self._calling("load_seq"):
+                    self.backend.load_seq(slot.seq_id, state)
                 slot.cached[:] = tokens
                 return
         if not self._trim(slot, 0):

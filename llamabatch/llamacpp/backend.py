@@ -11,8 +11,7 @@ from typing import Any
 
 from .. import _ffi
 from .._ffi.version import check_version
-from ..engine import backend as ops
-from ..engine.backend import BackendInfo, BatchLimits, SlotMemory
+from ..engine.backend import BackendInfo, BatchLimits, SeqState, SlotMemory
 from ..engine.cache import common_prefix
 from ..engine.step import SeqOutput, Span, StepResult, StepTimes, Targets
 from ..errors import (
@@ -77,8 +76,9 @@ class LlamaVocab:
 
 class LlamaBackend:
     """The real backend (:class:`~llamabatch.engine.backend.Backend`): batched work in a
-    :class:`BatchContext` (a second context on the ``Llama``'s model), work alone through the
-    ``Llama`` itself (``Llama.generate``), with the same sampler chain.
+    :class:`BatchContext` (a second context on the ``Llama``'s model), work alone on the
+    ``Llama``'s own context (``Llama.eval``), every item sampled by one chain
+    (:class:`~.sampler.SeqSampler`).
 
     It does not lock: :class:`~llamabatch.BatchGenerator` holds ``info.lock``
     (:func:`llamabatch.llm_lock` of the ``Llama``) around every call. After ``Llama.close()``
@@ -237,39 +237,57 @@ class LlamaBackend:
             raise BackendError("the batch context was freed: the Llama was closed")
         return self._ctx, self._batch, self._samplers
 
-    def apply(self, op: ops.SeqOp) -> Any:
-        """One operation on the sequences: ``Start`` builds a sequence's sampler chain
-        (:class:`~.slot_samplers.SlotSamplers`); ``Trim`` is
-        ``llama_memory_seq_rm``; ``Copy``, ``Save``, ``Load`` are ``llama_state_seq_get/set_data``;
-        ``CutFloor`` reads ``llama_memory_seq_pos_min``; ``Clear`` empties every sequence;
-        ``Release`` puts the ``Llama`` back as it was before the items alone since the last one.
+    # -- operations on sequences -------------------------------------------------
+    # Each raises ValueError without a batch context or for an id out of range, and
+    # BackendError once the Llama is closed.
+    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
+        """Build ``seq_id``'s sampler chain (:class:`~.slot_samplers.SlotSamplers`; ``shares``:
+        on the host, so that other sequences can sample its rows).
 
         Raises:
-            ValueError: no batch context, an id or length out of range.
-            BackendError: llama.cpp copied, saved or loaded nothing, or the ``Llama`` was closed.
-            GrammarError: ``Start``: llama.cpp refused the grammar.
+            GrammarError: llama.cpp refused the grammar.
         """
-        if isinstance(op, ops.Release):
-            self._release()
-            return None
-        if isinstance(op, ops.Clear):
-            if self._ctx is not None and not self._ctx.closed:
-                self._ctx.clear(range(self._ctx.limits.n_seq_max))
-            return None
         ctx, _, samplers = self._open()
-        if isinstance(op, ops.Start):
-            n = ctx.limits.n_seq_max
-            if not isinstance(op.seq_id, int) or not 0 <= op.seq_id < n:
-                raise ValueError(f"seq_id={op.seq_id!r} is out of range: valid is [0, {n})")
-            samplers.start(op.seq_id, op.sampling, op.shares)
-            return None
-        if isinstance(op, ops.Trim):
-            return ctx.trim(op.seq_id, op.n_keep)
-        if isinstance(op, (ops.Copy, ops.Save, ops.Load)):
-            return _state_op(ctx, op)
-        if isinstance(op, ops.CutFloor):
-            return cut_floor(ctx.seq_pos_min(op.seq_id), self.n_swa)
-        raise TypeError(f"unknown operation {op!r}")
+        n = ctx.limits.n_seq_max
+        if not isinstance(seq_id, int) or not 0 <= seq_id < n:
+            raise ValueError(f"seq_id={seq_id!r} is out of range: valid is [0, {n})")
+        samplers.start(seq_id, sampling, shares)
+
+    def trim(self, seq_id: int, n_keep: int) -> bool:
+        """``llama_memory_seq_rm`` from ``n_keep`` on; False when the memory refused."""
+        return self._open()[0].trim(seq_id, n_keep)
+
+    def copy_seq(self, src: int, dst: int) -> None:
+        """``llama_state_seq_get_data`` of ``src``, ``set_data`` into ``dst``; BackendError
+        when llama.cpp copied nothing."""
+        done = self._open()[0].copy_seq(src, dst)
+        _check_state(done, f"copied nothing from seq {src} to {dst}")
+
+    def save_seq(self, seq_id: int) -> SeqState:
+        """``llama_state_seq_get_data`` into a host buffer; BackendError when llama.cpp saved
+        nothing."""
+        buf = self._open()[0].save_seq(seq_id)
+        _check_state(buf, f"saved nothing of seq {seq_id}")
+        return SeqState(buf, len(buf))
+
+    def load_seq(self, seq_id: int, state: SeqState) -> None:
+        """``llama_state_seq_set_data`` of a :meth:`save_seq` state; BackendError when llama.cpp
+        refused it."""
+        done = self._open()[0].load_seq(seq_id, state.data)
+        _check_state(done, f"refused the state for seq {seq_id}")
+
+    def cut_floor(self, seq_id: int) -> int:
+        """:func:`~.window.cut_floor` of ``llama_memory_seq_pos_min``."""
+        return cut_floor(self._open()[0].seq_pos_min(seq_id), self.n_swa)
+
+    def clear(self) -> None:
+        """Empty every sequence (nothing without an open batch context)."""
+        if self._ctx is not None and not self._ctx.closed:
+            self._ctx.clear(range(self._ctx.limits.n_seq_max))
+
+    def release_alone(self) -> None:
+        """Put the ``Llama`` back as it was before the items alone since the last release."""
+        self._release()
 
     def run(self, spans: Sequence[Span]) -> StepResult:
         """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
@@ -339,7 +357,7 @@ class LlamaBackend:
             seq_ids = [span.seq_id for span in spans]
             for sid in seq_ids:
                 if sid not in samplers:
-                    raise ValueError(f"seq_id={sid} has no sampler: apply Start first")
+                    raise ValueError(f"seq_id={sid} has no sampler: call start_seq first")
             first = batch.add_steps(
                 [span.tokens[0] for span in spans], [span.pos for span in spans], seq_ids
             )
@@ -350,7 +368,7 @@ class LlamaBackend:
         for span in spans:
             for sid in ((span.seq_id,) if span.logits else ()) + tuple(span.share):
                 if sid not in samplers:
-                    raise ValueError(f"seq_id={sid} has no sampler: apply Start first")
+                    raise ValueError(f"seq_id={sid} has no sampler: call start_seq first")
             if span.seq_id in attached and (span.share or span.targets is not None):
                 raise ValueError(
                     f"seq_id={span.seq_id} is sampled on the backend: its rows cannot be shared "
@@ -378,9 +396,9 @@ class LlamaBackend:
     def run_alone(
         self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
     ) -> Iterator[SeqOutput]:
-        """Work through the ``Llama`` itself: with ``sampling``, ``Llama.generate`` after
-        ``tokens``; with ``targets``, the label scores of ``tokens``' rows. Its settings are put
-        back after each item, its cache at ``Release`` (:class:`~.llm_state.LlamaGuard`).
+        """Work on the ``Llama``'s own context: with ``sampling``, generate after ``tokens``
+        with the batch path's chain; with ``targets``, the label scores of ``tokens``' rows. Its settings are put
+        back after each item, its cache at ``release_alone`` (:class:`~.llm_state.LlamaGuard`).
 
         Raises (when iterated):
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was closed.
@@ -496,15 +514,8 @@ def _check_ids(ids: Sequence[int], n_vocab: int) -> None:
         raise ValueError(f"target ids {tuple(ids)!r} out of range: valid is [0, {n_vocab})")
 
 
-def _state_op(ctx: BatchContext, op: ops.Copy | ops.Save | ops.Load) -> Any:
-    """``Copy`` / ``Save`` / ``Load`` through ``llama_state_seq_*``: the saved state, or
-    ``None``; BackendError when llama.cpp copied, saved or loaded nothing."""
-    if isinstance(op, ops.Copy):
-        done, what = ctx.copy_seq(op.src, op.dst), f"copied nothing from seq {op.src} to {op.dst}"
-    elif isinstance(op, ops.Save):
-        done, what = ctx.save_seq(op.seq_id), f"saved nothing of seq {op.seq_id}"
-    else:
-        done, what = ctx.load_seq(op.seq_id, op.state), f"refused the state for seq {op.seq_id}"
-    if not done:  # 0 bytes, or no state
+def _check_state(done: object, what: str) -> None:
+    """BackendError when ``llama_state_seq_*`` copied, saved or loaded nothing (0 bytes, or
+    no state)."""
+    if not done:
         raise BackendError(f"llama_state_seq_get/set_data {what}")
-    return done if isinstance(op, ops.Save) else None

@@ -20,9 +20,9 @@ def window_holds(n_keep: int, n_cached: int, pos_min: int | None, n_swa: int) ->
 
 
 def cut_floor(pos_min: int | None, n_swa: int) -> int:
-    """The smallest ``n_keep`` > 0 a sequence can be cut back to (``CutFloor``): 0 when any cut
-    works (no window, or one that never slid), ``pos_min + n_swa`` once it slid, and a length
-    past any cache when ``pos_min`` is -1 or unknown."""
+    """The smallest ``n_keep`` > 0 a sequence can be cut back to (``Backend.cut_floor``): 0
+    when any cut works (no window, or one that never slid), ``pos_min + n_swa`` once it slid,
+    and a length past any cache when ``pos_min`` is -1 or unknown."""
     if n_swa <= 0 or pos_min == 0:
         return 0
     if pos_min is None or pos_min < 0:

@@ -9,12 +9,11 @@ import random
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from ..engine import backend as ops
-from ..engine.backend import BackendInfo, BatchLimits, SlotMemory
+from ..engine.backend import BackendInfo, BatchLimits, SeqState, SlotMemory
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
+from ..llamacpp import window
 from ..llamacpp.ubatch import shape
-from ..llamacpp.window import cut_floor
 from ..params import SamplingParams
 from . import oracle
 from .faults import FailAlone, decode_error, fails_alone, keeps_tokens
@@ -48,14 +47,14 @@ class FakeBackend:
 
     A sequence (and an item alone) generates ``reply(prompt)``, then ``min(eog_ids)`` forever
     (``filler`` without EOG ids), where ``prompt`` is every token its cache holds at its first
-    logits after ``Start`` (reused, copied, then fed), whatever the batching or the sampling:
+    logits after ``start_seq`` (reused, copied, then fed), whatever the batching or the sampling:
     a scheduler wrong about a cache gets another reply, which the tests see.
 
-    Each slot's cache is modelled token by token (``Trim`` cuts it, ``Copy`` copies it,
-    ``Clear`` empties it, ``run`` appends; positions must continue it). ``recurrent`` refuses
-    a ``Trim`` inside the cache (other than to 0) and leaves the cache unknown until emptied.
+    Each slot's cache is modelled token by token (``trim`` cuts it, ``copy_seq`` copies it,
+    ``clear`` empties it, ``run`` appends; positions must continue it). ``recurrent`` refuses
+    a ``trim`` inside the cache (other than to 0) and leaves the cache unknown until emptied.
     ``n_swa`` > 0 models a sliding window (``swa_full=False``): the window layers keep the last
-    ``n_swa`` positions, ``CutFloor`` says where a cut still works, and a row decoded over a
+    ``n_swa`` positions, ``cut_floor`` says where a cut still works, and a row decoded over a
     hole sees its cache without the missing positions. Label scores come from
     :meth:`token_logprob`.
 
@@ -76,13 +75,13 @@ class FakeBackend:
             whose number is in a collection) raises ``DecodeError(code=fail_code)``; with
             code 2 or < -1 its tokens stay in the cache, as in llama.cpp.
         fail_exc: raise this (e.g. ``MemoryError()``) at ``fail_decode_at`` instead.
-        fail_copy_at: the ``fail_copy_at``-th ``Copy`` raises ``BackendError`` (the
+        fail_copy_at: the ``fail_copy_at``-th ``copy_seq`` raises ``BackendError`` (the
             destination is then unknown).
-        fail_state_at: the ``fail_state_at``-th ``Save`` or ``Load`` (counted together)
+        fail_state_at: the ``fail_state_at``-th ``save_seq`` or ``load_seq`` (counted together)
             raises ``BackendError`` (a failed load leaves the cache unknown).
         max_kv_tokens: ``open`` raises ``BatchUnavailable`` above ``slots * n_ctx_seq``
             tokens (after padding), as llama.cpp returns NULL for a KV cache too large.
-        refuse_grammar: ``Start`` and ``run_alone`` raise ``GrammarError`` for an item with a
+        refuse_grammar: ``start_seq`` and ``run_alone`` raise ``GrammarError`` for an item with a
             constraint.
         dead_end_at: an item with a constraint reaches a grammar dead end after this many
             reply tokens (its ``SeqOutput.error``).
@@ -337,14 +336,6 @@ class FakeBackend:
         self._rules.require_seq_id(seq_id, self._open_limits(what), what)
         return self._memory.slots[seq_id]
 
-    def _start(self, seq_id: int, sampling: SamplingParams) -> None:
-        """``Start``: a fresh sampler state for ``seq_id`` (its cache stays)."""
-        seq = self._seq(seq_id, "start_seq")
-        self._grammar_fault(sampling)
-        if self.check:
-            self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
-        seq.restart(sampling)
-
     # -- label scores (a deterministic model of log-probabilities) -------------------
     def token_logprob(self, context: Sequence[int], token: int) -> float:
         """The fake model's ``log_softmax(logits)[token]`` after ``context`` (every token from
@@ -422,40 +413,31 @@ class FakeBackend:
             return ((token, 0.0),)
         return None
 
-    def apply(self, op: ops.SeqOp) -> Any:
-        """``Backend.apply`` on the fake's memory (see the class). BackendError for an injected
-        fault (``fail_copy_at``, ``fail_state_at``), GrammarError for ``Start`` with
-        ``refuse_grammar``, FakeBackendViolation without a batch context or out of range."""
-        if isinstance(op, ops.Start):
-            return self._start(op.seq_id, op.sampling)
-        if isinstance(op, ops.Trim):
-            return self._trim(op.seq_id, op.n_keep)
-        if isinstance(op, ops.Copy):
-            return self._copy(op.src, op.dst)
-        if isinstance(op, ops.Save):
-            return self._save(op.seq_id)
-        if isinstance(op, ops.Load):
-            return self._load(op.seq_id, op.state)
-        if isinstance(op, ops.CutFloor):
-            return cut_floor(self.seq_pos_min(op.seq_id), self.n_swa)
-        if isinstance(op, ops.Clear):
-            return self._clear()
-        if isinstance(op, ops.Release):
-            return None  # the fake keeps no state between items alone
-        raise self._rules.violation(f"apply of {op!r}, not an operation")
+    # -- operations on sequences (the Backend protocol's) ----------------------------
+    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
+        """A fresh sampler state for ``seq_id`` (its cache stays); GrammarError for an item with
+        a constraint with ``refuse_grammar``. Any row can be shared: ``shares`` changes
+        nothing."""
+        seq = self._seq(seq_id, "start_seq")
+        self._grammar_fault(sampling)
+        if self.check:
+            self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
+        seq.restart(sampling)
 
-    def _trim(self, seq_id: int, n_keep: int) -> bool:
+    def trim(self, seq_id: int, n_keep: int) -> bool:
         """Keep positions [0, n_keep); refused (False, cache unknown) on a recurrent fake when
         ``0 < n_keep < len(cache)``."""
-        self._seq(seq_id, "Trim")
+        self._seq(seq_id, "trim")
         self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
         ok = self._memory.trim(seq_id, n_keep)
         if self.check:
             self.log.append(TrimCall(seq_id, n_keep, ok))
         return ok
 
-    def _copy(self, src: int, dst: int) -> None:
-        a, b = self._seq(src, "Copy"), self._seq(dst, "Copy")
+    def copy_seq(self, src: int, dst: int) -> None:
+        """``dst``'s cache becomes ``src``'s; BackendError at ``fail_copy_at`` (``dst`` then
+        unknown)."""
+        a, b = self._seq(src, "copy_seq"), self._seq(dst, "copy_seq")
         self._rules.require(src != dst, f"copy_seq of seq {src} onto itself")
         self.num_copies += 1
         if self.num_copies == self.fail_copy_at:
@@ -465,23 +447,29 @@ class FakeBackend:
             self.log.append(CopyCall(src, dst, len(a.kv)))
         self._memory.copy(src, dst)
 
-    def _save(self, seq_id: int) -> bytes:
-        self._seq(seq_id, "Save")
+    def save_seq(self, seq_id: int) -> SeqState:
+        """``seq_id``'s cache, its data the bytes of
+        :meth:`~llamabatch.testing.memory.FakeMemory.save`; BackendError at ``fail_state_at``."""
+        self._seq(seq_id, "save_seq")
         self._state_fault("save_seq")
-        return self._memory.save(seq_id)
+        data = self._memory.save(seq_id)
+        return SeqState(data, len(data))
 
-    def _load(self, seq_id: int, state: bytes) -> None:
-        seq = self._seq(seq_id, "Load")
-        self._rules.require(
-            FakeMemory.is_state(state),
-            f"Load of {type(state).__name__}, not a saved state",
-        )
+    def load_seq(self, seq_id: int, state: SeqState) -> None:
+        """``seq_id``'s cache becomes ``state``; BackendError at ``fail_state_at`` (the cache
+        then unknown)."""
+        seq = self._seq(seq_id, "load_seq")
+        data = state.data if isinstance(state, SeqState) else None
+        if not isinstance(data, bytes) or not FakeMemory.is_state(data):
+            raise self._rules.violation(
+                f"load_seq of {type(state).__name__}, not a state save_seq returned"
+            )
         try:
             self._state_fault("load_seq")
         except BackendError:
             seq.corrupt = True
             raise
-        self._memory.load(seq_id, state)
+        self._memory.load(seq_id, data)
         if self.check:
             self.log.append(LoadSeqCall(seq_id, tuple(seq.kv)))
 
@@ -490,11 +478,16 @@ class FakeBackend:
         if self.num_states == self.fail_state_at:
             raise BackendError(f"fake: {what} failed (fault at state call {self.num_states})")
 
-    def _clear(self) -> None:
-        """``Clear``: empty every slot; the sequences must be started again."""
+    def cut_floor(self, seq_id: int) -> int:
+        """Where ``seq_id``'s cache can still be cut back to
+        (:func:`~llamabatch.llamacpp.window.cut_floor` of :meth:`seq_pos_min`)."""
+        return window.cut_floor(self.seq_pos_min(seq_id), self.n_swa)
+
+    def clear(self) -> None:
+        """Empty every slot; the sequences must be started again."""
         if self.limits is None and not self._batch_closed:
             return  # no batch context: nothing to clear
-        limits = self._open_limits("Clear")
+        limits = self._open_limits("clear")
         if self.check:
             self.log.append(ClearCall())
         self._memory.clear(limits.n_seq_max)
@@ -658,6 +651,9 @@ class FakeBackend:
                 yield SeqOutput(last, self._logprobs_of(call.sampling, last))
         finally:
             call.closed = True
+
+    def release_alone(self) -> None:
+        """Nothing to give back: the fake keeps no state between items alone (not logged)."""
 
     def close(self) -> None:
         """Free the batch context (idempotent)."""

@@ -57,7 +57,7 @@ class OpenBatchCall(Call):
 
 
 class StartSeqCall(Call):
-    """``Start(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
+    """``start_seq(seq_id, sampling)``; ``kv_before`` is the tokens its cache held."""
 
     seq_id: int
     sampling: SamplingParams
@@ -65,7 +65,7 @@ class StartSeqCall(Call):
 
 
 class TrimCall(Call):
-    """``Trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
+    """``trim(seq_id, n_keep)`` and what it returned (``False``: refused)."""
 
     seq_id: int
     n_keep: int
@@ -73,7 +73,7 @@ class TrimCall(Call):
 
 
 class CopyCall(Call):
-    """``Copy(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
+    """``copy_seq(src, dst)``; ``n_tokens`` is the length of ``src``'s cache copied."""
 
     src: int
     dst: int
@@ -81,7 +81,7 @@ class CopyCall(Call):
 
 
 class LoadSeqCall(Call):
-    """``Load(seq_id, state)``; ``tokens`` is the cache the state holds."""
+    """``load_seq(seq_id, state)``; ``tokens`` is the cache the state holds."""
 
     seq_id: int
     tokens: Tokens
@@ -109,7 +109,7 @@ class DecodeCall(Call):
 
 
 class ClearCall(Call):
-    """``Clear``: every sequence emptied."""
+    """``clear()``: every sequence emptied."""
 
 
 class AloneCall(Call, frozen=False):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator
+from llamabatch.engine.backend import SeqState
 from llamabatch.engine.cache import HostCache
 from llamabatch.testing import DecodeCall, FakeBackend, HashReply, LoadSeqCall
 
@@ -90,16 +91,16 @@ def test_cache_ram_mib_must_be_a_non_negative_integer(bad):
 
 def test_the_host_cache_keeps_the_longest_state_and_drops_the_least_recently_used():
     cache = HostCache(limit_bytes=100)
-    assert cache.add([1, 2, 3], "s123", 40)
-    assert not cache.add([1, 2], "s12", 10)  # covered by [1, 2, 3]
-    assert cache.add([1, 2, 3, 4], "s1234", 40)  # replaces its own prefix
+    assert cache.add([1, 2, 3], SeqState("s123", 40))
+    assert not cache.add([1, 2], SeqState("s12", 10))  # covered by [1, 2, 3]
+    assert cache.add([1, 2, 3, 4], SeqState("s1234", 40))  # replaces its own prefix
     assert len(cache) == 1 and cache.n_bytes == 40
-    assert cache.add([9, 9], "s99", 40)
+    assert cache.add([9, 9], SeqState("s99", 40))
     assert cache.best([9, 9, 5], partial_trim=True)[1] == 2  # [9, 9] is now the newest
-    assert cache.add([7], "s7", 40)  # over 100: oldest out
+    assert cache.add([7], SeqState("s7", 40))  # over 100: oldest out
     assert cache.best([1, 2, 3, 4, 5], partial_trim=True) is None
-    assert cache.best([9, 9, 5], partial_trim=True)[0].state == "s99"
-    assert not cache.add([5] * 10, "big", 101)  # larger than the limit
+    assert cache.best([9, 9, 5], partial_trim=True)[0].state.data == "s99"
+    assert not cache.add([5] * 10, SeqState("big", 101))  # larger than the limit
     assert cache.best([7, 8], partial_trim=False)[1] == 1
     assert cache.best([9, 8], partial_trim=False) is None  # shares 1 of [9, 9]: no cut back
     assert cache.best([9, 9], partial_trim=True)[1] == 1  # never the prompt's last token

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.engine.backend import Backend, Clear, Copy, Start, Trim
+from llamabatch.engine.backend import Backend, SeqState
 from llamabatch.engine.step import Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.testing import (
@@ -45,7 +45,7 @@ def opened(n_seqs: int = 2, **kw) -> FakeBackend:
     fake = FakeBackend({(1, 2): [5, 6, 7], (3,): [9]}, **kw)
     fake.open(4, 16, 8)
     for s in range(n_seqs):
-        fake.apply(Start(s, SAMPLING))
+        fake.start_seq(s, SAMPLING)
     return fake
 
 
@@ -68,14 +68,14 @@ def test_a_valid_plan_samples_the_reply_then_the_eog() -> None:
     assert decode(fake, [Span(0, 1, (2,), True), Span(1, 1, (9,), True)]) == [5, 256]
     assert decode(fake, [Span(0, 2, (5,), True)]) == [6]
     assert fake.kv_lengths == (3, 2, 0, 0)
-    fake.apply(Clear())
+    fake.clear()
     assert fake.kv_lengths == (0, 0, 0, 0) and fake.violations == []
     assert fake.calls(DecodeCall)[0].sampled == (9,)
 
 
 def test_the_log_keeps_each_call_as_a_frozen_record_of_its_kind() -> None:
     fake = opened()
-    fake.apply(Trim(0, 0))
+    fake.trim(0, 0)
     decode(fake, [Span(0, 0, [1, 2], True)])  # a list: logged as a tuple
     assert all(isinstance(c, Call) for c in fake.log)
     (call,) = fake.calls(DecodeCall)
@@ -138,7 +138,7 @@ def test_overflowing_the_sequence_context_is_a_violation() -> None:
 
 def test_decoding_after_a_clear_or_after_close_is_a_violation() -> None:
     fake = opened()
-    fake.apply(Clear())
+    fake.clear()
     with pytest.raises(FakeBackendViolation, match="without start_seq"):
         decode(fake, [Span(0, 0, (1,), True)])
     fake.close()
@@ -146,36 +146,50 @@ def test_decoding_after_a_clear_or_after_close_is_a_violation() -> None:
     with pytest.raises(FakeBackendViolation, match="after close"):
         decode(fake, [Span(0, 0, (1,), True)])
     with pytest.raises(FakeBackendViolation, match="without a batch context"):
-        FakeBackend().apply(Start(0, SAMPLING))
+        FakeBackend().start_seq(0, SAMPLING)
 
 
 def test_a_cache_is_reused_trimmed_and_copied_and_positions_must_continue_it() -> None:
     fake = opened(n_seqs=1)
     assert decode(fake, [Span(0, 0, (1, 2), True)]) == [5]
-    fake.apply(Start(1, SAMPLING))
-    fake.apply(Copy(0, 1))
+    fake.start_seq(1, SAMPLING)
+    fake.copy_seq(0, 1)
     assert fake.cached(1) == (1, 2)
     with pytest.raises(FakeBackendViolation, match="position 0, expected 2"):
         decode(fake, [Span(1, 0, (1,), True)])
     fake.violations.clear()
-    assert fake.apply(Trim(1, 1))
+    assert fake.trim(1, 1)
     assert decode(fake, [Span(1, 1, (2,), True)]) == [5]  # the reply of the whole cache
-    fake.apply(Start(0, SAMPLING))
-    assert fake.apply(Trim(0, 0)) and fake.kv_lengths[0] == 0
+    fake.start_seq(0, SAMPLING)
+    assert fake.trim(0, 0) and fake.kv_lengths[0] == 0
     assert decode(fake, [Span(0, 0, (3,), True)]) == [9]
     assert fake.violations == []
+
+
+def test_a_saved_state_loads_into_another_slot_and_only_a_saved_state_loads() -> None:
+    fake = opened()
+    decode(fake, [Span(0, 0, (1,), False)])
+    state = fake.save_seq(0)
+    assert isinstance(state, SeqState) and state.nbytes == len(state.data)
+    fake.load_seq(1, state)
+    assert fake.cached(1) == (1,) and fake.cut_floor(1) == 0  # no window: any cut
+    assert decode(fake, [Span(1, 1, (2,), True)]) == [5]  # the reply of (1, 2)
+    with pytest.raises(FakeBackendViolation, match="not a state save_seq returned"):
+        fake.load_seq(0, state.data)  # type: ignore[arg-type]
+    with pytest.raises(FakeBackendViolation, match="not a state save_seq returned"):
+        fake.load_seq(0, SeqState(b"x", 1))
 
 
 def test_a_recurrent_fake_refuses_partial_trims_and_then_needs_a_clear() -> None:
     fake = opened(n_seqs=1, recurrent=True)
     assert not fake.partial_trim
     decode(fake, [Span(0, 0, (1, 2), True)])
-    assert fake.apply(Trim(0, 2))  # nothing to cut: fine
-    assert not fake.apply(Trim(0, 1))
-    fake.apply(Start(0, SAMPLING))
+    assert fake.trim(0, 2)  # nothing to cut: fine
+    assert not fake.trim(0, 1)
+    fake.start_seq(0, SAMPLING)
     with pytest.raises(FakeBackendViolation, match="unknown"):
         decode(fake, [Span(0, 2, (3,), True)])
-    assert fake.apply(Trim(0, 0))  # a whole sequence: always
+    assert fake.trim(0, 0)  # a whole sequence: always
     assert decode(fake, [Span(0, 0, (3,), True)]) == [9]
     assert FakeBackend(recurrent=True, declares_recurrent=False).partial_trim
 

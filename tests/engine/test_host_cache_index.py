@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llamabatch.engine.backend import SeqState
 from llamabatch.engine.cache import HostCache, common_prefix
 
 
@@ -81,12 +82,14 @@ def test_the_host_cache_answers_as_a_scan_of_every_state(steps, limit):
     for k, (op, *args) in enumerate(steps):
         if op == "add":
             toks, n_bytes, floor = args
-            assert cache.add(toks, k, n_bytes, floor) == model.add(toks, k, n_bytes, floor)
+            assert cache.add(toks, SeqState(k, n_bytes), floor) == model.add(
+                toks, k, n_bytes, floor
+            )
         elif op == "covers":
             assert cache.covers(args[0]) == model.covers(args[0])
         else:
             got = cache.best(*args)
-            assert (None if got is None else (got[0].state, got[1])) == model.best(*args)
+            assert (None if got is None else (got[0].state.data, got[1])) == model.best(*args)
         assert len(cache) == len(model.states)
         assert cache.n_bytes == sum(s[2] for s in model.states)
 

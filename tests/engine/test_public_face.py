@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import typing
 
 import llamabatch
 from llamabatch import errors
@@ -82,7 +83,18 @@ def test_all_holds_what_a_user_calls_and_the_errors_live_in_their_module() -> No
 def test_a_custom_backend_needs_only_the_engine_package() -> None:
     import llamabatch.engine as engine
 
-    for name in ("Backend", "BackendInfo", "BatchLimits", "Vocab", "SeqOp", "Span"):
+    for name in ("Backend", "BackendInfo", "BatchLimits", "Vocab", "SeqState", "Span"):
         assert name in engine.__all__ and hasattr(engine, name), name
-    for name in ("StepResult", "SeqOutput", "Start", "Trim", "Copy", "Save", "Load"):
+    for name in ("StepResult", "SeqOutput", "SlotMemory"):
         assert name in engine.__all__, name
+
+
+def test_the_backend_contract_is_fifteen_typed_members_none_returning_any() -> None:
+    from llamabatch.engine import Backend
+
+    members = sorted(n for n in vars(Backend) if not n.startswith("_"))
+    assert len(members) == 15, members  # docs/engine.md, "The backend contract"
+    for name in members:
+        member = getattr(Backend, name)
+        fn = member.fget if isinstance(member, property) else member
+        assert typing.get_type_hints(fn)["return"] is not typing.Any, name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator
+from llamabatch.engine.backend import SeqState
 from llamabatch.engine.cache import HostCache
 from llamabatch.llamacpp.window import cut_floor, window_holds
 from llamabatch.testing import CopyCall, FakeBackend, HashReply, LoadSeqCall
@@ -137,14 +138,16 @@ def test_the_window_rule_and_its_cut_floor():
 
 def test_the_host_cache_keeps_a_shorter_state_a_longer_one_cannot_serve():
     cache = HostCache(limit_bytes=1000)
-    assert cache.add(S, "s", 10, floor=cut_floor(5, 16))
-    assert cache.add(LONG, "long", 10, floor=cut_floor(len(LONG) - 15, 16))  # cannot serve S
+    assert cache.add(S, SeqState("s", 10), floor=cut_floor(5, 16))
+    assert cache.add(
+        LONG, SeqState("long", 10), floor=cut_floor(len(LONG) - 15, 16)
+    )  # cannot serve S
     assert len(cache) == 2
-    assert not cache.add(S, "again", 10, floor=cut_floor(5, 16))  # covered by the first
+    assert not cache.add(S, SeqState("again", 10), floor=cut_floor(5, 16))  # covered by the first
     found = cache.best(QUESTION, partial_trim=True)
-    assert found is not None and found[0].state == "s" and found[1] == len(S)
+    assert found is not None and found[0].state.data == "s" and found[1] == len(S)
     # a state that serves its prefix replaces it
     fresh = HostCache(limit_bytes=1000)
-    assert fresh.add(S, "s", 10, floor=cut_floor(0, 16))
-    assert fresh.add(S + [5, 6], "s56", 10, floor=cut_floor(0, 16))
+    assert fresh.add(S, SeqState("s", 10), floor=cut_floor(0, 16))
+    assert fresh.add(S + [5, 6], SeqState("s56", 10), floor=cut_floor(0, 16))
     assert len(fresh) == 1

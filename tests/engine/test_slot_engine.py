@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchConfig, BatchGenerator, SamplingParams
-from llamabatch.engine.backend import Start
 from llamabatch.engine.step import Span
 from llamabatch.errors import GeneratorBusy
 from llamabatch.testing import CopyCall, DecodeCall, FakeBackend, HashReply, StartSeqCall, TrimCall
@@ -175,18 +174,17 @@ def test_a_second_run_in_the_same_thread_is_refused_while_the_first_is_open():
 
 
 class FailingStart(FakeBackend):
-    """A fake whose ``at``-th ``Start`` raises (a sampler chain that cannot be built)."""
+    """A fake whose ``at``-th ``start_seq`` raises (a sampler chain that cannot be built)."""
 
     def __init__(self, *args, at: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.at, self.n_starts = at, 0
 
-    def apply(self, op):
-        if isinstance(op, Start):
-            self.n_starts += 1
-            if self.n_starts == self.at:
-                raise MemoryError("fake: no memory for a sampler chain")
-        return super().apply(op)
+    def start_seq(self, seq_id, sampling, shares=False):
+        self.n_starts += 1
+        if self.n_starts == self.at:
+            raise MemoryError("fake: no memory for a sampler chain")
+        super().start_seq(seq_id, sampling, shares)
 
 
 @pytest.mark.parametrize("at", [1, 2, 3])

@@ -8,7 +8,7 @@ import itertools
 import pytest
 from agreement import divergence
 
-from llamabatch.engine.backend import Backend, BatchLimits, Clear, Copy, Start, Trim
+from llamabatch.engine.backend import Backend, BatchLimits, SeqState
 from llamabatch.engine.step import Span
 from llamabatch.errors import BackendError, BatchUnavailable, DecodeError
 from llamabatch.llamacpp.backend import LlamaBackend
@@ -74,8 +74,8 @@ def test_batched_greedy_equals_alone(backend, reference):
     assert dataclasses.replace(limits, kv_bytes=0) == BatchLimits(
         n_seq_max=2, n_ctx_seq=256, n_batch=limits.n_batch, n_ctx=512
     )
-    backend.apply(Start(0, GREEDY))
-    backend.apply(Start(1, GREEDY))
+    backend.start_seq(0, GREEDY)
+    backend.start_seq(1, GREEDY)
     # prefill in chunks of <= 16 tokens, both prompts in each decode, then lockstep steps
     replies: list[list[int]] = [[], []]
     pos = [0, 0]
@@ -100,7 +100,7 @@ def test_batched_greedy_equals_alone(backend, reference):
         ]
         for seq, token in zip(range(2), decode(backend, spans)):
             replies[seq].append(token)
-    backend.apply(Clear())
+    backend.clear()
     for tokens, reply in zip(prompts, replies):
         divergence(
             reference, tokens, reply, alone(backend, tokens), label="alone"
@@ -124,18 +124,18 @@ def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend, refe
     assert shared >= 5
     backend.open(slots=3, n_ctx_seq=256, n_batch=64)
     assert backend.info.partial_trim and backend.info.can_copy  # SmolLM2: a plain KV cache
-    backend.apply(Start(0, GREEDY))
+    backend.start_seq(0, GREEDY)
     reply_a = greedy_after(backend, 0, 0, a)
-    backend.apply(Copy(0, 1))  # seq 1: a copy of seq 0's cells
+    backend.copy_seq(0, 1)  # seq 1: a copy of seq 0's cells
     assert backend.batch_context.seq_pos_max(1) == backend.batch_context.seq_pos_max(0)
-    assert backend.apply(Trim(1, shared))
+    assert backend.trim(1, shared)
     assert backend.batch_context.seq_pos_max(1) == shared - 1
-    backend.apply(Start(1, GREEDY))
+    backend.start_seq(1, GREEDY)
     reply_b_copied = greedy_after(backend, 1, shared, b[shared:])
-    assert backend.apply(Trim(0, shared))  # seq 0 reused for b itself
-    backend.apply(Start(0, GREEDY))
+    assert backend.trim(0, shared)  # seq 0 reused for b itself
+    backend.start_seq(0, GREEDY)
     reply_b_reused = greedy_after(backend, 0, shared, b[shared:])
-    backend.apply(Clear())
+    backend.clear()
     assert backend.batch_context.seq_pos_max(0) == -1
     # the same cells fed the same split: bit for bit the same; alone: up to a near tie
     assert reply_b_copied == reply_b_reused
@@ -143,11 +143,28 @@ def test_a_trimmed_and_a_copied_cache_continue_like_a_fresh_prompt(backend, refe
     divergence(reference, b, reply_b_copied, alone(backend, b), label="b")
 
 
+def test_a_saved_state_loads_into_another_sequence_and_continues_like_its_source(backend):
+    a = backend.vocab.tokenize(chat("Name a fruit."))
+    backend.open(slots=2, n_ctx_seq=256, n_batch=64)
+    backend.start_seq(0, GREEDY)
+    decode(backend, [Span(0, 0, a[:-1], False)])
+    state = backend.save_seq(0)
+    assert isinstance(state, SeqState) and state.nbytes == len(state.data) > 0
+    backend.load_seq(1, state)
+    assert backend.batch_context.seq_pos_max(1) == len(a) - 2
+    assert backend.cut_floor(1) == 0  # no sliding window: any cut works
+    backend.start_seq(1, GREEDY)
+    # the same cells fed the same split: bit for bit the same
+    assert greedy_after(backend, 1, len(a) - 1, a[-1:]) == greedy_after(
+        backend, 0, len(a) - 1, a[-1:]
+    )
+
+
 def test_decode_failure_raises_with_its_code(llm):
     backend = LlamaBackend(llm, decode_hook=lambda n_tokens: -1)
     try:
         backend.open(slots=2, n_ctx_seq=256, n_batch=64)
-        backend.apply(Start(0, GREEDY))
+        backend.start_seq(0, GREEDY)
         with pytest.raises(DecodeError, match="invalid batch") as info:
             backend.run([Span(0, 0, backend.vocab.tokenize(chat("Hi")), True)])
         assert info.value.code == -1
@@ -157,7 +174,7 @@ def test_decode_failure_raises_with_its_code(llm):
 
 def test_decode_refuses_empty_and_oversized(backend):
     n = backend.open(slots=1, n_ctx_seq=256, n_batch=8).n_batch  # 8, or 64 (see above)
-    backend.apply(Start(0, GREEDY))
+    backend.start_seq(0, GREEDY)
     with pytest.raises(ValueError, match=r"0 tokens"):
         backend.run([])
     with pytest.raises(ValueError, match=rf"{n + 1} tokens: valid is \[1, {n}\]"):
@@ -179,4 +196,4 @@ def test_close_is_idempotent(llm):
     backend.open(slots=2, n_ctx_seq=256, n_batch=64)
     backend.close()
     backend.close()
-    backend.apply(Clear())  # no context: nothing to clear
+    backend.clear()  # no context: nothing to clear
