@@ -153,9 +153,7 @@ class Scheduler:
         )
         return True
 
-    def _device_agrees(
-        self, limits: BatchLimits, slots: int, n_ctx_seq: int
-    ) -> BatchLimits | None:
+    def _device_agrees(self, limits: BatchLimits, slots: int, n_ctx_seq: int) -> BatchLimits | None:
         """Run the device check where ``config.check_device`` asks (``None``: on a device)
         on the batch context just opened, then open a fresh one of the same size for the
         engine (nothing of the probe's steps stays in it: caches, outputs, samplers); its

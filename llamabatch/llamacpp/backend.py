@@ -397,8 +397,9 @@ class LlamaBackend:
         self, tokens: Sequence[int], sampling: SamplingParams | None, targets: Targets | None
     ) -> Iterator[SeqOutput]:
         """Work on the ``Llama``'s own context: with ``sampling``, generate after ``tokens``
-        with the batch path's chain; with ``targets``, the label scores of ``tokens``' rows. Its settings are put
-        back after each item, its cache at ``release_alone`` (:class:`~.llm_state.LlamaGuard`).
+        with the batch path's chain; with ``targets``, the label scores of ``tokens``' rows.
+        Its settings are put back after each item, its cache at ``release_alone``
+        (:class:`~.llm_state.LlamaGuard`).
 
         Raises (when iterated):
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was closed.
