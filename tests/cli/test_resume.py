@@ -436,3 +436,14 @@ def test_a_full_disk_names_the_output_the_cause_and_the_resume(capsys, tmp_path,
     assert code == 1
     line = single_error_line(err)
     assert "cannot write the output /dev/full: no space left on the device" in line
+
+
+def test_a_sampling_field_newer_than_the_fingerprint_counts_as_its_default():
+    """OUT written before a sampling field existed (XTC) resumes with that field at its
+    default, and is refused when it is set."""
+    from llamabatch.cli.job.resume import changed_options
+
+    old = {"temperature": 0.1, "top_k": 40}  # an older record: no xtc_probability
+    assert changed_options(old, {"temperature": 0.1, "top_k": 40, "xtc_probability": 0.0}) == []
+    changed = changed_options(old, {"temperature": 0.1, "top_k": 40, "xtc_probability": 0.5})
+    assert changed == ["xtc_probability: 0.0 -> 0.5"]

@@ -9,6 +9,7 @@ written changed, an ``OUT`` of another input, or options that changed
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ...params import SamplingParams
 from ..errors import OutputCorrupt, UsageError
 from .input import Line, id_key
 
@@ -123,12 +125,19 @@ def as_json(value: object) -> Any:
 
 
 def changed_options(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``"name: old -> new"`` for each option whose kept value differs (both as JSON)."""
+    """``"name: old -> new"`` for each option whose kept value differs (both as JSON); a
+    sampling field that ``old`` lacks (kept by a llamabatch before the field existed)
+    counts as its default."""
     new = as_json(new)
+    defaults = as_json(dataclasses.asdict(SamplingParams()))
+
+    def before(name: str) -> Any:
+        return old[name] if name in old else defaults.get(name)
+
     return [
-        f"{name}: {json.dumps(old.get(name))} -> {json.dumps(new.get(name))}"
+        f"{name}: {json.dumps(before(name))} -> {json.dumps(new.get(name))}"
         for name in sorted(set(old) | set(new))
-        if old.get(name) != new.get(name)
+        if before(name) != new.get(name)
     ]
 
 
