@@ -30,8 +30,8 @@ class Candidates:
         self.n_vocab = n_vocab
         self.rows = np.zeros(n_vocab, dtype=TOKEN_DATA)
         self._ids = np.arange(n_vocab, dtype=np.int32)
-        data = self.rows.ctypes.data_as(ctypes.POINTER(module.llama_token_data))
-        self._array = module.llama_token_data_array(data, n_vocab, -1, False)
+        self._data = self.rows.ctypes.data_as(ctypes.POINTER(module.llama_token_data))
+        self._array = module.llama_token_data_array(self._data, n_vocab, -1, False)
         self._ref = ctypes.byref(self._array)
         self._one = np.zeros(1, dtype=TOKEN_DATA)
         one = self._one.ctypes.data_as(ctypes.POINTER(module.llama_token_data))
@@ -60,11 +60,18 @@ class Candidates:
         rows["id"] = ids
         rows["logit"] = logits
         rows["p"] = 0.0
+        self._array.data = self._data  # a stage may have moved it (XTC drops the top rows)
         self._array.size, self._array.selected, self._array.sorted = size, -1, False
+
+    def _first(self) -> int:
+        """The row ``data`` points at: stages may drop leading rows by moving it (XTC)."""
+        moved = ctypes.cast(self._array.data, ctypes.c_void_p).value or 0
+        return (moved - self.rows.ctypes.data) // TOKEN_DATA.itemsize
 
     def any_finite(self) -> bool:
         """True when some row has a finite logit; False after a grammar stage: a dead end."""
-        return bool(np.isfinite(self.rows["logit"][: int(self._array.size)]).any())
+        first = self._first()
+        return bool(np.isfinite(self.rows["logit"][first : first + int(self._array.size)]).any())
 
     def apply(self, sampler: Any) -> None:
         """``llama_sampler_apply(sampler, &array)`` (stages may sort and shrink it)."""
@@ -76,7 +83,7 @@ class Candidates:
         k, size = int(self._array.selected), int(self._array.size)
         if not 0 <= k < size:
             raise GrammarError(f"the sampler selected no token (selected={k}, size={size})")
-        row = self.rows[k]
+        row = self.rows[self._first() + k]
         return int(row["id"]), float(row["logit"])
 
     def allows(self, sampler: Any, token: int) -> bool:
