@@ -477,12 +477,6 @@ STAGES = (
 #: binding takes it); the binding reads ``penalty_last_n`` from ``Llama.last_n_tokens_size``.
 PENALTY_FIELDS = ("penalty_last_n", "repeat_penalty", "frequency_penalty", "presence_penalty")
 
-#: Every field the sampler chain reads, the seed aside.
-CHAIN_FIELDS = tuple(
-    dict.fromkeys((*PENALTY_FIELDS, *(f for stage in STAGES for f in stage.fields)))
-)
-
-
 #: ``BatchConfig(slots=AUTO_SLOTS)``: the most slots whose KV cache fits the free memory
 #: of the device (:func:`~llamabatch.engine.auto_slots.choose_slots`).
 AUTO_SLOTS = "auto"
