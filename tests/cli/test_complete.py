@@ -76,7 +76,7 @@ OPTION_HELP = {
     "--skip-bad": "(default: off:",
     "--format": "(default: auto:",
     "--model": "(default: SmolLM2-135M-Instruct Q4_1,",
-    "--slots": "sequences decoded together; 1 = no batching (default: 4)",
+    "--slots": "sequences decoded together; 1 = no batching; auto = the most (up to 8)",
     "--n-ctx-seq": "tokens of context per sequence",
     "--max-tokens": "most generated tokens per reply (default: 200)",
     "--n-batch": "most tokens per llama_decode call (default: 512)",
