@@ -16,9 +16,11 @@ def tag_all(gen: BatchGenerator, texts: list[str]) -> list[str]:
 
 
 def test_tag_all_labels_each_text_in_order():
-    fake = FakeBackend({"Tag: apple\nLabel:": " fruit", "Tag: kale\nLabel:": " vegetable"})
+    replies = {"Tag: apple\nLabel:": " fruit", "Tag: kale\nLabel:": " vegetable"}
+    fake = FakeBackend(replies)
     with BatchGenerator(backend=fake, slots=4, max_tokens=16) as gen:
-        assert tag_all(gen, ["apple", "kale", "apple"]) == ["fruit", "vegetable", "fruit"]
+        labels = tag_all(gen, ["apple", "kale", "apple"])
+        assert labels == ["fruit", "vegetable", "fruit"]
     assert gen.stats.items_batched == 3 and fake.violations == []
 
 
