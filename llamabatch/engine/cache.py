@@ -1,7 +1,8 @@
-"""The prompt cache as data: which tokens each slot's cache holds (:class:`SlotTable`:
-the best free slot for a prompt, a slot worth copying) and sequence states kept in host
-memory (:class:`HostCache`, llama-server's ``--cache-ram``). docs/engine.md tells how
-they are used."""
+"""The prompt cache as data: which tokens each slot's cache holds and which request runs
+in it (:class:`SlotTable`: the best free slot for a prompt, a slot worth copying, the
+:class:`Placement` of each running request) and sequence states kept in host memory
+(:class:`HostCache`, llama-server's ``--cache-ram``). docs/engine.md tells how they are
+used."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from .backend import SeqState
-from .request import CopyPlan
+
+if TYPE_CHECKING:
+    from .request import Request
 
 #: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
 #: and decoded on (``Backend.cut_floor``).
@@ -59,32 +63,72 @@ class Slot:
     Attributes:
         seq_id: its llama.cpp sequence id.
         cached: the tokens at positions 0, 1, ... of its cache, exactly.
-        busy: an item is running in it.
     """
 
     seq_id: int
     cached: list[int] = field(default_factory=list)
-    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPlan:
+    """Copy slot ``src``'s cache once it holds ``n_tokens`` shared tokens, keep those."""
+
+    src: int
+    n_tokens: int
+
+
+@dataclass(slots=True, eq=False)
+class Placement:
+    """A request running in a slot, and the engine's plans for that slot's cache.
+
+    Attributes:
+        req: the request; slot: its slot.
+        fed: prompt tokens the cache has held (reused, copied or prefilled).
+        copy: a copy to wait for (a prefix of another slot, or a shared row), or ``None``.
+        breaks: prompt lengths where a prefill call must stop (so another slot can copy
+            exactly there).
+        followers: the placements sampling their first token from its last prompt row.
+        checkpoint: a saved state ``(state, tokens)`` to come back to, or ``None``.
+    """
+
+    req: Request
+    slot: Slot
+    fed: int = 0
+    copy: CopyPlan | None = None
+    breaks: set[int] = field(default_factory=set)
+    followers: list[Placement] = field(default_factory=list)
+    checkpoint: tuple[SeqState, list[int]] | None = None
 
 
 class SlotTable:
-    """The ``n_slots`` slots of one batch context and what each one's cache holds."""
+    """The ``n_slots`` slots of one batch context, what each one's cache holds and which
+    request runs in it.
+
+    Attributes:
+        placed: seq id -> the placement running there, in placement order.
+    """
 
     def __init__(self, n_slots: int) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
+        self.placed: dict[int, Placement] = {}
 
     def __len__(self) -> int:
         return len(self.slots)
 
     def free(self) -> list[Slot]:
-        """The slots with no item running, by seq id."""
-        return [s for s in self.slots if not s.busy]
+        """The slots with no request running, by seq id."""
+        return [s for s in self.slots if s.seq_id not in self.placed]
+
+    def place(self, req: Request, slot: Slot) -> Placement:
+        """``req`` runs in the free ``slot`` from now on."""
+        p = self.placed[slot.seq_id] = Placement(req, slot)
+        return p
 
     def forget_all(self) -> None:
         """Every cache was emptied (after a failure): forget what they held."""
         for slot in self.slots:
             slot.cached.clear()
-            slot.busy = False
+        self.placed.clear()
 
     def best_free(
         self, prompt: Sequence[int], holds: Holds | None = None
@@ -131,7 +175,7 @@ class SlotTable:
                 continue
             if not partial_trim and len(slot.cached) > n:
                 continue  # already past the shared prefix: cannot cut back
-            idle = not slot.busy and slot.seq_id not in planned
+            idle = slot.seq_id not in self.placed and slot.seq_id not in planned
             if idle and holds is not None and n < len(slot.cached) and not holds(slot, n):
                 continue  # its window moved past the shared prefix
             if best is None or n > best.n_tokens:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from ..params import SamplingParams
 from .step import SeqOutput, Span, Targets, TokenLogprobs
 
 if TYPE_CHECKING:
-    from .backend import SeqState, Vocab
+    from .backend import Vocab
 
 #: ``memoryview.format`` values read as the bytes of UTF-8 text (unsigned bytes, chars).
 BYTE_FORMATS = frozenset({"B", "c"})
@@ -48,21 +47,77 @@ class RequestStatus(IntEnum):
     FINISHED = 4
 
 
-@dataclass(frozen=True, slots=True)
-class CopyPlan:
-    """Copy slot ``src``'s cache once it holds ``n_tokens`` shared tokens, keep those."""
+class Reply:
+    """A reply so far and the text the stop rule reads.
 
-    src: int
-    n_tokens: int
+    Attributes:
+        token_ids: its tokens (an end-of-generation token or a stop token id not among them).
+        logprobs: per token, its log-probabilities (when the sampling asks for them).
+        finish_reason: ``"stop"`` or ``"length"`` once it ended, else ``None``.
+        cut: the text cut before a stop string, or ``None``.
+    """
+
+    __slots__ = ("token_ids", "logprobs", "finish_reason", "cut", "_detokenize", "_eog", "_window")
+
+    def __init__(
+        self, detokenize: Callable[[Sequence[int]], str], eog_ids: Collection[int] = ()
+    ) -> None:
+        self.token_ids: list[int] = []
+        self.logprobs: list[TokenLogprobs] = []
+        self.finish_reason: FinishReason | None = None
+        self.cut: str | None = None
+        self._detokenize, self._eog = detokenize, eog_ids
+        self._window = 0  # the last tokens searched for stop strings
+
+    @property
+    def text(self) -> str:
+        """The text: cut before a stop string, or every token decoded at once."""
+        if self.cut is not None:
+            return self.cut
+        return self._detokenize(self.token_ids) if self.token_ids else ""
+
+    def cut_at_stop(self, stop: Sequence[str]) -> bool:
+        """True, with :attr:`cut` set, when the last token completed one of ``stop`` (the
+        text is cut before the earliest one found).
+
+        Only the last tokens are decoded while none is found: a window holding at least
+        ``max(len(s)) + 12`` characters before the last token (a tail's first 3 characters
+        may differ from the whole text's, at a UTF-8 sequence split between two tokens;
+        the last token may change the character before it); the whole text is decoded once,
+        on a hit, to cut it."""
+        tokens, detok = self.token_ids, self._detokenize
+        n, longest = len(tokens), max(map(len, stop))
+        w = self._window or longest + 8
+        while n > w and len(detok(tokens[n - w : n - 1])) < longest + 12:
+            w *= 2
+        self._window = w
+        tail = detok(tokens[n - w :]) if n > w else detok(tokens)
+        if not any(s in tail[_TAIL_SKIP * (n > w) :] for s in stop):
+            return False
+        text = detok(tokens)
+        # what came before held no stop string: a new one starts at most `longest` + 4
+        # characters before the old text's end (its last characters may have changed)
+        start = max(0, len(detok(tokens[:-1])) - longest - 4)
+        hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
+        if not hits:
+            return False
+        self.cut = text[: min(hits)]
+        return True
+
+
+#: Characters at the start of a decoded tail that may differ from the whole text's.
+_TAIL_SKIP = 3
 
 
 class Request:
-    """One item's prompt, sampling, reply so far and place in the engine.
+    """One item's prompt and sampling, its reply so far and its status.
 
     The engine and the scheduler drive a request through the hooks below; a feature
     (:mod:`llamabatch.engine.features`) overrides them to ask for other outputs. The
     default generates a reply: its goal is the prompt, its last row samples, then each
-    sampled token is fed back until :func:`check_stop` ends it.
+    sampled token is fed back until :func:`check_stop` ends it. Where it runs in the
+    batch context (its slot, the cached tokens, a copy or checkpoint) is the slot table's
+    (:class:`~llamabatch.engine.cache.Placement`).
 
     Args:
         index: position of the item in the input.
@@ -76,13 +131,8 @@ class Request:
 
     Attributes:
         max_tokens: most reply tokens (set by the scheduler: :meth:`need` counts it).
-        status, seq_id, path: where it runs (``seq_id`` -1 outside a slot).
-        token_ids, logprobs, finish_reason, error: the reply so far.
-        fed: prompt tokens its slot's cache has held (reused, copied or prefilled).
-        copy, breaks, followers, checkpoint: the engine's plans for its cache: a copy to
-            wait for, prompt lengths where a prefill call must stop (so another slot can
-            copy exactly there), requests sharing its last prompt row, and a saved state
-            ``(state, tokens)`` to come back to.
+        status: where it stands; path: ``"batch"`` once placed in a slot, else ``"alone"``.
+        reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
 
     #: The last row of the goal samples a token (else nothing is sampled).
@@ -109,28 +159,20 @@ class Request:
         self.prompt_text = prompt_text
         self.sample, self.group = sample, group
         self.max_tokens = 1
-        self._given_error = error
-        self._detokenize: Callable[[Sequence[int]], str] = _unbound
-        self._eog: Collection[int] = ()
+        self.reply = Reply(_unbound)
+        self.error: str | None = None
         self.reset()
+        self.error = error
+        if error is not None:
+            self.status = RequestStatus.FINISHED
 
     def reset(self) -> None:
-        """Forget the reply, its own errors and the engine's plans (before it is done
-        again alone); an error of its prompt stays."""
-        self.error = self._given_error
-        self.status = RequestStatus.WAITING if self.error is None else RequestStatus.FINISHED
+        """Forget the reply and its errors (a request that ran in the batch, before it is
+        done again alone)."""
+        self.error = None
+        self.status = RequestStatus.WAITING
         self.path: Path = "alone"
-        self.seq_id = -1
-        self.token_ids: list[int] = []
-        self.logprobs: list[TokenLogprobs] = []
-        self.finish_reason: FinishReason | None = None
-        self.fed = 0
-        self.copy: CopyPlan | None = None
-        self.breaks: set[int] = set()
-        self.followers: list[Request] = []
-        self.checkpoint: tuple[SeqState, list[int]] | None = None
-        self._cut: str | None = None  # the text cut before a stop string
-        self._searched = 0  # characters already searched for stop strings
+        self.reply = Reply(self.reply._detokenize, self.reply._eog)
 
     def __repr__(self) -> str:
         return (
@@ -140,6 +182,19 @@ class Request:
     @property
     def finished(self) -> bool:
         return self.status >= RequestStatus.FINISHED
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.reply.token_ids
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return self.reply.finish_reason
+
+    @property
+    def reply_text(self) -> str:
+        """The reply text: cut before a stop string, or every token decoded at once."""
+        return self.reply.text
 
     # -- hooks: what the request wants ----------------------------------------------------
     def need(self) -> int:
@@ -169,8 +224,8 @@ class Request:
         """Take what its rows gave (``cached``: its cache before ``span``; both ``None`` /
         empty alone); the sampled token goes through :func:`check_stop`."""
         if out.error is not None:
-            n = len(self.token_ids)
-            text = self.reply_text
+            n = len(self.reply.token_ids)
+            text = self.reply.text
             self.fail(
                 f"{out.error} (after {n} reply token{'s' * (n != 1)}: {text!r}; nothing accepted)"
             )
@@ -200,15 +255,16 @@ class Request:
         n_prompt = len(self.prompt)
         if self.error is not None:
             return Completion(self.index, "", (), "error", self.error, n_prompt, self.path)
-        text = self.reply_text
-        if self.finish_reason == "length":
-            cut = cut_off_choice(self.sampling.choices, text, len(self.token_ids))
+        reply = self.reply
+        text = reply.text
+        if reply.finish_reason == "length":
+            cut = cut_off_choice(self.sampling.choices, text, len(reply.token_ids))
             if cut is not None:
                 return Completion(self.index, "", (), "error", cut, n_prompt, self.path)
-        logprobs = tuple(self.logprobs) if self.sampling.logprobs is not None else None
-        reason = self.finish_reason or "length"
+        logprobs = tuple(reply.logprobs) if self.sampling.logprobs is not None else None
+        reason = reply.finish_reason or "length"
         return Completion(
-            self.index, text, tuple(self.token_ids), reason, None, n_prompt, self.path, logprobs
+            self.index, text, tuple(reply.token_ids), reason, None, n_prompt, self.path, logprobs
         )
 
     # -- state ----------------------------------------------------------------------------
@@ -218,14 +274,7 @@ class Request:
 
     def bind(self, detokenize: Callable[[Sequence[int]], str], eog_ids: Collection[int]) -> None:
         """The vocabulary the stop rule reads (set by the scheduler)."""
-        self._detokenize, self._eog = detokenize, eog_ids
-
-    @property
-    def reply_text(self) -> str:
-        """The reply text: cut before a stop string, or every token decoded at once."""
-        if self._cut is not None:
-            return self._cut
-        return self._detokenize(self.token_ids) if self.token_ids else ""
+        self.reply = Reply(detokenize, eog_ids)
 
 
 def _unbound(tokens: Sequence[int]) -> str:
@@ -239,33 +288,20 @@ def check_stop(req: Request, token: int, logprobs: TokenLogprobs | None = None) 
     Raises:
         ValueError: the reply already ended.
     """
-    if req.finish_reason is not None:
+    reply, sampling = req.reply, req.sampling
+    if reply.finish_reason is not None:
         raise ValueError("the reply already finished; no token may be added")
-    sampling = req.sampling
-    if token in req._eog or token in sampling.stop_token_ids:
-        req.finish_reason = "stop"
+    if token in reply._eog or token in sampling.stop_token_ids:
+        reply.finish_reason = "stop"
         return "stop"
-    req.token_ids.append(token)
+    reply.token_ids.append(token)
     if logprobs is not None:
-        req.logprobs.append(logprobs)
-    if sampling.stop and _cut_at_stop_string(req, sampling.stop):
-        req.finish_reason = "stop"
-    elif len(req.token_ids) >= req.max_tokens:
-        req.finish_reason = "length"
-    return req.finish_reason
-
-
-def _cut_at_stop_string(req: Request, stop: Sequence[str]) -> bool:
-    text = req._detokenize(req.token_ids)
-    # what was searched held no stop string, so a new one ends in the tail; its last
-    # characters may have changed (a UTF-8 sequence completed)
-    start = max(0, req._searched - max(map(len, stop)) - 4)
-    req._searched = len(text)
-    hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
-    if not hits:
-        return False
-    req._cut = text[: min(hits)]
-    return True
+        reply.logprobs.append(logprobs)
+    if sampling.stop and reply.cut_at_stop(sampling.stop):
+        reply.finish_reason = "stop"
+    elif len(reply.token_ids) >= req.max_tokens:
+        reply.finish_reason = "length"
+    return reply.finish_reason
 
 
 def _token_ids(prompt: Any, n_vocab: int) -> list[int]:

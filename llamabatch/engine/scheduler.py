@@ -389,7 +389,8 @@ class Scheduler:
     # -- one at a time -------------------------------------------------------------------
     def run_alone(self, req: Request) -> Request:
         """Complete ``req`` outside the batch context; failures become its error."""
-        req.reset()
+        if req.path == "batch":  # in flight at a failure: start again
+            req.reset()
         if req.error is not None:
             return req
         if req.need() > self.info.n_ctx:

@@ -17,7 +17,7 @@ from time import perf_counter
 from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
 from .backend import Backend, BackendInfo, BatchLimits
-from .cache import HostCache, SavedState, Slot, SlotTable, common_prefix, reusable
+from .cache import HostCache, Placement, SavedState, Slot, SlotTable, common_prefix, reusable
 from .request import Request, RequestStatus
 from .step import PrefillTokens, SeqOutput, Span, StepResult, plan_step
 
@@ -77,7 +77,7 @@ class SlotEngine:
         self.can_save = info.can_copy and info.can_save
         self.host = HostCache(cache_ram_bytes if self.can_save else 0)
         self.partial_trim = info.partial_trim
-        self.running: dict[int, Request] = {}  # seq id -> request, in placement order
+        self.running = self.table.placed  # seq id -> placement, in placement order
         self.dirty = False
         self._n_waiting = 0  # requests waiting for a copy
         self._rotate = 0
@@ -105,14 +105,12 @@ class SlotEngine:
 
     def in_flight(self) -> list[Request]:
         """The requests running now, in input order."""
-        return sorted(self.running.values(), key=lambda r: (r.index, r.sample))
+        return sorted((p.req for p in self.running.values()), key=lambda r: (r.index, r.sample))
 
     def release(self) -> list[Request]:
         """Stop every running request (a run ends early; caches stay valid) and return
         them in input order."""
         reqs = self.in_flight()
-        for slot in self.table.slots:
-            slot.busy = False
         self.running.clear()
         self._n_waiting = 0
         return reqs
@@ -144,28 +142,28 @@ class SlotEngine:
         if best is None:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
-        slot.busy = True
-        req.seq_id, req.path, req.status = slot.seq_id, "batch", PREFILL
-        self.running[slot.seq_id] = req  # from here a failure hands the request back
+        req.path, req.status = "batch", PREFILL
+        p = self.table.place(req, slot)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
                 self.backend.start_seq(slot.seq_id, req.sampling, req.group is not None)
         except GrammarError:
             del self.running[slot.seq_id]
-            slot.busy = False
-            req.seq_id, req.status, req.path = -1, WAITING, "alone"
+            req.status, req.path = WAITING, "alone"
             raise
-        leader = self._leader_for(req)
+        leader = self._leader_for(p)
         if leader is not None:  # samples its first token from the leader's last row
             req.status = COPYING
-            leader.followers.append(req)
+            leader.followers.append(p)
             return
         req.on_place(self._checkpoints(req))
         planned: dict[int, Sequence[int]] = {
-            sid: r.prompt for sid, r in self.running.items() if r.status == PREFILL and r is not req
+            sid: q.req.prompt
+            for sid, q in self.running.items()
+            if q.req.status == PREFILL and q is not p
         }
-        for sid, r in self.running.items():
-            if r.status == COPYING:
+        for sid, q in self.running.items():
+            if q.req.status == COPYING:
                 planned[sid] = ()  # its cache is not its own yet: no source
         copy = self.table.copy_source(
             prompt, slot, n_own, planned, self.min_copy_tokens, self.partial_trim, self._holds
@@ -176,31 +174,33 @@ class SlotEngine:
         own_kept = saved is None and copy is None
         self._save(slot, n_own if own_kept else 0)  # before its cache is cut or replaced
         if saved is not None:
-            self._load(req, *saved)
+            self._load(p, *saved)
         elif copy is None:
-            self._keep(req, n_own)
+            self._keep(p, n_own)
         else:
-            req.copy, req.status = copy, COPYING
+            p.copy, req.status = copy, COPYING
             src = self.running.get(copy.src)
             if not self.partial_trim and src is not None:
                 src.breaks.add(copy.n_tokens)
-            if not self._try_copy(req):
+            if not self._try_copy(p):
                 self._n_waiting += 1
 
-    def _leader_for(self, req: Request) -> Request | None:
-        """A request of ``req``'s group and prompt still prefilling, whose last prompt row
-        ``req`` can sample its first token from."""
+    def _leader_for(self, p: Placement) -> Placement | None:
+        """The placement of a request of ``p``'s group and prompt still prefilling, whose
+        last prompt row ``p``'s request can sample its first token from."""
+        req = p.req
         if req.group is None or not self.info.can_share_rows or not req.samples:
             return None
-        for other in self.running.values():
+        for q in self.running.values():
+            other = q.req
             if (
-                other is not req
+                q is not p
                 and other.group == req.group
                 and other.status == PREFILL
                 and other.samples
                 and other.prompt == req.prompt
             ):
-                return other
+                return q
         return None
 
     def _checkpoints(self, req: Request) -> bool:
@@ -250,19 +250,19 @@ class SlotEngine:
         if self.host.add(slot.cached, state, n if floor is None else floor):
             self.stats.cache_ram_saves += 1
 
-    def _load(self, req: Request, saved: SavedState, n: int) -> None:
-        slot = self.table.slots[req.seq_id]
+    def _load(self, p: Placement, saved: SavedState, n: int) -> None:
+        slot = p.slot
         with self._calling("load_seq"):
             self.backend.load_seq(slot.seq_id, saved.state)
         slot.cached[:] = saved.tokens
         self.stats.cache_ram_loads += 1
-        self._keep(req, n)
+        self._keep(p, n)
 
     # -- cutting caches ------------------------------------------------------------------
-    def _keep(self, req: Request, n: int) -> None:
-        """Keep the first ``n`` cached tokens of ``req``'s slot and prefill the rest."""
-        slot = self.table.slots[req.seq_id]
-        m = req.keep_limit(n)
+    def _keep(self, p: Placement, n: int) -> None:
+        """Keep the first ``n`` cached tokens of ``p``'s slot and prefill the rest."""
+        slot = p.slot
+        m = p.req.keep_limit(n)
         if m != n and not self._holds(slot, m):  # cut further back than asked
             m = 0
         n = m
@@ -277,45 +277,45 @@ class SlotEngine:
                 if not self._trim(slot, 0):
                     raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
             del slot.cached[n:]
-        req.fed, req.status = n, PREFILL
+        p.fed, p.req.status = n, PREFILL
         self.stats.prompt_tokens_cached += n
 
     def _learn_no_partial_trim(self) -> None:
         """The memory cannot be cut back (a refused trim): prefixes are reused whole from
         now on, and requests that come back aim at their prompt alone (a checkpoint)."""
         self.partial_trim = False
-        for req in self.running.values():
-            if req.returns and req.fed < len(req.prompt):
-                req.unfold()
+        for p in self.running.values():
+            if p.req.returns and p.fed < len(p.req.prompt):
+                p.req.unfold()
 
     def _trim(self, slot: Slot, n: int) -> bool:
         with self._calling("trim"):
             ok = self.backend.trim(slot.seq_id, n)
         return ok
 
-    def _try_copy(self, req: Request) -> bool:
-        """Copy the source's cache into ``req``'s slot if it holds the prefix now."""
-        plan = req.copy
+    def _try_copy(self, p: Placement) -> bool:
+        """Copy the source's cache into ``p``'s slot if it holds the prefix now."""
+        plan, prompt = p.copy, p.req.prompt
         if plan is None:
             return True
-        dst, src = self.table.slots[req.seq_id], self.table.slots[plan.src]
+        dst, src = p.slot, self.table.slots[plan.src]
         have = len(src.cached)
         if have < plan.n_tokens:
             return False
-        req.copy = None
-        if src.cached[: plan.n_tokens] != req.prompt[: plan.n_tokens]:
-            self._keep(req, reusable(dst.cached, req.prompt))  # the source moved on
+        p.copy = None
+        if src.cached[: plan.n_tokens] != prompt[: plan.n_tokens]:
+            self._keep(p, reusable(dst.cached, prompt))  # the source moved on
         elif not self.partial_trim and have > plan.n_tokens:
-            self._keep(req, 0)  # cannot cut back: prefill instead
+            self._keep(p, 0)  # cannot cut back: prefill instead
         elif not self._holds(src, plan.n_tokens):  # its window moved on: own cache only
-            n_own = reusable(dst.cached, req.prompt)
-            self._keep(req, n_own if self._holds(dst, n_own) else 0)
+            n_own = reusable(dst.cached, prompt)
+            self._keep(p, n_own if self._holds(dst, n_own) else 0)
         else:
             with self._calling("copy_seq"):
                 self.backend.copy_seq(src.seq_id, dst.seq_id)
             dst.cached[:] = src.cached
             self.stats.prefix_copies += 1
-            self._keep(req, plan.n_tokens)
+            self._keep(p, plan.n_tokens)
         return True
 
     # -- one step ------------------------------------------------------------------------
@@ -337,12 +337,12 @@ class SlotEngine:
         stats = self.stats
         stats.decode_calls += 1
         outputs = result.outputs
-        shared: list[tuple[Request, Request]] = []
-        running, table = self.running, self.table.slots
+        shared: list[tuple[Placement, Placement]] = []
+        running = self.running
         for span, n in zip(spans, result.decoded):
             sid = span.seq_id
-            req = running[sid]
-            cached = table[sid].cached
+            p = running[sid]
+            req, cached = p.req, p.slot.cached
             if span.step:
                 out = outputs.get(sid)
                 if out is None:
@@ -360,23 +360,22 @@ class SlotEngine:
                 except ValueError as exc:  # outputs that do not match the span
                     raise BatchFailed(f"run returned {exc}") from exc
             cached.extend(span.tokens)
-            self._count_fed(req, n)
+            self._count_fed(p, n)
             for follower_id in span.share:
                 follower = running[follower_id]
-                follower.take(self._output(outputs, follower_id), None, ())
-                shared.append((req, follower))
+                follower.req.take(self._output(outputs, follower_id), None, ())
+                shared.append((p, follower))
         self.dirty = False
         self._after_shares(shared)
-        for req in [r for r in running.values() if r.returns and r.status == PREFILL]:
-            self._advance(req)
+        for p in [q for q in running.values() if q.req.returns and q.req.status == PREFILL]:
+            self._advance(p)
         if self._n_waiting:  # running is in placement order (a dict)
-            for req in [r for r in running.values() if r.status == COPYING and r.copy]:
-                if self._try_copy(req):
+            for p in [q for q in running.values() if q.req.status == COPYING and q.copy]:
+                if self._try_copy(p):
                     self._n_waiting -= 1
-        done = [r for r in running.values() if r.status == FINISHED]
-        for req in done:
-            table[req.seq_id].busy = False
-            del running[req.seq_id]
+        done = [q for q in running.values() if q.req.status == FINISHED]
+        for p in done:
+            del running[p.slot.seq_id]
         stats.backend_sampled_rows += result.backend_sampled
         times = result.times
         if times is not None:
@@ -384,7 +383,7 @@ class SlotEngine:
             stats.logits_seconds += times.logits
             stats.sampling_seconds += times.sampling
         stats.step_seconds += perf_counter() - start
-        return done
+        return [p.req for p in done]
 
     @staticmethod
     def _output(outputs: dict[int, SeqOutput], seq_id: int) -> SeqOutput:
@@ -393,45 +392,45 @@ class SlotEngine:
             raise BatchFailed(f"run returned no output for seq {seq_id}")
         return out
 
-    def _count_fed(self, req: Request, n: int) -> None:
+    def _count_fed(self, p: Placement, n: int) -> None:
         """Count ``n`` tokens fed in a prefill span: prompt tokens, then others."""
-        k = max(0, min(n, len(req.prompt) - req.fed))
-        req.fed += k
+        k = max(0, min(n, len(p.req.prompt) - p.fed))
+        p.fed += k
         self.stats.prompt_tokens_prefilled += k
         self.stats.label_tokens_decoded += n - k
-        req.breaks.discard(req.fed)
+        p.breaks.discard(p.fed)
 
-    def _after_shares(self, shared: list[tuple[Request, Request]]) -> None:
+    def _after_shares(self, shared: list[tuple[Placement, Placement]]) -> None:
         """Each follower that sampled from its leader's row gets a copy of its cache."""
-        for leader, req in shared:
-            if req.finished:
+        for leader, p in shared:
+            if p.req.finished:
                 continue  # its first token ended it: its cache is not needed
-            slot = self.table.slots[req.seq_id]
+            slot = p.slot
             self._save(slot, 0)
             with self._calling("copy_seq"):
-                self.backend.copy_seq(leader.seq_id, req.seq_id)
-            slot.cached[:] = self.table.slots[leader.seq_id].cached
-            req.fed = len(req.prompt)
+                self.backend.copy_seq(leader.slot.seq_id, slot.seq_id)
+            slot.cached[:] = leader.slot.cached
+            p.fed = n_prompt = len(p.req.prompt)
             self.stats.prefix_copies += 1
             self.stats.prompt_shares += 1
-            self.stats.prompt_tokens_cached += len(req.prompt)
+            self.stats.prompt_tokens_cached += n_prompt
         for leader, _ in shared:
             leader.followers.clear()
 
-    def _advance(self, req: Request) -> None:
+    def _advance(self, p: Placement) -> None:
         """A request that comes back and holds its goal: cut back for its next goal (a
         trim, its checkpoint, or emptied), or end it."""
-        slot = self.table.slots[req.seq_id]
-        if req.fed < len(req.prompt) or len(slot.cached) < len(req.goal()):
+        slot, req = p.slot, p.req
+        if p.fed < len(req.prompt) or len(slot.cached) < len(req.goal()):
             return
         checkpoints = self._checkpoints(req)
         keep = req.next_goal(slot.cached, checkpoints)
         if keep is None:
             req.status = FINISHED
             return
-        if checkpoints and req.checkpoint is None:
+        if checkpoints and p.checkpoint is None:
             with self._calling("save_seq", changes=False):
-                req.checkpoint = (self.backend.save_seq(slot.seq_id), list(slot.cached))
+                p.checkpoint = (self.backend.save_seq(slot.seq_id), list(slot.cached))
         if keep >= len(slot.cached):
             return
         if self.partial_trim and self._holds(slot, keep):  # else: as if it could not be cut
@@ -439,7 +438,7 @@ class SlotEngine:
                 del slot.cached[keep:]
                 return
             self._learn_no_partial_trim()
-        saved = req.checkpoint
+        saved = p.checkpoint
         if saved is not None and len(saved[1]) <= keep:
             state, tokens = saved
             if common_prefix(tokens, req.goal()) == len(tokens):
@@ -456,17 +455,15 @@ class SlotEngine:
     def _plan(self) -> list[Span]:
         steps: list[Span] = []
         prefills: list[PrefillTokens] = []
-        table = self.table.slots
-        for req in self.running.values():
+        for sid, p in self.running.items():
+            req = p.req
             status = req.status
             if status == DECODE:
-                sid = req.seq_id
-                span = Span(sid, len(table[sid].cached), (req.token_ids[-1],), True, step=True)
-                steps.append(self._outputs(span) if req.precise or req.followers else span)
+                span = Span(sid, len(p.slot.cached), (req.reply.token_ids[-1],), True, step=True)
+                steps.append(self._outputs(span) if req.precise or p.followers else span)
             elif status == PREFILL:
-                sid = req.seq_id
-                n = len(table[sid].cached)
-                later = [b - n for b in req.breaks if b > n] if req.fed < len(req.prompt) else ()
+                n = len(p.slot.cached)
+                later = [b - n for b in p.breaks if b > n] if p.fed < len(req.prompt) else ()
                 goal = req.goal()
                 stop_at = min(later) if later else None
                 prefills.append(PrefillTokens(sid, n, goal[n:], req.samples, stop_at))
@@ -484,13 +481,12 @@ class SlotEngine:
 
     def _outputs(self, span: Span) -> Span:
         """The span with its rows' wants: score targets, or followers sampling its row."""
-        req = self.running[span.seq_id]
-        if req.precise:
-            cached = self.table.slots[span.seq_id].cached
-            targets = req.rows(cached, span.pos, span.tokens)
+        p = self.running[span.seq_id]
+        if p.req.precise:
+            targets = p.req.rows(p.slot.cached, span.pos, span.tokens)
             return Span(span.seq_id, span.pos, span.tokens, span.logits, targets, precise=True)
-        if span.logits and req.followers:
-            share = tuple(f.seq_id for f in req.followers)
+        if span.logits and p.followers:
+            share = tuple(f.slot.seq_id for f in p.followers)
             return Span(span.seq_id, span.pos, span.tokens, True, share=share)
         return span
 

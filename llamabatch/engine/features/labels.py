@@ -479,7 +479,7 @@ def label_request(
                 "context to be scored after",
             )
         return LabelRequest(req, [Continuation("", "", 1, tuple(req.prompt[1:]))], min_run)
-    if req.error is not None or not sampling.scores_labels or sampling.choices is None:
+    if req.error is not None or sampling.choices is None or not sampling.scores_labels:
         return req
     try:
         conts = continuations(
