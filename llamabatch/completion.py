@@ -124,7 +124,8 @@ def cut_off_choice(choices: Sequence[str] | None, text: str, n_tokens: int) -> s
 
 @dataclass(slots=True)
 class Stats:
-    """Counters of one :class:`~llamabatch.BatchGenerator`, updated as items finish.
+    """Counters of one :class:`~llamabatch.BatchGenerator`: items as they are given back,
+    the work of the batch context as it runs.
 
     Attributes:
         items_batched: items completed in the batch context (the slot engine).

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("llamabatch")
 
+_END: Any = object()  # the end of a stream of requests
+
 
 def _check_llm(llm: object) -> None:
     """Raise ``TypeError`` unless ``llm`` looks like a loaded ``llama_cpp.Llama`` (a model
@@ -359,9 +361,6 @@ class BatchGenerator(Closing):
             finally:
                 self._run_owner = None
 
-    def _turn(self) -> _Turn:
-        return _Turn(self)
-
     def iter_groups(
         self,
         items: Iterable[object],
@@ -414,23 +413,48 @@ class BatchGenerator(Closing):
         done: dict[int, Completion] = {}
         page_start = 0
         with self._run():
-            for finished in self._scheduler.iter_steps(
-                requests, self._turn, cast(int, self.config.lookahead)
-            ):
+            for finished in self._steps(requests, cast(int, self.config.lookahead)):
                 for c in finished:
                     done[c.index] = c
-                while page_start in done and all(
-                    i in done for i in range(page_start + 1, page_start + slots)
-                ):
-                    page = self._deliver(
-                        [done.pop(i) for i in range(page_start, page_start + slots)]
-                    )
+                while all(i in done for i in range(page_start, page_start + slots)):
+                    page = [done.pop(i) for i in range(page_start, page_start + slots)]
+                    self._scheduler.count(page)
                     if hand_back:  # the backend locks the Llama itself
                         self._scheduler.release_alone()
                     yield page
                     page_start += slots
             if done:  # the run has ended: the Llama is already given back
-                yield self._deliver([done.pop(i) for i in sorted(done)])
+                page = [done.pop(i) for i in sorted(done)]
+                self._scheduler.count(page)
+                yield page
+
+    def _steps(
+        self, requests: Iterator[Request | None], lookahead: int
+    ) -> Iterator[list[Completion]]:
+        """The run loop: each step's completions, holding the turn around reading and the
+        step. A request is read only while the scheduler wants one and it is fewer than
+        ``lookahead`` places after the oldest unfinished one; ``None`` from ``requests``
+        means nothing now, more later: ``[]`` is yielded, to wait outside the turn."""
+        scheduler = self._scheduler
+        unfinished: set[int] = set()
+        n_read = 0  # the index after the last request read
+        try:
+            while True:
+                with _Turn(self):
+                    req: Any = _END
+                    while scheduler.wants and n_read < min(unfinished, default=n_read) + lookahead:
+                        if (req := next(requests, _END)) is None or req is _END:
+                            break
+                        n_read = req.index + 1
+                        unfinished.add(req.index)
+                        scheduler.add(req)
+                    if scheduler.finished and req is not None:
+                        return  # the input is exhausted and every completion given
+                    done = [] if scheduler.finished else scheduler.step()
+                unfinished.difference_update(c.index for c in done)
+                yield done
+        finally:
+            scheduler.end()
 
     def _queued_pages(
         self, queue: SubmitQueue, requests: Iterator[Request]
@@ -458,11 +482,6 @@ class BatchGenerator(Closing):
         finally:
             for _, future in pending:  # stopped early: those still waiting never run
                 future.cancel()
-
-    def _deliver(self, page: list[Completion]) -> list[Completion]:
-        for c in page:
-            self._scheduler.count(c)
-        return page
 
     def complete_many(
         self,
@@ -605,12 +624,11 @@ class BatchGenerator(Closing):
         """The engine thread: steps while the queue has work, waits idle without any lock."""
         try:
             with self._run():
-                with self._turn():
+                with _Turn(self):
                     self._scheduler.open()
-                steps = self._scheduler.iter_steps(queue.source(), self._turn, sys.maxsize)
-                for done in steps:
+                for done in self._steps(queue.source(), sys.maxsize):
+                    self._scheduler.count(done)
                     for c in done:
-                        self._scheduler.count(c)
                         queue.resolve(c)
                     if queue.idle:
                         self._scheduler.release_alone()

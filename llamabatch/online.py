@@ -1,6 +1,6 @@
 """Online use: :class:`SubmitQueue`, the thread-safe queue of submitted requests and
 their futures, and the source of the engine thread that owns the slots (``None`` while
-nothing waits: :meth:`~llamabatch.engine.scheduler.Scheduler.iter_steps`). Futures follow
+nothing waits: the generator's run loop waits outside its lock). Futures follow
 ``concurrent.futures``: cancellable while waiting, running once the engine took them."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The scheduler: which requests go to the slot engine, which are completed alone, and
 the fallback to one at a time.
 
-:meth:`Scheduler.iter_steps` turns a stream of requests into completions, in the order
-they finish (the generator puts them back in input order), whatever fails:
+:meth:`Scheduler.add` takes requests, :meth:`Scheduler.step` runs one step and returns
+the completions that ended, in the order they finish (the generator reads its input while
+:attr:`Scheduler.wants` more and puts them back in input order), whatever fails:
 
 - a request whose prompt is an error completes as that error, at once;
 - a request that does not fit a slot (:meth:`Request.need` > ``n_ctx_seq``) is completed
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
 
 from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
@@ -34,8 +33,6 @@ from .request import Request
 from .slot_engine import BatchFailed, SlotEngine
 
 log = logging.getLogger("llamabatch")
-
-_END: Any = object()  # the end of a stream of requests
 
 
 def smaller_tries(
@@ -80,6 +77,7 @@ class Scheduler:
         self.features = Features(self.vocab, self.info)
         self._open_tried = False
         self._failures = 0  # failures of the batch path since an item completed in it
+        self._queue: deque[Request] = deque()  # added, not started
         self._retry: deque[Request] = deque()  # requests in flight at a failure: alone, once
         if self.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
@@ -208,14 +206,6 @@ class Scheduler:
         cap = req.sampling.max_tokens or self.config.max_tokens
         return min(cap, self.info.n_ctx - len(req.prompt))
 
-    def admit(self, req: Request) -> list[Request]:
-        """The requests that run for ``req`` (its features'), ready for the engine."""
-        out = self.features.expand(req)
-        for r in out:
-            r.max_tokens = self.budget(r)
-            r.bind(self.vocab.detokenize, self.vocab.eog_ids)
-        return out
-
     def _alone_because(self, req: Request) -> None:
         """Count a request too long for a slot (:attr:`Request.too_long`: the reason and
         what the user can change); say so once per reason."""
@@ -240,58 +230,53 @@ class Scheduler:
         n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.n_ctx_seq
         return req.need() <= n_ctx_seq
 
-    def iter_steps(
-        self, items: Iterator[Request | None], hold: Callable[[], Any], lookahead: int
-    ) -> Iterator[list[Completion]]:
-        """Complete ``items`` (in input order, read lazily), one step at a time, holding
-        ``hold()`` around each; an item starts only while it is fewer than ``lookahead``
-        places after the oldest unfinished one. Yields each step's completions.
+    @property
+    def wants(self) -> bool:
+        """True when the next :meth:`step` could start a request beyond those added (add
+        one and ask again): until two valid requests wait before the batch context is
+        open, a free slot each after, one at a time alone."""
+        engine = self.engine
+        if self._retry:
+            return False
+        if engine is None and self.batching:
+            return sum(r.error is None for r in self._queue) < 2
+        if engine is None or not self.batching:
+            return not self._queue
+        free = len(engine.table) - len(engine.running)
+        for r in self._queue:
+            if r.error is None:
+                if not self.fits(r) or (r.precise and not self.info.can_score):
+                    return False  # completed alone next, which ends the step
+                free -= 1
+        return free > 0
 
-        ``items`` may yield ``None``: nothing now, but not exhausted (a feed of requests
-        submitted online). A step with nothing to run then yields ``[]`` instead of
-        ending, holding nothing: the caller waits for more outside ``hold()``."""
-        queue: deque[Request] = deque()
-        open_: set[int] = set()
+    @property
+    def finished(self) -> bool:
+        """True when nothing added is left to run."""
+        engine = self.engine
+        return not (self._queue or self._retry or (engine is not None and engine.running))
+
+    def add(self, req: Request) -> None:
+        """Admit ``req`` (its features' requests, budgets and stop rule), to run in input
+        order; the batch context is opened once two valid requests wait."""
+        for r in self.features.expand(req):
+            r.max_tokens = self.budget(r)
+            r.bind(self.vocab.detokenize, self.vocab.eog_ids)
+            self._queue.append(r)
+        if self.engine is None and self.batching:
+            if sum(r.error is None for r in self._queue) >= 2:
+                self._open(self._longest_need())
+
+    def step(self) -> list[Completion]:
+        """One step: what fits starts, one request alone or one batch step runs; the
+        completions that ended (in the order they finished)."""
+        return self.features.merge(self._step())
+
+    def end(self) -> None:
+        """End a run: forget what waits, give the caller's ``Llama`` back and stop what
+        runs (caches kept, emptied if a call was interrupted)."""
+        self._queue.clear()
         self._retry.clear()
-        state = {"next": 0, "exhausted": False, "pending": False}
-
-        def pull(n_wanted: int) -> None:
-            state["pending"] = False
-            while len(queue) < n_wanted and not state["exhausted"]:
-                oldest = min(open_) if open_ else state["next"]
-                if state["next"] >= oldest + lookahead:
-                    return
-                item = next(items, _END)
-                if item is None:
-                    state["pending"] = True
-                    return
-                if item is _END:
-                    state["exhausted"] = True
-                    return
-                state["next"] = item.index + 1
-                open_.add(item.index)
-                queue.extend(self.admit(item))
-
-        try:
-            while True:
-                with hold():
-                    done = self._step(queue, pull)
-                if done is None:
-                    if not state["pending"]:
-                        return
-                    done = []  # idle: the source has nothing now
-                completions = self.features.merge(done)
-                for c in completions:
-                    open_.discard(c.index)
-                yield completions
-        finally:
-            self._end_run()
-
-    def release_alone(self) -> None:
-        """Give the caller's ``Llama`` back as it was (``Backend.release_alone``)."""
-        self.backend.release_alone()
-
-    def _end_run(self) -> None:
         self.release_alone()
         engine = self.engine
         if engine is None:
@@ -301,28 +286,18 @@ class Scheduler:
         else:
             engine.release()  # stopped early: caches stay valid
 
-    def _step(self, queue: deque[Request], pull: Callable[[int], None]) -> list[Request] | None:
-        engine = self.engine
-        if engine is None and self.batching:
-            # open it once two valid requests wait (what fits is known once it is open)
-            while sum(r.error is None for r in queue) < 2:
-                n = len(queue)
-                pull(n + 1)
-                if len(queue) == n:
-                    break
-            if sum(r.error is None for r in queue) >= 2:
-                self._open(self._longest_need(queue))
-            engine = self.engine
+    def release_alone(self) -> None:
+        """Give the caller's ``Llama`` back as it was (``Backend.release_alone``)."""
+        self.backend.release_alone()
+
+    def _step(self) -> list[Request]:
+        engine, queue = self.engine, self._queue
         if self._retry:  # the requests in flight at a failure, alone, one per turn
             return [self.run_alone(self._retry.popleft())]
         if engine is None or not self.batching:
-            pull(1)
-            return [self.run_alone(queue.popleft())] if queue else None
+            return [self.run_alone(queue.popleft())] if queue else []
         done: list[Request] = []
-        while engine.has_free_slot:
-            pull(1)
-            if not queue:
-                break
+        while engine.has_free_slot and queue:
             req = queue.popleft()
             if req.error is not None:
                 done.append(req)
@@ -342,7 +317,7 @@ class Scheduler:
                 except BatchFailed as exc:
                     return done + self._fail(exc)
         if not engine.running:
-            return done if done or queue else None
+            return done
         try:
             finished = engine.step()
         except BatchFailed as exc:
@@ -351,9 +326,9 @@ class Scheduler:
             self._failures = 0  # an item completed in the batch: the failures are not in a row
         return done + finished
 
-    def _longest_need(self, queue: deque[Request]) -> int | None:
+    def _longest_need(self) -> int | None:
         """The longest need of a waiting request that fits a slot, or ``None``."""
-        needs = [r.need() for r in queue if r.error is None]
+        needs = [r.need() for r in self._queue if r.error is None]
         fitting = [n for n in needs if n <= self.n_ctx_seq]
         return max(fitting) if fitting else None
 
@@ -426,14 +401,13 @@ class Scheduler:
         return req
 
     # -- results -------------------------------------------------------------------------
-    def count(self, c: Completion) -> None:
-        """Add a completion given back to the caller to :attr:`stats`."""
+    def count(self, given: list[Completion]) -> None:
+        """Add completions given back to the caller to :attr:`stats`."""
         s = self.stats
-        s.prompt_tokens += c.n_prompt_tokens
-        s.generated_tokens += c.completion_tokens
-        s.items_failed += c.error is not None
-        s.labels_scored += c.choice_logprobs is not None
-        if c.path == "batch":
-            s.items_batched += 1
-        else:
-            s.items_alone += 1
+        for c in given:
+            s.prompt_tokens += c.n_prompt_tokens
+            s.generated_tokens += c.completion_tokens
+            s.items_failed += c.error is not None
+            s.labels_scored += c.choice_logprobs is not None
+            s.items_batched += c.path == "batch"
+            s.items_alone += c.path != "batch"

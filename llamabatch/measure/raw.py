@@ -13,7 +13,6 @@ measured once per round, the B values in alternating order; medians are reported
 
 from __future__ import annotations
 
-import contextlib
 import random
 import statistics
 import time
@@ -212,8 +211,11 @@ class RawEngine:
         self._pp = len(items[0].prompt) if items else 0
         self._prompt_left, self._t_pp, self._split_pp = len(items) * self._pp, None, None
         t0 = self._clock()
-        for _ in scheduler.iter_steps(iter(items), contextlib.nullcontext, len(items)):
-            pass
+        for req in items:
+            scheduler.add(req)
+        while not scheduler.finished:
+            scheduler.step()
+        scheduler.end()
         t2 = self._clock()
         if not scheduler.stats.batching_enabled:
             raise BackendError(f"the raw bench lost its batch context: {self.disabled_reason}")
