@@ -141,9 +141,6 @@ class Stats:
             mostly thrown away (``BatchGenerator(cache_ram_mib=...)``).
         cache_ram_loads: saved states loaded into a slot for a prompt sharing their
             prefix (the tokens they saved count in ``prompt_tokens_cached``).
-        prompt_shares: replies that started from another sequence's prefilled prompt
-            and sampled their first token from its logits (``SamplingParams(n=K)``): none
-            of that prompt's tokens was decoded again for them.
         labels_scored: items whose labels were scored (``score_choices``).
         label_tokens_decoded: tokens decoded in the batch context beyond the prompts
             to score labels of more than one token.
@@ -185,7 +182,6 @@ class Stats:
     prefix_copies: int = 0
     cache_ram_saves: int = 0
     cache_ram_loads: int = 0
-    prompt_shares: int = 0
     labels_scored: int = 0
     label_tokens_decoded: int = 0
     decode_calls: int = 0

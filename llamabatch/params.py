@@ -154,9 +154,10 @@ class SamplingParams:
             prompt give the same reply); ``None`` draws a random seed per item.
             ``2**32 - 1`` is refused: it is llama.h's ``LLAMA_DEFAULT_SEED``, which tells
             llama.cpp to draw a random seed, so it could never repeat a reply.
-        n: replies drawn for the prompt (OpenAI's and vLLM's ``n``), >= 1; the prompt is
-            prefilled once and shared. Reply ``j`` uses seed ``seed + j``; they are on
-            ``Completion.samples``, and ``Completion.text`` is reply 0.
+        n: replies drawn for the prompt (OpenAI's and vLLM's ``n``), >= 1; a prompt of
+            ``min_copy_tokens`` or more is prefilled once and copied. Reply ``j`` uses seed
+            ``seed + j``; they are on ``Completion.samples``, and ``Completion.text`` is
+            reply 0.
         score_choices: with ``choices``, score every label instead of generating:
             ``Completion.choice_logprobs`` (log P(label | prompt), summed over the
             label's tokens), ``Completion.choice_probs`` (normalised over the labels) and

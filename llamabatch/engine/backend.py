@@ -82,7 +82,6 @@ class BackendInfo:
         n_swa: the window of sliding-window layers in positions, 0 without one; a cache
             is then cut back only where :meth:`Backend.cut_floor` allows.
         can_score: ``Span.targets`` and scoring alone work.
-        can_share_rows: ``Span.share`` works.
         min_score_run: fewest tokens of a sequence decoded in the call that scores a row
             (llama.cpp: 2, as its one-token kernels round differently).
         lock: held around every call (for a ``Llama``: :func:`llamabatch.llm_lock`);
@@ -103,7 +102,6 @@ class BackendInfo:
     partial_trim: bool = True
     n_swa: int = 0
     can_score: bool = False
-    can_share_rows: bool = False
     min_score_run: int = 1
     lock: AbstractContextManager[Any] | None = None
     check_batch_params: Callable[[int, int, int], None] | None = None
@@ -184,9 +182,9 @@ class Backend(Protocol):
         ...
 
     # -- operations on the sequences of the batch context (after open) -------------------
-    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
+    def start_seq(self, seq_id: int, sampling: SamplingParams, host: bool = False) -> None:
         """A fresh sampler chain for ``seq_id`` from ``sampling``; its cache stays.
-        ``shares``: other sequences' chains may sample from its rows (``Span.share``).
+        ``host``: the chain samples on the host, so its rows can be read as numbers.
 
         Raises:
             GrammarError: the grammar is refused (no cache changed).

@@ -84,10 +84,9 @@ class Placement:
     Attributes:
         req: the request; slot: its slot.
         fed: prompt tokens the cache has held (reused, copied or prefilled).
-        copy: a copy to wait for (a prefix of another slot, or a shared row), or ``None``.
+        copy: a copy of another slot's prefix to wait for, or ``None``.
         breaks: prompt lengths where a prefill call must stop (so another slot can copy
             exactly there).
-        followers: the placements sampling their first token from its last prompt row.
         checkpoint: a saved state ``(state, tokens)`` to come back to, or ``None``.
     """
 
@@ -96,7 +95,6 @@ class Placement:
     fed: int = 0
     copy: CopyPlan | None = None
     breaks: set[int] = field(default_factory=set)
-    followers: list[Placement] = field(default_factory=list)
     checkpoint: tuple[SeqState, list[int]] | None = None
 
 

@@ -166,14 +166,14 @@ def check_device(backend: Backend, limits: BatchLimits) -> DeviceCheck:
     alone: dict[tuple[int, int], list[float]] = {}
     backend.clear()
     try:
-        for k in range(s):  # a host chain (shares=True): rows read as numbers
-            backend.start_seq(k, _GREEDY, shares=True)
+        for k in range(s):  # a host chain: rows read as numbers
+            backend.start_seq(k, _GREEDY, host=True)
         for step, call in plan:
             for seq, row in _rows(backend.run(call), call).items():
                 batched[(seq, step)] = row
         for k in range(s):  # the same tokens, one sequence at a time
             backend.clear()
-            backend.start_seq(k, _GREEDY, shares=True)
+            backend.start_seq(k, _GREEDY, host=True)
             for step, call in plan:
                 own = [span for span in call if span.seq_id == k]
                 if own:

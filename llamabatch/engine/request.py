@@ -41,7 +41,7 @@ class RequestStatus(IntEnum):
     """Where a request stands; ordered so ``status >= FINISHED`` means done."""
 
     WAITING = 0  # not in a slot
-    COPYING = 1  # in a slot, waiting for another slot's cache (a prefix, or a shared row)
+    COPYING = 1  # in a slot, waiting for a prefix of another slot's cache
     PREFILL = 2  # feeding its goal's tokens
     DECODE = 3  # feeding back its last sampled token, one per step
     FINISHED = 4
@@ -126,8 +126,7 @@ class Request:
         prompt_text: the prompt's text when given as text, else ``None``.
         error: why the item cannot be completed, or ``None``.
         sample: which reply of ``sampling.n`` this is (0 for the first).
-        group: requests of one group with equal prompts may share a prefill
-            (``Span.share``); ``None``: none.
+        group: the item whose ``n`` replies this request is one of; ``None``: none.
 
     Attributes:
         max_tokens: most reply tokens (set by the scheduler: :meth:`need` counts it).

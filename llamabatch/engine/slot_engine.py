@@ -146,16 +146,11 @@ class SlotEngine:
         p = self.table.place(req, slot)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
-                self.backend.start_seq(slot.seq_id, req.sampling, req.group is not None)
+                self.backend.start_seq(slot.seq_id, req.sampling)
         except GrammarError:
             del self.running[slot.seq_id]
             req.status, req.path = WAITING, "alone"
             raise
-        leader = self._leader_for(p)
-        if leader is not None:  # samples its first token from the leader's last row
-            req.status = COPYING
-            leader.followers.append(p)
-            return
         req.on_place(self._checkpoints(req))
         planned: dict[int, Sequence[int]] = {
             sid: q.req.prompt
@@ -184,24 +179,6 @@ class SlotEngine:
                 src.breaks.add(copy.n_tokens)
             if not self._try_copy(p):
                 self._n_waiting += 1
-
-    def _leader_for(self, p: Placement) -> Placement | None:
-        """The placement of a request of ``p``'s group and prompt still prefilling, whose
-        last prompt row ``p``'s request can sample its first token from."""
-        req = p.req
-        if req.group is None or not self.info.can_share_rows or not req.samples:
-            return None
-        for q in self.running.values():
-            other = q.req
-            if (
-                q is not p
-                and other.group == req.group
-                and other.status == PREFILL
-                and other.samples
-                and other.prompt == req.prompt
-            ):
-                return q
-        return None
 
     def _checkpoints(self, req: Request) -> bool:
         """``req`` comes back to its prompt's end from a saved state: on a memory that
@@ -337,7 +314,6 @@ class SlotEngine:
         stats = self.stats
         stats.decode_calls += 1
         outputs = result.outputs
-        shared: list[tuple[Placement, Placement]] = []
         running = self.running
         for span, n in zip(spans, result.decoded):
             sid = span.seq_id
@@ -361,12 +337,7 @@ class SlotEngine:
                     raise BatchFailed(f"run returned {exc}") from exc
             cached.extend(span.tokens)
             self._count_fed(p, n)
-            for follower_id in span.share:
-                follower = running[follower_id]
-                follower.req.take(self._output(outputs, follower_id), None, ())
-                shared.append((p, follower))
         self.dirty = False
-        self._after_shares(shared)
         for p in [q for q in running.values() if q.req.returns and q.req.status == PREFILL]:
             self._advance(p)
         if self._n_waiting:  # running is in placement order (a dict)
@@ -399,23 +370,6 @@ class SlotEngine:
         self.stats.prompt_tokens_prefilled += k
         self.stats.label_tokens_decoded += n - k
         p.breaks.discard(p.fed)
-
-    def _after_shares(self, shared: list[tuple[Placement, Placement]]) -> None:
-        """Each follower that sampled from its leader's row gets a copy of its cache."""
-        for leader, p in shared:
-            if p.req.finished:
-                continue  # its first token ended it: its cache is not needed
-            slot = p.slot
-            self._save(slot, 0)
-            with self._calling("copy_seq"):
-                self.backend.copy_seq(leader.slot.seq_id, slot.seq_id)
-            slot.cached[:] = leader.slot.cached
-            p.fed = n_prompt = len(p.req.prompt)
-            self.stats.prefix_copies += 1
-            self.stats.prompt_shares += 1
-            self.stats.prompt_tokens_cached += n_prompt
-        for leader, _ in shared:
-            leader.followers.clear()
 
     def _advance(self, p: Placement) -> None:
         """A request that comes back and holds its goal: cut back for its next goal (a
@@ -460,7 +414,7 @@ class SlotEngine:
             status = req.status
             if status == DECODE:
                 span = Span(sid, len(p.slot.cached), (req.reply.token_ids[-1],), True, step=True)
-                steps.append(self._outputs(span) if req.precise or p.followers else span)
+                steps.append(self._outputs(span) if req.precise else span)
             elif status == PREFILL:
                 n = len(p.slot.cached)
                 later = [b - n for b in p.breaks if b > n] if p.fed < len(req.prompt) else ()
@@ -480,15 +434,12 @@ class SlotEngine:
         return spans
 
     def _outputs(self, span: Span) -> Span:
-        """The span with its rows' wants: score targets, or followers sampling its row."""
+        """The span with its rows' score targets (a request whose rows are read)."""
         p = self.running[span.seq_id]
-        if p.req.precise:
-            targets = p.req.rows(p.slot.cached, span.pos, span.tokens)
-            return Span(span.seq_id, span.pos, span.tokens, span.logits, targets, precise=True)
-        if span.logits and p.followers:
-            share = tuple(f.slot.seq_id for f in p.followers)
-            return Span(span.seq_id, span.pos, span.tokens, True, share=share)
-        return span
+        if not p.req.precise:
+            return span
+        targets = p.req.rows(p.slot.cached, span.pos, span.tokens)
+        return Span(span.seq_id, span.pos, span.tokens, span.logits, targets, precise=True)
 
 
 def _cut(span: Span, n: int) -> Span:

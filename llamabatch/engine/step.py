@@ -35,8 +35,6 @@ class Span:
         logits: the sequence's chain samples its next token from the last row.
         targets: one tuple per token: the ids whose log-softmax that row reports
             (``StepResult`` scores), or ``None``.
-        share: with ``logits``, more sequences whose chains sample their first token
-            from the same row (one token each, in this order).
         precise: the sequence's rows are read as numbers (scores): the backend may
             shorten the span (never to zero tokens, never one with ``logits``) to keep
             its tokens out of batch shapes that change them.
@@ -48,7 +46,6 @@ class Span:
     tokens: Sequence[int]
     logits: bool = False
     targets: Targets | None = None
-    share: tuple[int, ...] = ()
     precise: bool = False
     step: bool = False
 

@@ -95,8 +95,8 @@ class LlamaBackend:
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
             loads when the binding has ``llama_state_seq_*``; the sliding window
-            (``llama_model_n_swa``, 0 with ``Llama(swa_full=True)``); label scores and
-            shared rows; the ``Llama``'s lock; :meth:`check_batch_params`.
+            (``llama_model_n_swa``, 0 with ``Llama(swa_full=True)``); label scores; the
+            ``Llama``'s lock; :meth:`check_batch_params`.
         vocab: the ``Llama``'s vocabulary (:class:`LlamaVocab`).
 
     Raises:
@@ -139,7 +139,6 @@ class LlamaBackend:
             partial_trim=not lib.model_is_recurrent(_ffi.model_of(llm)),
             n_swa=self.n_swa,
             can_score=True,
-            can_share_rows=True,
             min_score_run=MIN_SCORE_RUN,
             lock=llm_lock(llm),
             check_batch_params=self.check_batch_params,
@@ -240,9 +239,9 @@ class LlamaBackend:
     # -- operations on sequences -------------------------------------------------
     # Each raises ValueError without a batch context or for an id out of range, and
     # BackendError once the Llama is closed.
-    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
-        """Build ``seq_id``'s sampler chain (:class:`~.slot_samplers.SlotSamplers`; ``shares``:
-        on the host, so that other sequences can sample its rows).
+    def start_seq(self, seq_id: int, sampling: SamplingParams, host: bool = False) -> None:
+        """Build ``seq_id``'s sampler chain (:class:`~.slot_samplers.SlotSamplers`; ``host``:
+        on the host, so that its rows can be read as numbers).
 
         Raises:
             GrammarError: llama.cpp refused the grammar.
@@ -251,7 +250,7 @@ class LlamaBackend:
         n = ctx.limits.n_seq_max
         if not isinstance(seq_id, int) or not 0 <= seq_id < n:
             raise ValueError(f"seq_id={seq_id!r} is out of range: valid is [0, {n})")
-        samplers.start(seq_id, sampling, shares)
+        samplers.start(seq_id, sampling, host)
 
     def trim(self, seq_id: int, n_keep: int) -> bool:
         """``llama_memory_seq_rm`` from ``n_keep`` on; False when the memory refused."""
@@ -298,7 +297,7 @@ class LlamaBackend:
 
         Raises:
             ValueError: no tokens, more than ``n_batch``, logits for a sequence never started,
-                targets or shared rows of a sequence sampled on the backend.
+                targets of a sequence sampled on the backend.
             DecodeError: ``llama_decode`` returned non-zero (``.code``).
             BackendError: the ``Llama`` was closed.
         """
@@ -352,7 +351,7 @@ class LlamaBackend:
             raise ValueError(f"spans hold {total} tokens: valid is [1, {batch.capacity}]")
         batch.clear()
         if total == len(spans) and all(
-            span.logits and not span.share and span.targets is None for span in spans
+            span.logits and span.targets is None for span in spans
         ):  # a reply step: one token per sequence, each sampled
             seq_ids = [span.seq_id for span in spans]
             for sid in seq_ids:
@@ -366,13 +365,12 @@ class LlamaBackend:
         scored: list[tuple[int, int, Targets]] = []
         attached = samplers.attached
         for span in spans:
-            for sid in ((span.seq_id,) if span.logits else ()) + tuple(span.share):
-                if sid not in samplers:
-                    raise ValueError(f"seq_id={sid} has no sampler: call start_seq first")
-            if span.seq_id in attached and (span.share or span.targets is not None):
+            if span.logits and span.seq_id not in samplers:
+                raise ValueError(f"seq_id={span.seq_id} has no sampler: call start_seq first")
+            if span.seq_id in attached and span.targets is not None:
                 raise ValueError(
-                    f"seq_id={span.seq_id} is sampled on the backend: its rows cannot be shared "
-                    "or scored (start it with shares=True or a chain that samples on the host)"
+                    f"seq_id={span.seq_id} is sampled on the backend: its rows cannot be scored "
+                    "(start it with host=True or a chain that samples on the host)"
                 )
             if span.targets is not None and len(span.targets) != len(span.tokens):
                 raise ValueError(
@@ -389,7 +387,6 @@ class LlamaBackend:
                 scored.append((span.seq_id, first, span.targets))
             if span.logits:
                 rows.append((span.seq_id, last))
-                rows.extend((sid, last) for sid in span.share)
         return rows, scored
 
     # -- one at a time -----------------------------------------------------------

@@ -17,8 +17,8 @@ from .sampler import SeqSampler, samples_on_backend
 
 class SlotSamplers(Closing):
     """One :class:`SeqSampler` per started sequence of ``ctx``. With ``on_backend``, a
-    plain chain (:func:`~.sampler.samples_on_backend`) whose rows no other sequence samples
-    (``shares``) is attached to ``ctx``; the rest sample on the host. An attached chain stays
+    plain chain (:func:`~.sampler.samples_on_backend`) not asked to sample on the host
+    (``host``) is attached to ``ctx``; the rest sample on the host. An attached chain stays
     with its sequence for the next request with an equal chain but the seed (each attach
     makes llama.cpp rebuild its graphs).
     """
@@ -40,14 +40,14 @@ class SlotSamplers(Closing):
         """The seq ids whose chain is attached to the context."""
         return {sid for sid, sampler in self._samplers.items() if sampler.attached}
 
-    def start(self, seq_id: int, params: SamplingParams, shares: bool = False) -> None:
-        """A fresh chain for ``seq_id`` from ``params``; ``shares``: other sequences may sample
-        its rows. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
+    def start(self, seq_id: int, params: SamplingParams, host: bool = False) -> None:
+        """A fresh chain for ``seq_id`` from ``params``; ``host``: on the host, its rows read
+        as numbers. GrammarError (nothing changed) when llama.cpp refuses the grammar."""
         if self._candidates is None:
             self._candidates = _ffi.load().samplers.candidates(self._ctx.n_vocab)
         fresh = SeqSampler(self._llm, params, candidates=self._candidates)
         old = self._samplers.get(seq_id)
-        backend = self.on_backend and not shares and samples_on_backend(params)
+        backend = self.on_backend and not host and samples_on_backend(params)
         if backend and old is not None and old.attached and old.key == fresh.key:
             fresh.carry_into(old)  # same stages, the fresh seed: no new attach
             fresh.close()

@@ -191,7 +191,6 @@ class FakeBackend:
         self._rules = Rules()
         self._open_tried = False
         self._rows: dict[Tokens, tuple[list[float], float, float]] = {}
-        self.can_share_rows = True
         self.min_score_run = 2  # llama.cpp's (BackendInfo.min_score_run)
 
     #: The fake has no model to lose (``Backend.closed``).
@@ -200,8 +199,7 @@ class FakeBackend:
     @property
     def info(self) -> BackendInfo:
         """Copies, saves, loads, label scores; partial trims unless recurrent and declared; no lock;
-        ``can_share_rows`` (settable before the generator is made), ``n_swa`` and
-        ``min_score_run`` as set."""
+        ``n_swa`` and ``min_score_run`` as set."""
         return BackendInfo(
             n_ctx=self.n_ctx,
             max_slots=self.max_slots,
@@ -210,7 +208,6 @@ class FakeBackend:
             partial_trim=self.partial_trim,
             n_swa=self.n_swa,
             can_score=True,
-            can_share_rows=self.can_share_rows,
             min_score_run=self.min_score_run,
             device=self.device,
             slot_memory=None if self.free_bytes is None else self._slot_memory,
@@ -414,9 +411,9 @@ class FakeBackend:
         return None
 
     # -- operations on sequences (the Backend protocol's) ----------------------------
-    def start_seq(self, seq_id: int, sampling: SamplingParams, shares: bool = False) -> None:
+    def start_seq(self, seq_id: int, sampling: SamplingParams, host: bool = False) -> None:
         """A fresh sampler state for ``seq_id`` (its cache stays); GrammarError for an item with
-        a constraint with ``refuse_grammar``. Any row can be shared: ``shares`` changes
+        a constraint with ``refuse_grammar``. Every chain samples on the host: ``host`` changes
         nothing."""
         seq = self._seq(seq_id, "start_seq")
         self._grammar_fault(sampling)
@@ -522,24 +519,15 @@ class FakeBackend:
             if self._is_dead_end(seq.sampling, seq.n_sampled):
                 error = str(self._dead_end(seq.n_sampled))
                 seq.is_done = True  # decoding it again is a violation
-                for sid in (span.seq_id, *span.share):  # the same row: the same dead end
-                    outputs[sid] = SeqOutput(error=error)
-                    sampled.append(None)
+                outputs[span.seq_id] = SeqOutput(error=error)
+                sampled.append(None)
                 continue
-            first = seq.n_sampled == 0
             token = oracle.token_at(self, seq.reply, seq.n_sampled)
             seq.n_sampled += 1
             seq.last = token
             seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
             sampled.append(token)
             outputs[span.seq_id] = SeqOutput(token, self._logprobs_of(seq.sampling, token))
-            for sid in span.share:  # the same row, another chain: the same reply
-                self._rules.require(first, f"seq {span.seq_id}: share after its first token")
-                other = seqs[sid]
-                other.reply, other.n_sampled, other.last = seq.reply, 1, token
-                other.is_done = seq.is_done
-                sampled.append(token)
-                outputs[sid] = SeqOutput(token, self._logprobs_of(other.sampling, token))
         if self.check:  # None where a grammar reached a dead end
             self.log.append(
                 DecodeCall(
@@ -591,10 +579,7 @@ class FakeBackend:
 
     @staticmethod
     def _records(spans: Sequence[Span]) -> tuple[Span, ...]:
-        return tuple(
-            Span(s.seq_id, s.pos, tuple(s.tokens), s.logits, s.targets, tuple(s.share))
-            for s in spans
-        )
+        return tuple(Span(s.seq_id, s.pos, tuple(s.tokens), s.logits, s.targets) for s in spans)
 
     # -- one at a time ---------------------------------------------------------------
     def run_alone(

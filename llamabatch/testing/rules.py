@@ -55,8 +55,7 @@ class Rules:
         """One decode: 1 to n_batch tokens; each span's seq id in range, started, its cache known,
         not finished, not again after its logits in this call; positions continuing the cache,
         within n_ctx_seq; tokens in [0, n_vocab); after the prompt, exactly the token just
-        sampled, with logits; ``share`` only with logits, naming other started sequences that
-        have not sampled yet."""
+        sampled, with logits."""
         n_tokens = sum(len(s.tokens) for s in spans)
         self.require(n_tokens > 0, "decode of zero tokens")
         self.require(
@@ -104,13 +103,6 @@ class Rules:
                 )
             if span.logits:
                 waiting.add(s)
-            for f in span.share:
-                self.require(
-                    span.logits and isinstance(f, int) and 0 <= f < n_seq_max and f != s,
-                    f"seq {s}: share with seq {f!r} (needs logits and another valid seq id)",
-                )
-                self.require(slots[f].started, f"seq {f} shared without start_seq")
-                self.require(slots[f].reply is None, f"seq {f} shared after it sampled already")
 
     def check_alone_pull(
         self,

@@ -175,18 +175,20 @@ def test_leading_space_can_be_turned_off_and_token_prompts_are_scored() -> None:
         assert b.choice_logprobs == pytest.approx(a.choice_logprobs)
 
 
-def test_n_replies_share_one_prefill_and_carry_votes() -> None:
-    fake = FakeBackend(reply={"a prompt of some length": "bug", "other": "nope"})
+def test_n_replies_copy_one_prefill_and_carry_votes() -> None:
+    prompt = "a prompt of some length, long enough to be copied"  # > min_copy_tokens
+    fake = FakeBackend(reply={prompt: "bug", "other": "nope"})
     gen = BatchGenerator(backend=fake, slots=4)
     sp = SamplingParams(n=3, seed=7, choices=["bug", "feature"])
-    out = gen.complete_many(["a prompt of some length"], sp)
+    out = gen.complete_many([prompt], sp)
     (c,) = out
     assert c.text == "bug" and len(c.samples) == 3
     assert [s.text for s in c.samples] == ["bug"] * 3
     assert c.votes == {"bug": 3, "feature": 0}
     stats = gen.stats
-    assert stats.prompt_tokens_prefilled == len("a prompt of some length")
-    assert stats.prompt_shares == 2
+    # the prompt once; each other reply copies it and decodes its last token again
+    assert stats.prompt_tokens_prefilled == len(prompt) + 2
+    assert stats.prefix_copies == 2
     seeds = sorted(call.sampling.seed for call in fake.calls(StartSeqCall))
     assert seeds == [7, 8, 9]
     assert fake.violations == []

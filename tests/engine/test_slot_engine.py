@@ -180,11 +180,11 @@ class FailingStart(FakeBackend):
         super().__init__(*args, **kwargs)
         self.at, self.n_starts = at, 0
 
-    def start_seq(self, seq_id, sampling, shares=False):
+    def start_seq(self, seq_id, sampling, host=False):
         self.n_starts += 1
         if self.n_starts == self.at:
             raise MemoryError("fake: no memory for a sampler chain")
-        super().start_seq(seq_id, sampling, shares)
+        super().start_seq(seq_id, sampling, host)
 
 
 @pytest.mark.parametrize("at", [1, 2, 3])

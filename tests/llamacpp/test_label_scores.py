@@ -113,8 +113,9 @@ def test_n_replies_are_reproducible_differ_vote_and_prefill_once(llm) -> None:
     for _ in range(2):
         with BatchGenerator(llm, slots=4, n_ctx_seq=512) as gen:
             (c,) = gen.complete_many([prompt], free)
-            assert gen.stats.prompt_shares == 2
-            assert gen.stats.prompt_tokens_prefilled == n_prompt  # the prompt, once
+            assert gen.stats.prefix_copies == 2
+            # the prompt once; each other reply copies it and decodes its last token again
+            assert gen.stats.prompt_tokens_prefilled == n_prompt + 2
             (v,) = gen.complete_many([prompt], voted)
         results.append(c)
         assert c.error is None and len(c.samples) == 3

@@ -1,7 +1,7 @@
 """Features around the slot engine: each turns requests into other requests before the
 scheduler and merges what they become after it, so the engine needs no branch for them.
 
-- :mod:`.samples`: ``SamplingParams(n=K)``, K replies of one prompt from one prefill;
+- :mod:`.samples`: ``SamplingParams(n=K)``, K replies of one prompt as K items;
 - :mod:`.labels`: ``score_choices``, the log-probability of every label.
 """
 

@@ -1,10 +1,10 @@
-"""``SamplingParams(n=K)``: K replies of one prompt, from one prefill.
+"""``SamplingParams(n=K)``: K replies of one prompt, a fan-out in front of the scheduler.
 
-:func:`expand` turns a request with ``n == K`` into K requests of the same index and
-group: request ``j`` has ``sample == j``, ``n == 1`` and seed ``seed + j`` (all ``None``
-when ``seed`` is), so a run with a seed is reproducible. The engine lets the requests of
-one group share the prompt's prefill (``Span.share``: the later ones sample their first
-token from the first one's last prompt row, then copy its cache). :class:`SampleGroups`
+:func:`expand` turns a request with ``n == K`` into K plain requests of the same index
+and group: request ``j`` has ``sample == j``, ``n == 1`` and seed ``seed + j`` (all
+``None`` when ``seed`` is), so a run with a seed is reproducible. The engine runs them as
+any items: the later ones copy the prompt's cache from the first one's slot, as any
+prompt sharing a prefix with another slot (``min_copy_tokens``). :class:`SampleGroups`
 gives the K completions back as one :class:`~llamabatch.completion.Completion`: reply 0's
 fields, ``samples`` with all K and, with ``choices``, the ``votes`` for each label.
 """
