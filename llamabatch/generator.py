@@ -414,6 +414,8 @@ class BatchGenerator(Closing):
         page_start = 0
         with self._run():
             for finished in self._steps(requests, cast(int, self.config.lookahead)):
+                if not finished:
+                    continue
                 for c in finished:
                     done[c.index] = c
                 while all(i in done for i in range(page_start, page_start + slots)):
@@ -448,10 +450,12 @@ class BatchGenerator(Closing):
                         n_read = req.index + 1
                         unfinished.add(req.index)
                         scheduler.add(req)
-                    if scheduler.finished and req is not None:
+                    finished = scheduler.finished
+                    if finished and req is not None:
                         return  # the input is exhausted and every completion given
-                    done = [] if scheduler.finished else scheduler.step()
-                unfinished.difference_update(c.index for c in done)
+                    done = [] if finished else scheduler.step()
+                if done:
+                    unfinished.difference_update(c.index for c in done)
                 yield done
         finally:
             scheduler.end()

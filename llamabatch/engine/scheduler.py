@@ -235,14 +235,16 @@ class Scheduler:
         """True when the next :meth:`step` could start a request beyond those added (add
         one and ask again): until two valid requests wait before the batch context is
         open, a free slot each after, one at a time alone."""
-        engine = self.engine
         if self._retry:
             return False
-        if engine is None and self.batching:
+        engine, batching = self.engine, self.stats.batch_disabled_reason is None
+        if engine is None and batching:
             return sum(r.error is None for r in self._queue) < 2
-        if engine is None or not self.batching:
+        if engine is None or not batching:
             return not self._queue
         free = len(engine.table) - len(engine.running)
+        if free <= 0:
+            return False
         for r in self._queue:
             if r.error is None:
                 if not self.fits(r) or (r.precise and not self.info.can_score):
@@ -270,7 +272,8 @@ class Scheduler:
     def step(self) -> list[Completion]:
         """One step: what fits starts, one request alone or one batch step runs; the
         completions that ended (in the order they finished)."""
-        return self.features.merge(self._step())
+        done = self._step()
+        return self.features.merge(done) if done else []
 
     def end(self) -> None:
         """End a run: forget what waits, give the caller's ``Llama`` back and stop what
