@@ -261,7 +261,7 @@ class Scheduler:
     def add(self, req: Request) -> None:
         """Admit ``req`` (its features' requests, budgets and stop rule), to run in input
         order; the batch context is opened once two valid requests wait."""
-        for r in self.features.expand(req):
+        for r in self.features.expand(req) if _featured(req) else (req,):
             r.max_tokens = self.budget(r)
             r.bind(self.vocab.detokenize, self.vocab.eog_ids)
             self._queue.append(r)
@@ -273,7 +273,9 @@ class Scheduler:
         """One step: what fits starts, one request alone or one batch step runs; the
         completions that ended (in the order they finished)."""
         done = self._step()
-        return self.features.merge(done) if done else []
+        if all(r.group is None for r in done):  # no reply of n > 1 among them
+            return [r.result() for r in done]
+        return self.features.merge(done)
 
     def end(self) -> None:
         """End a run: forget what waits, give the caller's ``Llama`` back and stop what
@@ -414,3 +416,9 @@ class Scheduler:
             s.labels_scored += c.choice_logprobs is not None
             s.items_batched += c.path == "batch"
             s.items_alone += c.path != "batch"
+
+
+def _featured(req: Request) -> bool:
+    """A feature turns ``req`` into other requests (``n`` > 1, label or prompt scores)."""
+    s = req.sampling
+    return req.error is None and (s.n > 1 or s.scores_labels or s.score_prompt)

@@ -32,12 +32,14 @@ class Features:
         self.samples = SampleGroups()
 
     def expand(self, req: Request) -> list[Request]:
-        """The requests that run for ``req``; a plain one is ``[req]``."""
+        """The requests that run for ``req`` (the scheduler sends only those with ``n`` > 1
+        or scores here); a plain one is ``[req]``."""
         reqs = self.samples.expand(req)
         if req.error is not None or not (req.sampling.scores_labels or req.sampling.score_prompt):
             return reqs
         return [label_request(r, self._tokenize, self._tails, self._min_run) for r in reqs]
 
     def merge(self, done: Iterable[Request]) -> list[Completion]:
-        """The completions of finished requests (a group's once all of it is done)."""
+        """The completions of finished requests (a group's once all of it is done; the
+        scheduler sends only steps that end a reply of ``n`` > 1)."""
         return self.samples.merge(done)
