@@ -289,7 +289,7 @@ def add_item_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="replies per prompt from one prefill, reply j with seed + j; output lines "
+        help="replies per prompt, sharing its cache, reply j with seed + j; output lines "
         "get samples (and votes with choices) (default: 1)",
     )
     rule = p.add_mutually_exclusive_group()

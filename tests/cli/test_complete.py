@@ -102,7 +102,7 @@ OPTION_HELP = {
     "--output-format": "the Batch API's response lines, keyed by custom_id (default: llamabatch)",
     "--score-choices": "score every label instead of generating: output lines get "
     "choice_probs, text is the likeliest label (default: off)",
-    "--n": "replies per prompt from one prefill, reply j with seed + j; output lines get "
+    "--n": "replies per prompt, sharing its cache, reply j with seed + j; output lines get "
     "samples (and votes with choices) (default: 1)",
     "--stop": "end a reply before this string; repeat for several (default: none)",
     "--choices": "exactly one of these comma-separated strings (default: none)",

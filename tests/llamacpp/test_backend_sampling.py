@@ -56,9 +56,8 @@ def test_a_slot_reused_by_an_equal_chain_keeps_the_seed(llm):
         SamplingParams(temperature=0.9, seed=3, max_tokens=4, repeat_penalty=1.3),
         SamplingParams(temperature=0.9, seed=3, max_tokens=4, presence_penalty=0.5),
         SamplingParams(temperature=0, max_tokens=4, logprobs=2),
-        SamplingParams(temperature=0.9, seed=3, max_tokens=4, n=2),
     ],
-    ids=["choices", "grammar", "repeat_penalty", "presence_penalty", "logprobs", "n"],
+    ids=["choices", "grammar", "repeat_penalty", "presence_penalty", "logprobs"],
 )
 def test_rows_that_need_the_host_chain_keep_it(llm, sampling):
     # each prompt with that chain, next to a plain greedy one in the same batch
@@ -74,6 +73,20 @@ def test_rows_that_need_the_host_chain_keep_it(llm, sampling):
     assert [c.text for c in done] == [c.text for c in host]
     if sampling.logprobs:
         assert all(c.logprobs for c in done[::2])
+
+
+def test_each_of_n_replies_samples_on_the_device_with_its_own_seed(llm):
+    sampling = SamplingParams(temperature=0.9, seed=3, max_tokens=4, n=3)
+    replies = []
+    for _ in range(2):
+        with BatchGenerator(llm, slots=4, n_ctx_seq=256, backend_sampling=True) as gen:
+            (c,) = gen.complete_many(PROMPTS[:1], sampling)
+            on_device = gen.stats.backend_sampled_rows
+        assert c.error is None and len(c.samples) == 3
+        # every row sampled, an end-of-generation token's included
+        assert on_device == sum(len(s.token_ids) + (s.finish_reason == "stop") for s in c.samples)
+        replies.append([s.token_ids for s in c.samples])
+    assert replies[0] == replies[1]
 
 
 def test_label_scores_keep_the_host_chain(llm):
