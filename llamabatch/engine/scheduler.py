@@ -237,7 +237,7 @@ class Scheduler:
         open, a free slot each after, one at a time alone."""
         if self._retry:
             return False
-        engine, batching = self.engine, self.stats.batch_disabled_reason is None
+        engine, batching = self.engine, self.batching
         if engine is None and batching:
             return sum(r.error is None for r in self._queue) < 2
         if engine is None or not batching:

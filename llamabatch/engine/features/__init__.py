@@ -35,8 +35,6 @@ class Features:
         """The requests that run for ``req`` (the scheduler sends only those with ``n`` > 1
         or scores here); a plain one is ``[req]``."""
         reqs = self.samples.expand(req)
-        if req.error is not None or not (req.sampling.scores_labels or req.sampling.score_prompt):
-            return reqs
         return [label_request(r, self._tokenize, self._tails, self._min_run) for r in reqs]
 
     def merge(self, done: Iterable[Request]) -> list[Completion]:
