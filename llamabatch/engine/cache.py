@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from .backend import SeqState
 
 if TYPE_CHECKING:
-    from .request import Request
+    from .request import Request, Run
 
 #: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
 #: and decoded on (``Backend.cut_floor``).
@@ -82,7 +82,7 @@ class Placement:
     """A request running in a slot, and the engine's plans for that slot's cache.
 
     Attributes:
-        req: the request; slot: its slot.
+        req: the request; slot: its slot; run: what it wants of the slot now.
         fed: prompt tokens the cache has held (reused, copied or prefilled).
         copy: a copy of another slot's prefix to wait for, or ``None``.
         breaks: prompt lengths where a prefill call must stop (so another slot can copy
@@ -92,6 +92,7 @@ class Placement:
 
     req: Request
     slot: Slot
+    run: Run
     fed: int = 0
     copy: CopyPlan | None = None
     breaks: set[int] = field(default_factory=set)
@@ -117,9 +118,9 @@ class SlotTable:
         """The slots with no request running, by seq id."""
         return [s for s in self.slots if s.seq_id not in self.placed]
 
-    def place(self, req: Request, slot: Slot) -> Placement:
-        """``req`` runs in the free ``slot`` from now on."""
-        p = self.placed[slot.seq_id] = Placement(req, slot)
+    def place(self, req: Request, slot: Slot, run: Run) -> Placement:
+        """``req`` runs in the free ``slot`` from now on, its first ``run``."""
+        p = self.placed[slot.seq_id] = Placement(req, slot, run)
         return p
 
     def forget_all(self) -> None:

@@ -15,7 +15,9 @@ end-of-generation token, then ``stop_token_ids`` (neither is part of the reply),
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -109,14 +111,38 @@ class Reply:
 _TAIL_SKIP = 3
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What a request wants of its slot until it gives outputs: the engine cuts the
+    slot's cache back to at most ``keep`` reusable tokens, prefills it up to ``goal`` and
+    hands the request the rows it reads (:meth:`Request.take`).
+
+    Attributes:
+        goal: the tokens the cache must hold when the prefill ends.
+        keep: the most reusable cached tokens it may keep (the rest is prefilled again).
+        samples: the goal's last row samples a token, and each sampled token is fed back
+            (a reply); False: once the cache holds ``goal`` the request is asked for its
+            next run (:meth:`Request.next_run`), which may keep fewer tokens.
+        rows: ``(cached, pos, tokens) -> Targets | None``: the score targets of a span of
+            ``tokens`` at ``pos`` after ``cached`` (``Span.targets``; the rows are read as
+            numbers); ``None``: no row is read.
+    """
+
+    goal: Sequence[int]
+    keep: int = sys.maxsize
+    samples: bool = True
+    rows: Callable[[Sequence[int], int, Sequence[int]], Targets | None] | None = None
+
+
 class Request:
     """One item's prompt and sampling, its reply so far and its status.
 
-    The engine and the scheduler drive a request through the hooks below; a feature
-    (:mod:`llamabatch.engine.features`) overrides them to ask for other outputs. The
-    default generates a reply: its goal is the prompt, its last row samples, then each
-    sampled token is fed back until :func:`check_stop` ends it. Where it runs in the
-    batch context (its slot, the cached tokens, a copy or checkpoint) is the slot table's
+    In a slot it asks for runs (:class:`Run`) and takes what their rows give; a feature
+    (:mod:`llamabatch.engine.features`) overrides :meth:`first_run`, :meth:`next_run`,
+    :meth:`take` and the work alone to ask for other outputs. The default generates a
+    reply: its one run holds the prompt, its last row samples, then each sampled token is
+    fed back until :func:`check_stop` ends it. Where it runs in the batch context (its
+    slot, the cached tokens, its run, a copy or checkpoint) is the slot table's
     (:class:`~llamabatch.engine.cache.Placement`).
 
     Args:
@@ -134,12 +160,8 @@ class Request:
         reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
 
-    #: The last row of the goal samples a token (else nothing is sampled).
-    samples = True
-    #: Its rows are read as numbers (``Span.precise``).
+    #: Its rows are read as numbers: it needs ``BackendInfo.can_score``.
     precise = False
-    #: It comes back to an earlier position of its cache (checkpoints may be needed).
-    returns = False
     #: Why it may not fit a slot (a ``Stats.alone_reasons`` key), and what to change.
     too_long = ("n_prompt_tokens + max_tokens > n_ctx_seq", "lower max_tokens")
 
@@ -204,20 +226,11 @@ class Request:
         """Its error when :meth:`need` exceeds the one-at-a-time context ``n_ctx``."""
         return f"it needs {self.need()} tokens; the model context holds n_ctx={n_ctx}"
 
-    def goal(self) -> Sequence[int]:
-        """What its cache must hold when its prefill ends (the last row gives the outputs)."""
-        return self.prompt
-
-    def on_place(self, checkpoints: bool) -> None:
-        """Placed in a slot; ``checkpoints``: the memory needs checkpoints to come back."""
-
-    def keep_limit(self, n: int) -> int:
-        """Of ``n`` reusable cached tokens, how many it may keep."""
-        return n
-
-    def rows(self, cached: Sequence[int], pos: int, tokens: Sequence[int]) -> Targets | None:
-        """The score targets of a span's rows (``Span.targets``), or ``None``."""
-        return None
+    def first_run(self, checkpoints: bool) -> Run:
+        """Its first run in a slot; ``checkpoints``: a cache cut back to the prompt's end
+        comes back only from a saved state (so a run that comes back must hold the prompt
+        alone first)."""
+        return Run(self.prompt)
 
     def take(self, out: SeqOutput, span: Span | None, cached: Sequence[int]) -> None:
         """Take what its rows gave (``cached``: its cache before ``span``; both ``None`` /
@@ -234,13 +247,11 @@ class Request:
         reason = check_stop(self, out.token, out.logprobs)
         self.status = RequestStatus.DECODE if reason is None else RequestStatus.FINISHED
 
-    def next_goal(self, cached: Sequence[int], checkpointed: bool) -> int | None:
-        """Its cache holds its goal and it sampled nothing: set the next goal and return
-        how many cached tokens to keep, or ``None`` when it is done."""
+    def next_run(self, cached: Sequence[int], checkpointed: bool) -> Run | None:
+        """Its run that samples nothing ended with ``cached`` in its slot: the next run,
+        or ``None`` when it is done; ``checkpointed``: a saved state of its prompt
+        brings the cache back (a run may then decode a single token)."""
         return None
-
-    def unfold(self) -> None:
-        """Its goal becomes the prompt alone (a checkpoint of the prompt is needed)."""
 
     def alone_job(self) -> tuple[Sequence[int], SamplingParams | None, Targets | None] | None:
         """Its next work outside the batch context (``Backend.run_alone``'s arguments),

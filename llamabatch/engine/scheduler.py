@@ -386,12 +386,13 @@ class Scheduler:
             while (job := req.alone_job()) is not None:
                 stream = self.backend.run_alone(*job)
                 try:
+                    samples = job[1] is not None  # else one output holds the scores
                     for out in stream:
                         req.take(out, None, ())
-                        if req.finished or not req.samples:
+                        if req.finished or not samples:
                             break
                     else:
-                        if req.samples:
+                        if samples:
                             req.fail("the backend stopped generating without a reason")
                 finally:
                     close = getattr(stream, "close", None)

@@ -143,7 +143,8 @@ class SlotEngine:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
         req.path, req.status = "batch", PREFILL
-        p = self.table.place(req, slot)  # from here a failure hands the request back
+        run = req.first_run(self._checkpoints(len(prompt)))
+        p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
                 self.backend.start_seq(slot.seq_id, req.sampling)
@@ -151,7 +152,6 @@ class SlotEngine:
             del self.running[slot.seq_id]
             req.status, req.path = WAITING, "alone"
             raise
-        req.on_place(self._checkpoints(req))
         planned: dict[int, Sequence[int]] = {
             sid: q.req.prompt
             for sid, q in self.running.items()
@@ -180,12 +180,13 @@ class SlotEngine:
             if not self._try_copy(p):
                 self._n_waiting += 1
 
-    def _checkpoints(self, req: Request) -> bool:
-        """``req`` comes back to its prompt's end from a saved state: on a memory that
-        cannot be cut back, and where the prompt fills the sliding window."""
-        if not req.returns or not self.can_save:
+    def _checkpoints(self, n_prompt: int) -> bool:
+        """A cache cut back to the end of a prompt of ``n_prompt`` tokens comes back from a
+        saved state (a checkpoint): on a memory that cannot be cut back, and where the
+        prompt fills the sliding window."""
+        if not self.can_save:
             return False
-        return not self.partial_trim or 0 < self.info.n_swa <= len(req.prompt)
+        return not self.partial_trim or 0 < self.info.n_swa <= n_prompt
 
     # -- sliding windows -----------------------------------------------------------------
     def _floor(self, seq_id: int) -> int | None:
@@ -239,7 +240,7 @@ class SlotEngine:
     def _keep(self, p: Placement, n: int) -> None:
         """Keep the first ``n`` cached tokens of ``p``'s slot and prefill the rest."""
         slot = p.slot
-        m = p.req.keep_limit(n)
+        m = min(n, p.run.keep)
         if m != n and not self._holds(slot, m):  # cut further back than asked
             m = 0
         n = m
@@ -259,11 +260,11 @@ class SlotEngine:
 
     def _learn_no_partial_trim(self) -> None:
         """The memory cannot be cut back (a refused trim): prefixes are reused whole from
-        now on, and requests that come back aim at their prompt alone (a checkpoint)."""
+        now on, and runs that come back aim at their prompt alone (a checkpoint)."""
         self.partial_trim = False
         for p in self.running.values():
-            if p.req.returns and p.fed < len(p.req.prompt):
-                p.req.unfold()
+            if not p.run.samples and p.fed < len(p.req.prompt):
+                p.run = p.req.first_run(True)
 
     def _trim(self, slot: Slot, n: int) -> bool:
         with self._calling("trim"):
@@ -338,7 +339,7 @@ class SlotEngine:
             cached.extend(span.tokens)
             self._count_fed(p, n)
         self.dirty = False
-        for p in [q for q in running.values() if q.req.returns and q.req.status == PREFILL]:
+        for p in [q for q in running.values() if not q.run.samples and q.req.status == PREFILL]:
             self._advance(p)
         if self._n_waiting:  # running is in placement order (a dict)
             for p in [q for q in running.values() if q.req.status == COPYING and q.copy]:
@@ -372,16 +373,17 @@ class SlotEngine:
         p.breaks.discard(p.fed)
 
     def _advance(self, p: Placement) -> None:
-        """A request that comes back and holds its goal: cut back for its next goal (a
+        """A run that samples nothing holds its goal: cut back for the request's next run (a
         trim, its checkpoint, or emptied), or end it."""
         slot, req = p.slot, p.req
-        if p.fed < len(req.prompt) or len(slot.cached) < len(req.goal()):
+        if p.fed < len(req.prompt) or len(slot.cached) < len(p.run.goal):
             return
-        checkpoints = self._checkpoints(req)
-        keep = req.next_goal(slot.cached, checkpoints)
-        if keep is None:
+        checkpoints = self._checkpoints(len(req.prompt))
+        run = req.next_run(slot.cached, checkpoints)
+        if run is None:
             req.status = FINISHED
             return
+        p.run, keep = run, run.keep
         if checkpoints and p.checkpoint is None:
             with self._calling("save_seq", changes=False):
                 p.checkpoint = (self.backend.save_seq(slot.seq_id), list(slot.cached))
@@ -395,7 +397,7 @@ class SlotEngine:
         saved = p.checkpoint
         if saved is not None and len(saved[1]) <= keep:
             state, tokens = saved
-            if common_prefix(tokens, req.goal()) == len(tokens):
+            if common_prefix(tokens, run.goal) == len(tokens):
                 with self._calling("load_seq"):
                     self.backend.load_seq(slot.seq_id, state)
                 slot.cached[:] = tokens
@@ -403,8 +405,9 @@ class SlotEngine:
         if not self._trim(slot, 0):
             raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
         slot.cached.clear()
-        if saved is None and self._checkpoints(req):  # the prompt alone, to checkpoint it
-            req.unfold()
+        if saved is None and self._checkpoints(len(req.prompt)):  # (a cut refused just now)
+            # the prompt alone, to checkpoint it
+            p.run = req.first_run(True)
 
     def _plan(self) -> list[Span]:
         steps: list[Span] = []
@@ -414,13 +417,13 @@ class SlotEngine:
             status = req.status
             if status == DECODE:
                 span = Span(sid, len(p.slot.cached), (req.reply.token_ids[-1],), True, step=True)
-                steps.append(self._outputs(span) if req.precise else span)
+                steps.append(span if p.run.rows is None else self._outputs(span))
             elif status == PREFILL:
                 n = len(p.slot.cached)
                 later = [b - n for b in p.breaks if b > n] if p.fed < len(req.prompt) else ()
-                goal = req.goal()
+                run = p.run
                 stop_at = min(later) if later else None
-                prefills.append(PrefillTokens(sid, n, goal[n:], req.samples, stop_at))
+                prefills.append(PrefillTokens(sid, n, run.goal[n:], run.samples, stop_at))
         n_batch = self.limits.n_batch
         if len(steps) > n_batch:  # not all fit: take turns
             k = self._rotate % len(steps)
@@ -434,11 +437,12 @@ class SlotEngine:
         return spans
 
     def _outputs(self, span: Span) -> Span:
-        """The span with its rows' score targets (a request whose rows are read)."""
+        """The span with its rows' score targets (a run whose rows are read)."""
         p = self.running[span.seq_id]
-        if not p.req.precise:
+        rows = p.run.rows
+        if rows is None:
             return span
-        targets = p.req.rows(p.slot.cached, span.pos, span.tokens)
+        targets = rows(p.slot.cached, span.pos, span.tokens)
         return Span(span.seq_id, span.pos, span.tokens, span.logits, targets, precise=True)
 
 

@@ -15,7 +15,7 @@ from typing import cast
 from ...completion import Completion
 from ...errors import LlamaBatchError
 from ..cache import common_prefix
-from ..request import Request, RequestStatus
+from ..request import Request, RequestStatus, Run
 from ..step import SeqOutput, Span, Targets
 from .label_tokens import TailTokens
 
@@ -138,9 +138,7 @@ class LabelRequest(Request):
             (``BackendInfo.min_score_run``).
     """
 
-    samples = False
     precise = True
-    returns = True
     too_long = ("n_prompt_tokens + label tokens > n_ctx_seq", "shorten the labels")
 
     def __init__(self, base: Request, conts: list[Continuation], min_run: int) -> None:
@@ -157,7 +155,6 @@ class LabelRequest(Request):
 
     def reset(self) -> None:
         super().reset()
-        self._goal = list(self.prompt)
         self._got: dict[tuple[RowKey, int], float] = {}
         self._top: dict[RowKey, float | None] = {}
         self._skipped: set[int] = set()
@@ -177,22 +174,14 @@ class LabelRequest(Request):
             "larger n_ctx"
         )
 
-    def goal(self) -> Sequence[int]:
-        return self._goal
-
-    def on_place(self, checkpoints: bool) -> None:
-        if not checkpoints:  # a checkpoint must hold the prompt alone
-            self.fold()
-
-    def keep_limit(self, n: int) -> int:
-        """Its first run scores the prompt's last row in ``min_run`` tokens at least, and
-        every prompt row a continuation needs."""
-        folded = len(self._goal) - len(self.prompt)
-        first_row = self._k_min - 1
-        return min(n, first_row, max(0, len(self.prompt) - max(1, self.min_run - folded)))
-
-    def rows(self, cached: Sequence[int], pos: int, tokens: Sequence[int]) -> Targets | None:
-        return self.targets(cached, pos, tokens)
+    def first_run(self, checkpoints: bool) -> Run:
+        """The prompt, with the first continuation folded in where no checkpoint is
+        needed (:meth:`fold`); it keeps at most the cached tokens before the first row
+        a continuation needs, and decodes ``min_run`` tokens at least."""
+        goal = self.prompt if checkpoints else self.fold()
+        folded = len(goal) - len(self.prompt)
+        keep = min(self._k_min - 1, max(0, len(self.prompt) - max(1, self.min_run - folded)))
+        return Run(goal, keep, samples=False, rows=self.targets)
 
     def take(self, out: SeqOutput, span: Span | None, cached: Sequence[int]) -> None:
         if out.error is not None:
@@ -204,12 +193,6 @@ class LabelRequest(Request):
         if span is None or span.targets is None or out.scores is None:
             return
         self.record(cached, span.pos, span.tokens, span.targets, out.scores, out.row_max)
-
-    def next_goal(self, cached: Sequence[int], checkpointed: bool) -> int | None:
-        return self.next_run(cached, 1 if checkpointed else self.min_run)
-
-    def unfold(self) -> None:
-        self._goal = list(self.prompt)
 
     def alone_job(self) -> tuple[Sequence[int], None, Targets] | None:
         if self.finished:
@@ -332,26 +315,24 @@ class LabelRequest(Request):
         return (self._bound(i), self.conts[i].likely)
 
     # -- runs --------------------------------------------------------------------------
-    def fold(self) -> None:
-        """Fold the first run into the prompt's prefill: the goal becomes the prompt and
-        the longest likely path that keeps all of it (its last token left out), so that
-        one decode scores those rows too. Only where the cache can be cut back (a
-        checkpoint must hold the prompt alone)."""
+    def fold(self) -> list[int]:
+        """The first run folded into the prompt's prefill: the prompt and the longest
+        likely path that keeps all of it (its last token left out), so that one decode
+        scores those rows too. Only where the cache can be cut back (a checkpoint must
+        hold the prompt alone)."""
         n = len(self.prompt)
         longest: tuple[int, ...] = ()
         for path, cont in zip(self._paths, self.conts):
             if cont.likely and cont.n_keep == n and len(path) - 1 - n > len(longest):
                 longest = path[n:-1]
-        self._goal = list(self.prompt) + list(longest)
+        return list(self.prompt) + list(longest)
 
-    def next_run(self, cached: Sequence[int], min_run: int) -> int | None:
-        """Make the likeliest continuation still to finish the goal (among equals, the
-        one keeping the most of ``cached``).
-
-        Returns:
-            how many cached tokens the run may keep (it decodes its first row not scored
-            yet and what follows, ``min_run`` tokens at least), or ``None`` when done.
-        """
+    def next_run(self, cached: Sequence[int], checkpointed: bool) -> Run | None:
+        """The likeliest continuation still to finish (among equals, the one keeping the
+        most of ``cached``) as the next run, or ``None`` when done: it keeps the cached
+        tokens before its first row not scored yet, and decodes ``min_run`` tokens at
+        least (1 from a checkpoint)."""
+        min_run = 1 if checkpointed else self.min_run
         best: tuple[tuple[float, bool], int] | None = None  # (rank, keep) of the chosen one
         chosen = -1
         for i in self._open():
@@ -365,8 +346,7 @@ class LabelRequest(Request):
                 best, chosen = key, i
         if best is None:
             return None
-        self._goal = list(self._paths[chosen][:-1])
-        return best[1]
+        return Run(self._paths[chosen][:-1], best[1], samples=False, rows=self.targets)
 
     def next_path(self) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]] | None:
         """The likeliest continuation still to finish (its path less the last token, and
