@@ -217,7 +217,7 @@ class Request:
         """The reply text: cut before a stop string, or every token decoded at once."""
         return self.reply.text
 
-    # -- hooks: what the request wants ----------------------------------------------------
+    # -- what the request wants: its size, its runs, its outputs ---------------------------
     def need(self) -> int:
         """Tokens it needs in one slot: the prompt and ``max_tokens``."""
         return len(self.prompt) + self.max_tokens
