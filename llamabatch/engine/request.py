@@ -217,7 +217,7 @@ class Request:
         """The reply text: cut before a stop string, or every token decoded at once."""
         return self.reply.text
 
-    # -- what the request wants: its size, its runs, its outputs ---------------------------
+    # -- what the request wants: its size, its runs, its outputs -----------------------
     def need(self) -> int:
         """Tokens it needs in one slot: the prompt and ``max_tokens``."""
         return len(self.prompt) + self.max_tokens
@@ -277,7 +277,7 @@ class Request:
             self.index, text, tuple(reply.token_ids), reason, None, n_prompt, self.path, logprobs
         )
 
-    # -- state ----------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------
     def fail(self, message: str) -> None:
         """End with its own error."""
         self.error, self.status = message, RequestStatus.FINISHED

@@ -160,7 +160,7 @@ class LabelRequest(Request):
         self._skipped: set[int] = set()
         self._alone: tuple[tuple[int, ...], Targets] | None = None
 
-    # -- its size, its runs, its outputs ----------------------------------------------------
+    # -- its size, its runs, its outputs -----------------------------------------------
     def need(self) -> int:
         """The prompt tokens its longest label keeps, and that label's tokens."""
         return max(len(p) for p in self._paths)
