@@ -79,8 +79,9 @@ class BackendInfo:
             states, checkpoints).
         partial_trim: :meth:`Backend.trim` may keep a position > 0 (False for recurrent and
             hybrid memories; True is not a promise: a refused trim is learned from).
-        n_swa: the window of sliding-window layers in positions, 0 without one; a cache
-            is then cut back only where :meth:`Backend.cut_floor` allows.
+        n_swa: the window of sliding-window layers in positions, 0 without one: a prompt
+            that fills it cannot be cut back to once decoded past, so a run that comes
+            back to it keeps a checkpoint (a saved state).
         can_score: ``Span.targets`` and scoring alone work.
         min_score_run: fewest tokens of a sequence decoded in the call that scores a row
             (llama.cpp: 2, as its one-token kernels round differently).
@@ -210,8 +211,8 @@ class Backend(Protocol):
 
     def cut_floor(self, seq_id: int) -> int:
         """The smallest ``n`` > 0 that ``seq_id``'s cache can be cut back to and decoded on
-        from (0: any; a cut to 0 or to the whole cache is always fine). Asked only with
-        ``info.n_swa`` > 0."""
+        from (0: any; a cut to 0 or to the whole cache is always fine): the one question
+        asked before a cut inside a cache (with ``info.partial_trim``)."""
         ...
 
     def clear(self) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .request import Request, Run
 
 #: ``holds(slot, n)``: True when ``slot``'s cache can be cut back to its first ``n`` tokens
-#: and decoded on (``Backend.cut_floor``).
+#: and decoded on (``Backend.cut_floor``, ``BackendInfo.partial_trim``).
 Holds = Callable[["Slot", int], bool]
 
 
@@ -151,7 +151,6 @@ class SlotTable:
         n_own: int,
         planned: Mapping[int, Sequence[int]],
         min_gain: int,
-        partial_trim: bool,
         holds: Holds | None = None,
     ) -> CopyPlan | None:
         """The slot other than ``dst`` (whose own cache saves ``n_own``) sharing the
@@ -160,9 +159,8 @@ class SlotTable:
 
         Args:
             planned: seq id -> the tokens a busy slot will hold once prefilled.
-            partial_trim: the memory can be cut back; without, a source must hold, or
-                come to hold, exactly the shared prefix.
-            holds: an idle source it refuses to cut back to the prefix does not qualify.
+            holds: a source already past the shared prefix qualifies only where it can be
+                cut back to it.
         """
         best: CopyPlan | None = None
         for slot in self.slots:
@@ -172,11 +170,8 @@ class SlotTable:
             n = reusable(tokens, prompt)
             if n - n_own < min_gain or n == 0:
                 continue
-            if not partial_trim and len(slot.cached) > n:
-                continue  # already past the shared prefix: cannot cut back
-            idle = slot.seq_id not in self.placed and slot.seq_id not in planned
-            if idle and holds is not None and n < len(slot.cached) and not holds(slot, n):
-                continue  # its window moved past the shared prefix
+            if n < len(slot.cached) and holds is not None and not holds(slot, n):
+                continue
             if best is None or n > best.n_tokens:
                 best = CopyPlan(slot.seq_id, n)
         return best
@@ -189,8 +184,9 @@ class SavedState:
     Attributes:
         tokens: the tokens at positions 0, 1, ... of the saved cache, exactly.
         state: what ``Backend.save_seq`` returned (its ``nbytes`` count against the limit).
-        floor: its ``Backend.cut_floor`` when saved: it is cut back only to a length >=
-            floor.
+        floor: where its slot could be cut back to when saved (``Backend.cut_floor``; the
+            whole length on a memory that takes no partial trim): it is cut back only to a
+            length >= floor.
     """
 
     tokens: tuple[int, ...]
@@ -289,14 +285,9 @@ class HostCache:
                 bound = bound[:c]
         return found
 
-    def best(self, prompt: Sequence[int], partial_trim: bool) -> tuple[SavedState, int] | None:
-        """The kept state that saves ``prompt`` the most tokens, and how many (never the
-        prompt's last token; ties: the most recently used); marked as used.
-
-        Args:
-            partial_trim: the memory can be cut back; without (recurrent / hybrid) only a
-                state whose every token is a prefix of ``prompt`` qualifies.
-        """
+    def best(self, prompt: Sequence[int]) -> tuple[SavedState, int] | None:
+        """The kept state that saves ``prompt`` the most tokens once cut back (never the
+        prompt's last token; ties: the most recently used), and how many; marked as used."""
         goal = tuple(prompt[: len(prompt) - 1])  # what a state may save
         keys, states, used = self._sorted, self._states, self._used
         if not goal or not keys:
@@ -307,7 +298,7 @@ class HostCache:
         while n > 0:  # each round: the keys sharing exactly n tokens with goal
             new_lo, new_hi = self._run(goal[:n])
             fresh = keys[new_lo:lo] + keys[hi:new_hi]
-            ok = [k for k in fresh if (states[k].serves(n) if partial_trim else len(k) == n)]
+            ok = [k for k in fresh if states[k].serves(n)]
             if ok:
                 key = max(ok, key=used.__getitem__)
                 states.move_to_end(key)

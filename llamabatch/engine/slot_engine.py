@@ -161,7 +161,7 @@ class SlotEngine:
             if q.req.status == COPYING:
                 planned[sid] = ()  # its cache is not its own yet: no source
         copy = self.table.copy_source(
-            prompt, slot, n_own, planned, self.min_copy_tokens, self.partial_trim, self._holds
+            prompt, slot, n_own, planned, self.min_copy_tokens, self._holds
         )
         saved = self._saved_for(prompt, n_own)
         if saved is not None and copy is not None and saved[1] < copy.n_tokens:
@@ -188,25 +188,30 @@ class SlotEngine:
             return False
         return not self.partial_trim or 0 < self.info.n_swa <= n_prompt
 
-    # -- sliding windows -----------------------------------------------------------------
-    def _floor(self, seq_id: int) -> int | None:
+    # -- where a cache can be cut back ---------------------------------------------------
+    def _floor(self, slot: Slot) -> int | None:
+        """The shortest cut inside ``slot``'s cache that can be decoded on (the backend's
+        :meth:`~.backend.Backend.cut_floor`; its whole length where the memory takes no
+        partial trim), or ``None`` when unknown."""
+        if not self.partial_trim:
+            return len(slot.cached)
         try:
-            return self.backend.cut_floor(seq_id)
+            return self.backend.cut_floor(slot.seq_id)
         except Exception:  # noqa: BLE001 - an unknown floor only costs a prefill
             return None
 
     def _holds(self, slot: Slot, n: int) -> bool:
         """``slot``'s cache can be cut back to its first ``n`` tokens and decoded on."""
-        if self.info.n_swa <= 0 or n <= 0 or n >= len(slot.cached):
+        if n <= 0 or n >= len(slot.cached):
             return True
-        floor = self._floor(slot.seq_id)
+        floor = self._floor(slot)
         return floor is not None and n >= floor
 
     # -- host memory ---------------------------------------------------------------------
     def _saved_for(self, prompt: list[int], n_own: int) -> tuple[SavedState, int] | None:
         if not self.host.enabled or not self.host:
             return None
-        found = self.host.best(prompt, self.partial_trim)
+        found = self.host.best(prompt)
         if found is None or found[1] - n_own < self.min_copy_tokens:
             return None
         return found
@@ -222,7 +227,7 @@ class SlotEngine:
             or self.host.covers(slot.cached)
         ):
             return
-        floor = self._floor(slot.seq_id) if self.info.n_swa > 0 else 0
+        floor = self._floor(slot)
         with self._calling("save_seq", changes=False):
             state = self.backend.save_seq(slot.seq_id)
         if self.host.add(slot.cached, state, n if floor is None else floor):
@@ -240,13 +245,12 @@ class SlotEngine:
     def _keep(self, p: Placement, n: int) -> None:
         """Keep the first ``n`` cached tokens of ``p``'s slot and prefill the rest."""
         slot = p.slot
-        m = min(n, p.run.keep)
-        if m != n and not self._holds(slot, m):  # cut further back than asked
-            m = 0
-        n = m
+        n = min(n, p.run.keep)
+        if not self._holds(slot, n):
+            n = 0
         if n < len(slot.cached):
             ok = False
-            if n > 0 and self.partial_trim:
+            if n > 0:  # (a cut the memory takes: _holds)
                 ok = self._trim(slot, n)
                 if not ok:
                     self._learn_no_partial_trim()
@@ -260,8 +264,10 @@ class SlotEngine:
 
     def _learn_no_partial_trim(self) -> None:
         """The memory cannot be cut back (a refused trim): prefixes are reused whole from
-        now on, and runs that come back aim at their prompt alone (a checkpoint)."""
+        now on (the saved states, taken as cut back, are dropped), and runs that come back
+        aim at their prompt alone (a checkpoint)."""
         self.partial_trim = False
+        self.host.clear()
         for p in self.running.values():
             if not p.run.samples and p.fed < len(p.req.prompt):
                 p.run = p.req.first_run(True)
@@ -281,19 +287,15 @@ class SlotEngine:
         if have < plan.n_tokens:
             return False
         p.copy = None
-        if src.cached[: plan.n_tokens] != prompt[: plan.n_tokens]:
-            self._keep(p, reusable(dst.cached, prompt))  # the source moved on
-        elif not self.partial_trim and have > plan.n_tokens:
-            self._keep(p, 0)  # cannot cut back: prefill instead
-        elif not self._holds(src, plan.n_tokens):  # its window moved on: own cache only
-            n_own = reusable(dst.cached, prompt)
-            self._keep(p, n_own if self._holds(dst, n_own) else 0)
+        n = plan.n_tokens
+        if src.cached[:n] != prompt[:n] or not self._holds(src, n):
+            self._keep(p, reusable(dst.cached, prompt))  # it moved on: its own cache only
         else:
             with self._calling("copy_seq"):
                 self.backend.copy_seq(src.seq_id, dst.seq_id)
             dst.cached[:] = src.cached
             self.stats.prefix_copies += 1
-            self._keep(p, plan.n_tokens)
+            self._keep(p, n)
         return True
 
     # -- one step ------------------------------------------------------------------------
@@ -389,7 +391,7 @@ class SlotEngine:
                 p.checkpoint = (self.backend.save_seq(slot.seq_id), list(slot.cached))
         if keep >= len(slot.cached):
             return
-        if self.partial_trim and self._holds(slot, keep):  # else: as if it could not be cut
+        if self._holds(slot, keep):
             if self._trim(slot, keep):
                 del slot.cached[keep:]
                 return

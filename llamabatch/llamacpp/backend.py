@@ -33,7 +33,7 @@ from .llm_state import LlamaGuard, LlamaRows
 from .sampler import SeqSampler, token_logsoftmax
 from .slot_samplers import SlotSamplers
 from .ubatch import shape
-from .window import cut_floor, window_holds
+from .window import cut_floor
 
 check_version()  # a binding outside the supported range fails here, naming the range
 
@@ -276,7 +276,9 @@ class LlamaBackend:
         _check_state(done, f"refused the state for seq {seq_id}")
 
     def cut_floor(self, seq_id: int) -> int:
-        """:func:`~.window.cut_floor` of ``llama_memory_seq_pos_min``."""
+        """:func:`~.window.cut_floor` of ``llama_memory_seq_pos_min`` (0 without a window)."""
+        if self.n_swa <= 0:
+            return 0
         return cut_floor(self._open()[0].seq_pos_min(seq_id), self.n_swa)
 
     def clear(self) -> None:
@@ -424,12 +426,7 @@ class LlamaBackend:
         try:
             for j in [j for j, ids in enumerate(targets) if ids]:
                 start = max(0, j + 1 - MIN_SCORE_RUN)
-                cached = _ffi.llm_cached_tokens(llm)
-                keep = min(common_prefix(cached, tokens), start)
-                if not window_holds(keep, len(cached), _ffi.llm_seq_pos_min(llm), self.n_swa):
-                    keep = 0  # the window layers lost what the row attends to
-                if keep < len(cached):
-                    _ffi.cut_llm_cache(llm, keep)
+                self._keep_alone(tokens, start)
                 llm.eval(tokens[int(llm.n_tokens) : j + 1])
                 row = _ffi.load().logits(_ffi.context_of(llm), -1, self.vocab.n_vocab)
                 if row is None:
@@ -471,14 +468,22 @@ class LlamaBackend:
         """Make the ``Llama``'s cache hold ``tokens`` and its last row their last token's
         logits: the cached prefix it shares with them is kept (less the last token, which is
         decoded again; nothing where the sliding window lost it), the rest decoded."""
+        keep = self._keep_alone(tokens, len(tokens) - 1)
+        self._eval(self._llm, tokens[keep:])
+
+    def _keep_alone(self, tokens: Sequence[int], most: int) -> int:
+        """Cut the ``Llama``'s cache back to the prefix it shares with ``tokens``, at most
+        ``most`` tokens, none where the window lost what the next token attends to
+        (:func:`~.window.cut_floor`); returns the tokens kept."""
         llm = self._llm
         cached = _ffi.llm_cached_tokens(llm)
-        keep = min(common_prefix(cached, tokens), len(tokens) - 1)
-        if not window_holds(keep, len(cached), _ffi.llm_seq_pos_min(llm), self.n_swa):
-            keep = 0
+        keep = min(common_prefix(cached, tokens), most)
+        if self.n_swa > 0 and 0 < keep < len(cached):
+            if keep < cut_floor(_ffi.llm_seq_pos_min(llm), self.n_swa):
+                keep = 0
         if keep < len(cached):
             _ffi.cut_llm_cache(llm, keep)
-        self._eval(llm, tokens[keep:])
+        return keep
 
     @staticmethod
     def _eval(llm: Any, tokens: list[int]) -> None:

@@ -117,11 +117,6 @@ class BatchContext(Closing):
         self._check_open()
         return self._lib.get_model(self._handle)
 
-    @property
-    def memory_api(self) -> str:
-        """The memory API generation in use (``"llama_memory"`` on current versions)."""
-        return self._memory.api
-
     def _check_open(self) -> None:
         if not self._finalizer.alive:
             raise ValueError("the BatchContext is closed")

@@ -22,9 +22,6 @@ from typing import Any
 
 from ..params import SamplingParams
 
-#: Names of the label rules, as the report gives them.
-LABEL_RULES = ("choices", "json_schema", "label_regex")
-
 
 def label_rule(samplings: Sequence[SamplingParams], label_regex: str | None) -> str | None:
     """Which rule makes labels: ``"label_regex"`` when given, else ``"choices"`` or

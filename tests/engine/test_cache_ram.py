@@ -96,16 +96,20 @@ def test_the_host_cache_keeps_the_longest_state_and_drops_the_least_recently_use
     assert cache.add([1, 2, 3, 4], SeqState("s1234", 40))  # replaces its own prefix
     assert len(cache) == 1 and cache.n_bytes == 40
     assert cache.add([9, 9], SeqState("s99", 40))
-    assert cache.best([9, 9, 5], partial_trim=True)[1] == 2  # [9, 9] is now the newest
+    assert cache.best([9, 9, 5])[1] == 2  # [9, 9] is now the newest
     assert cache.add([7], SeqState("s7", 40))  # over 100: oldest out
-    assert cache.best([1, 2, 3, 4, 5], partial_trim=True) is None
-    assert cache.best([9, 9, 5], partial_trim=True)[0].state.data == "s99"
+    assert cache.best([1, 2, 3, 4, 5]) is None
+    assert cache.best([9, 9, 5])[0].state.data == "s99"
     assert not cache.add([5] * 10, SeqState("big", 101))  # larger than the limit
-    assert cache.best([7, 8], partial_trim=False)[1] == 1
-    assert cache.best([9, 8], partial_trim=False) is None  # shares 1 of [9, 9]: no cut back
-    assert cache.best([9, 9], partial_trim=True)[1] == 1  # never the prompt's last token
+    assert cache.best([9, 8])[1] == 1  # [9, 9] cut back to [9]
+    assert cache.best([9, 9])[1] == 1  # never the prompt's last token
     cache.clear()
     assert len(cache) == 0 and cache.n_bytes == 0
+    # a state that cannot be cut back (floor: its length, a recurrent memory's) serves only whole
+    whole = HostCache(limit_bytes=100)
+    assert whole.add([9, 9], SeqState("r99", 10), floor=2)
+    assert whole.add([7], SeqState("r7", 10), floor=1)
+    assert whole.best([9, 8]) is None and whole.best([7, 8])[1] == 1
     with pytest.raises(ValueError, match="limit_bytes"):
         HostCache(-1)
 

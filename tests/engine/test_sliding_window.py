@@ -14,7 +14,7 @@ import pytest
 from llamabatch import BatchGenerator
 from llamabatch.engine.backend import SeqState
 from llamabatch.engine.cache import HostCache
-from llamabatch.llamacpp.window import cut_floor, window_holds
+from llamabatch.llamacpp.window import cut_floor
 from llamabatch.testing import CopyCall, FakeBackend, HashReply, LoadSeqCall
 
 N_SWA = 16
@@ -117,22 +117,19 @@ def test_a_state_in_host_memory_serves_only_what_its_window_holds():
 
 
 def test_the_window_rule_and_its_cut_floor():
-    # no window, nothing kept, or the whole cache continued: always right
-    assert window_holds(10, 100, 90, 0)
-    assert window_holds(0, 100, 90, 16)
-    assert window_holds(100, 100, 85, 16)
-    # a window that never slid serves any prefix
-    assert window_holds(10, 30, 0, 16)
-    # the next position n_keep attends to positions > n_keep - n_swa: held from there on
-    assert window_holds(40, 100, 24, 16)
-    assert not window_holds(40, 100, 25, 16)
-    # nothing held, or not known: only the cases above
-    assert not window_holds(40, 100, -1, 16)
-    assert not window_holds(40, 100, None, 16)
-    # the floor says the same: a cut to n (0 < n < cached) works when n >= floor
+    # no window, or a window that never slid: any cut
+    assert cut_floor(90, 0) == 0
+    assert cut_floor(0, 16) == 0
+    # the next position n_keep attends to positions > n_keep - n_swa: held from pos_min on
+    assert cut_floor(24, 16) == 40
+    assert cut_floor(25, 16) == 41
+    # nothing held, or not known: no cut inside the cache
+    assert cut_floor(-1, 16) > 10**9
+    assert cut_floor(None, 16) > 10**9
+    # a cut to n_keep keeps every position > n_keep - n_swa it attends to: exactly n >= floor
     for n_keep in range(1, 100):
-        for pos_min in (-1, None, 0, 1, 24, 25, 60):
-            holds = window_holds(n_keep, 100, pos_min, 16)
+        for pos_min in (0, 1, 24, 25, 60):
+            holds = pos_min <= max(0, n_keep - 16)
             assert holds == (n_keep >= cut_floor(pos_min, 16)), (n_keep, pos_min)
 
 
@@ -144,7 +141,7 @@ def test_the_host_cache_keeps_a_shorter_state_a_longer_one_cannot_serve():
     )  # cannot serve S
     assert len(cache) == 2
     assert not cache.add(S, SeqState("again", 10), floor=cut_floor(5, 16))  # covered by the first
-    found = cache.best(QUESTION, partial_trim=True)
+    found = cache.best(QUESTION)
     assert found is not None and found[0].state.data == "s" and found[1] == len(S)
     # a state that serves its prefix replaces it
     fresh = HostCache(limit_bytes=1000)
