@@ -259,6 +259,34 @@ def test_python_dash_m_runs_the_command(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1
 
 
+def test_python_dash_m_exits_with_the_status_after_an_interrupt_it_caught(tmp_path):
+    """A Ctrl-C that lands in code run by exec() of a string (a dataclass being made, say,
+    while the model loads) and that the command catches must still end in the command's
+    status: CPython remembers the interrupt, and under -m the process used to die by
+    SIGINT (-2) instead of exiting 130."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import llamabatch.cli.main as cli\n"
+        "_main = cli.main\n"
+        "def main(argv=None):\n"
+        "    try:\n"
+        "        exec('raise KeyboardInterrupt')\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n"
+        "    return _main(argv)\n"
+        "cli.main = main\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "llamabatch", "complete", tmp_path / "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+
+
 # -- real model ------------------------------------------------------------------------
 
 
