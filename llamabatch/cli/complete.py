@@ -671,7 +671,8 @@ def _generate(
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, LineItem)]
     positions = [k for k, e in enumerate(job.todo) if isinstance(e, LineItem)]
-    bar = progress_bar(len(job.todo), job.args.quiet)
+    with interrupts.held():  # a signal inside tqdm's constructor would leave half a bar
+        bar = progress_bar(len(job.todo), job.args.quiet)
     try:
         with gen:
             for group in gen.iter_groups(items_of(items)):
