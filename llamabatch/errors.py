@@ -87,6 +87,17 @@ class ModelFileError(ModelError, ValueError):
     """A model path is missing, unreadable, not a GGUF file, or llama.cpp refused it."""
 
 
+class ContextUnavailable(ModelError, ValueError):
+    """llama.cpp loaded the model but could not create the ``Llama``'s context of
+    ``n_ctx`` tokens (most often too little memory for its KV cache, estimated in
+    ``kv_bytes``, ``None`` when unknown); the model file is fine."""
+
+    def __init__(self, message: str, n_ctx: int, kv_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.n_ctx = n_ctx
+        self.kv_bytes = kv_bytes
+
+
 class ChatTemplateError(LlamaBatchError, ValueError):
     """The model has no chat template, or its template is not valid Jinja."""
 

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._util.interrupts import callback_interrupts
-from .errors import LibraryError, ModelFetchError, ModelFileError
+from .errors import (
+    ContextUnavailable,
+    LibraryError,
+    LlamaBatchError,
+    ModelFetchError,
+    ModelFileError,
+)
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -195,6 +201,30 @@ def check_model_file(path: str | os.PathLike[str]) -> Path:
 DEFAULT_N_GPU_LAYERS = -1
 
 
+def _context_unavailable(model: Path, n_ctx: int) -> ContextUnavailable:
+    """The error of a context of ``n_ctx`` tokens that llama.cpp could not create, with
+    its KV cache's size (:func:`llamabatch.llamacpp.kv_size.estimate`) when known."""
+    from .llamacpp.kv_size import estimate
+
+    try:
+        kv = estimate(model, slots=1, n_ctx_seq=max(int(n_ctx), 1))
+    except (ValueError, LlamaBatchError):
+        kv = None
+    need = ""
+    if kv is not None:
+        bound = "" if kv.exact else " at most"
+        need = (
+            f": its KV cache alone needs{bound} about {kv.total_bytes / 2**30:,.1f} GiB "
+            f"({kv.bytes_per_token:,} bytes per token)"
+        )
+    return ContextUnavailable(
+        f"llama.cpp loaded {model} but could not create its context of n_ctx={n_ctx} "
+        f"tokens{need}, more memory than it could have; a smaller context needs less",
+        n_ctx=n_ctx,
+        kv_bytes=None if kv is None else kv.total_bytes,
+    )
+
+
 def load_llama(
     path: str | os.PathLike[str],
     *,
@@ -215,6 +245,8 @@ def load_llama(
 
     Raises:
         ModelFileError: the path is not a readable GGUF file, or llama.cpp cannot load it.
+        ContextUnavailable: the model loaded, but its context of ``n_ctx`` tokens could
+            not be created (the message gives the KV cache's estimated size).
         LibraryError: llama-cpp-python is not installed or its library cannot be loaded.
         KeyboardInterrupt: a signal came during the load, even inside a llama.cpp callback
             (the model is freed again).
@@ -240,6 +272,8 @@ def load_llama(
                 **kwargs,
             )
     except ValueError as exc:
+        if "llama_context" in str(exc):  # the binding's "Failed to create llama_context"
+            raise _context_unavailable(model, n_ctx) from exc
         raise ModelFileError(f"llama.cpp cannot load {model}: {exc}") from exc
     except KeyboardInterrupt:
         if llm is not None:  # loaded, but the interrupt came during the load

@@ -21,7 +21,7 @@ Input (PROMPTS; - reads standard input):
 
 Blank lines are skipped. Ids must be unique. Every line is checked before any model
 work: a malformed line stops the job, named by its line number, or with --skip-bad
-becomes an error line in its place (id = its line number).
+becomes an error line in its place (id = the line's own valid id, else its line number).
 
 Output: one JSON object per item, in input order, written, flushed and fsynced after
 each group: ``{"id", "text", "finish_reason", "error", "n_prompt_tokens", "n_tokens",
@@ -66,6 +66,7 @@ from .common import (
     usage_error,
     warner,
 )
+from .errors import OutputWriteError
 from .job.input import (
     FORMATS,
     Line,
@@ -77,7 +78,7 @@ from .job.input import (
     with_chat_prompts,
     with_text_template,
 )
-from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
+from .job.openai import CHAT_URL, COMPLETIONS_URL, custom_id_of, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import (
     JobTally,
@@ -482,6 +483,34 @@ class _Job:
             self.next_entry += 1
             yield self.bad_record(bad)
 
+    def write(self, records: Iterable[dict[str, Any]]) -> None:
+        """Write ``records`` (:meth:`records`, :meth:`rest`); the tally counts only the
+        lines that reached the output.
+
+        Raises:
+            OutputWriteError: as :meth:`Output.write`.
+        """
+        lines = list(records)  # counted in the tally as they were made
+        try:
+            self.out.write(lines)
+        except OutputWriteError as exc:
+            self.tally.items -= len(lines) - exc.written
+            raise
+
+    def failed(self, exc: LlamaBatchError) -> int:
+        """Say that the job stopped on ``exc`` and how many items reached the output."""
+        how = (
+            "run the same command with --resume to continue"
+            if self.out.is_file
+            else "to be able to resume, write to a file (-o OUT) and use --resume"
+        )
+        error_line(
+            PROG,
+            f"{exc}; {self.tally.items} of {len(self.todo)} items were written to "
+            f"{self.out.where}, in input order; {how}",
+        )
+        return EXIT_FAILURE
+
     def summary(self, gen_s: float, note: str) -> None:
         busy = busy_cpu_warning(load_average(), os.cpu_count()) if gen_s >= BUSY_MIN_S else None
         if busy is not None:
@@ -540,6 +569,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.output_format == "openai":
+        _check_custom_ids(args.prompts, entries)
     samplings = item_samplings(entries, config.sampling, args.prompts)  # lines + flags
     interrupts = Interrupts()
     with (
@@ -573,7 +604,11 @@ def _run(args: argparse.Namespace) -> int:
                     job.text_of = vocab.enter_context(token_text_of_file(path))
                 return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
         with loaded_llama(
-            path, n_ctx=job.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers
+            path,
+            n_ctx=job.n_ctx,
+            n_threads=args.threads,
+            n_gpu_layers=args.n_gpu_layers,
+            n_ctx_flag="--n-ctx-seq",
         ) as llm:
             interrupts.check()  # a signal during the load (maybe dropped in a callback)
             job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
@@ -623,25 +658,66 @@ def _keep_fingerprint(
         return
     kept = {}
     if args.resume:
-        kept = check_resume(
+        _check_format(args, out)
+        if args.output_format == "openai":  # custom_id "7" is the line of id 7
+            out.rekey({id_key(custom_id_of(e.id)): id_key(e.id) for e in entries})
+        plan = check_resume(
             out.path,
             out.ids,
             args.prompts,
             entries,
+            errors=out.errors,
             options=options,
             allow_changed_options=args.allow_changed_options,
             keep_other_ids=args.keep_other_ids,
             warn=_warn,
         )
+        if plan.redo:
+            out.drop(plan.redo)
+            note(
+                args,
+                f"{out.where}: {len(plan.redo)} error lines whose input line changed since "
+                "were removed, to be done again",
+            )
+        kept = plan.kept
     write_fingerprint(out.path, args.prompts, entries, kept, options)
+
+
+def _check_custom_ids(prompts: Path, entries: list[Line]) -> None:
+    """Refuse two ids that would be one ``custom_id`` (``7`` and ``"7"``)."""
+    first: dict[str, Line] = {}
+    for e in entries:
+        other = first.setdefault(custom_id_of(e.id), e)
+        if other is not e:
+            raise UsageError(
+                f"{prompts}:{e.line}: ids {id_key(other.id)} (line {other.line}) and "
+                f"{id_key(e.id)} (line {e.line}) are one custom_id, "
+                f"{json.dumps(custom_id_of(e.id))}, in --output-format openai (a string): "
+                "give one of them another id"
+            )
+
+
+def _check_format(args: argparse.Namespace, out: Output) -> None:
+    """Refuse to append lines of another ``--output-format`` than OUT holds (whatever
+    --allow-changed-options says: one file, one format)."""
+    other = sorted(out.formats - {args.output_format})
+    if other:
+        raise UsageError(
+            f"{out.where} holds lines written with --output-format {other[0]}, and this run "
+            f"writes --output-format {args.output_format}: run with --output-format "
+            f"{other[0]} to resume it, give --overwrite to start over, or write to another "
+            "file (-o)"
+        )
 
 
 def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]) -> int:
     try:
         with interrupts.held():
-            job.out.write(job.rest())
+            job.write(job.rest())
     except KeyboardInterrupt:
         return job.interrupted()
+    except OutputWriteError as exc:
+        return job.failed(exc)
     if not job.todo:
         note = f"nothing to do: all {len(entries)} items are already in {job.out.where}"
     else:
@@ -677,28 +753,18 @@ def _generate(
         with gen:
             for group in gen.iter_groups(items_of(items)):
                 with interrupts.held():
-                    job.out.write(job.records(items, positions, group))
+                    job.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)
                 bar.update(job.tally.items - bar.n)
             with interrupts.held():
-                job.out.write(job.rest())
+                job.write(job.rest())
             bar.update(job.tally.items - bar.n)
     except KeyboardInterrupt:
         bar.close()
         return job.interrupted()
     except LlamaBatchError as exc:  # e.g. no server of the pool answers any more
         bar.close()
-        how = (
-            "run the same command with --resume to continue"
-            if job.out.is_file
-            else "to be able to resume, write to a file (-o OUT) and use --resume"
-        )
-        error_line(
-            PROG,
-            f"{exc}; {job.tally.items} of {len(job.todo)} items were written to "
-            f"{job.out.where}, in input order; {how}",
-        )
-        return EXIT_FAILURE
+        return job.failed(exc)
     except BrokenPipeError:
         bar.close()
         devnull = os.open(os.devnull, os.O_WRONLY)

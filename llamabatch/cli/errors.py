@@ -15,4 +15,9 @@ class OutputCorrupt(LlamaBatchError, ValueError):
 
 class OutputWriteError(LlamaBatchError, OSError):
     """The job's output could not be written (a full disk, a closed pipe): exit status 1,
-    the message naming the output, the cause and how to continue."""
+    the message naming the output, the cause and how to continue; ``written``: the whole
+    lines of the failed write that reached the output."""
+
+    def __init__(self, message: str, written: int = 0) -> None:
+        super().__init__(message)
+        self.written = written

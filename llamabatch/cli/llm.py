@@ -27,13 +27,33 @@ def model_path(
 
 @contextlib.contextmanager
 def loaded_llama(
-    path: Path, *, n_ctx: int, n_threads: int | None, n_gpu_layers: int
+    path: Path,
+    *,
+    n_ctx: int,
+    n_threads: int | None,
+    n_gpu_layers: int,
+    n_ctx_flag: str | None = None,
 ) -> Iterator[Any]:
     """A ``llama_cpp.Llama`` of ``path`` (see :func:`llamabatch.model.load_llama`),
-    closed when the block ends, however it ends."""
-    from ..model import load_llama
+    closed when the block ends, however it ends.
 
-    llm = load_llama(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    Raises:
+        UsageError: with ``n_ctx_flag`` (the option that set ``n_ctx``), a context that
+            llama.cpp could not create, named by that option with its KV cache's size.
+    """
+    from ..errors import ContextUnavailable
+    from ..model import load_llama
+    from .errors import UsageError
+
+    try:
+        llm = load_llama(path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers)
+    except ContextUnavailable as exc:
+        if n_ctx_flag is None:
+            raise
+        raise UsageError(
+            f"{n_ctx_flag} {n_ctx} is more context than this machine can hold: {exc}; "
+            f"give a smaller {n_ctx_flag}"
+        ) from None
     try:
         yield llm
     finally:

@@ -106,14 +106,15 @@ def test_bad_jsonl_lines_are_named_by_line_number(tmp_path, line, message):
 
 
 @pytest.mark.parametrize(("line", "message"), BAD_LINES)
-def test_with_skip_bad_a_bad_line_is_kept_in_its_place_with_its_line_number(
+def test_with_skip_bad_a_bad_line_is_kept_in_its_place_with_its_own_id_or_line_number(
     tmp_path, line, message
 ):
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "ok"}\n\n' + line + '\n{"prompt": "last", "id": "z"}\n')
     first, bad, last = read_prompts(path, skip_bad=True)
     assert first == LineItem(1, "ok", 1) and last == LineItem("z", "last", 4)
-    assert isinstance(bad, BadLine) and (bad.id, bad.line) == (3, 3)
+    own = "x" if line == '{"id": "x"}' else 3  # the only line here with a valid id
+    assert isinstance(bad, BadLine) and (bad.id, bad.line) == (own, 3)
     assert bad.error.startswith("line 3: ") and message in bad.error
 
 

@@ -172,13 +172,31 @@ def test_resume_refuses_an_output_written_from_another_input(capsys, tmp_path, b
     assert code == 2 and "--keep-other-ids needs --resume" in single_error_line(err)
 
 
+def test_resume_refuses_another_output_format_than_out_holds(capsys, tmp_path, bad_input):
+    out_path = tmp_path / "out.jsonl"
+    assert _job(capsys, bad_input, out_path, "--output-format", "openai", "--quiet")[0] == 0
+    first = out_path.read_text().splitlines(keepends=True)[0]
+    out_path.write_text(first)  # stopped after its first line
+    for flags in ((), ("--allow-changed-options",)):  # one file, one format, always
+        code, _, err = _job(capsys, bad_input, out_path, "--resume", *flags)
+        assert code == 2
+        line = single_error_line(err)
+        assert "written with --output-format openai" in line
+        assert "writes --output-format llamabatch" in line and "--overwrite" in line
+        assert out_path.read_text() == first
+    code, _, err = _job(capsys, bad_input, out_path, "--resume", "--output-format", "openai")
+    assert code == 0, err
+    assert [r["custom_id"] for r in read_jsonl(out_path)] == ["1", "2", "3"]
+
+
 def test_resume_refuses_an_input_whose_done_lines_changed_naming_the_first(
     capsys, tmp_path, bad_input
 ):
     out_path = tmp_path / "out.jsonl"
     assert _job(capsys, bad_input, out_path, "--quiet")[0] == 0
     assert (tmp_path / "out.jsonl.fingerprint").is_file()
-    done = out_path.read_text()
+    done = _record(1) + _record(2) + _record(3)  # replies (an error line would be redone)
+    out_path.write_text(done)
     bad_input.write_text("one\nTWO\nthree\n", encoding="utf-8")  # line 2 edited
     code, _, err = _job(capsys, bad_input, out_path, "--resume")
     assert code == 2

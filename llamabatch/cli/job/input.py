@@ -59,8 +59,8 @@ class BadLine:
     """An input line that cannot be completed, kept in its place (``--skip-bad``).
 
     Attributes:
-        id: the line number, or the item's own id when it is readable (the chat template
-            refused it, or an OpenAI request's ``custom_id``).
+        id: the line's own id when it has a valid one (``id``, or an OpenAI request's
+            ``custom_id``), else the line number.
         line, error, digest: as :class:`LineItem`'s; ``error`` starts with ``line N:``.
     """
 
@@ -86,9 +86,10 @@ def line_digest(item_id: object, text: str) -> str:
 
 
 class _Bad(ValueError):
-    """One line is bad, saying why; ``id``: its readable ``custom_id``, or ``None``."""
+    """One line is bad, saying why; ``id``: the line's own valid id (``custom_id`` of a
+    request), or ``None``."""
 
-    id: str | None = None
+    id: str | int | None = None
 
 
 def _decoded_lines(path: Path) -> list[tuple[int, str | None, str | None]]:
@@ -136,6 +137,18 @@ def _check_text(name: str, value: object) -> None:
         raise _Bad(f"{name} holds a lone surrogate escape (not valid Unicode text)")
 
 
+def _readable_id(obj: Mapping[str, Any]) -> str | int | None:
+    """The line's own id when it is a valid one: a request's ``custom_id`` (non-empty
+    text), else its ``id`` (text or an integer); ``None`` when it has none."""
+    if openai.is_request(obj):
+        value = obj["custom_id"]
+        return value if isinstance(value, str) and value and _is_encodable(value) else None
+    value = obj.get("id")
+    if isinstance(value, str) and _is_encodable(value):
+        return value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> LineItem:
     try:
         obj = json.loads(text)
@@ -143,14 +156,10 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> LineItem:
         raise _Bad(f"malformed JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise _Bad("not a JSON object")
-    if not openai.is_request(obj):
-        return _jsonl_object(number, obj, unknown)
-    custom_id = obj["custom_id"]
     try:
         return _jsonl_object(number, obj, unknown)
-    except _Bad as exc:  # matched by custom_id: keep it when it is readable text
-        if isinstance(custom_id, str) and custom_id and _is_encodable(custom_id):
-            exc.id = custom_id
+    except _Bad as exc:  # its error line keeps the line's own id where it has one
+        exc.id = _readable_id(obj)
         raise
 
 
@@ -235,7 +244,7 @@ def _check_unique(path: Path, entries: list[Line]) -> None:
         key = json.dumps(entry.id)
         other = first.setdefault(key, entry)
         if other is not entry:
-            bad = [e.line for e in (other, entry) if isinstance(e, BadLine)]
+            bad = [e.line for e in (other, entry) if isinstance(e, BadLine) and e.id == e.line]
             why = (
                 (f" (line {bad[0]} is malformed: its error line takes its line number as id)")
                 if bad

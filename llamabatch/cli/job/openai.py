@@ -51,8 +51,15 @@ _BODY_IGNORED = frozenset({"model", "stream", "user", "max_completion_tokens"})
 
 
 def is_request(obj: Mapping[str, Any]) -> bool:
-    """True for an OpenAI batch request line (it has ``custom_id`` and ``body``)."""
-    return "custom_id" in obj and "body" in obj
+    """True for an OpenAI batch request line: it has a ``custom_id`` (a line without
+    ``body`` is a request that lacks it, not a plain line)."""
+    return "custom_id" in obj
+
+
+def custom_id_of(item_id: str | int) -> str:
+    """The ``custom_id`` of an item's output line: its id as text (OpenAI's batch output
+    types ``custom_id`` as a string; an integer id, such as a line number, as its digits)."""
+    return item_id if isinstance(item_id, str) else str(item_id)
 
 
 def request_parts(
@@ -64,8 +71,8 @@ def request_parts(
     sampling fields, so the rest of the reader treats it like any JSONL line.
 
     Raises:
-        ValueError: not a valid request (method, url, custom_id, body, n); the message
-            says what is valid.
+        ValueError: not a valid request (method, url, custom_id, a missing or bad body,
+            n); the message says what is valid.
     """
     custom_id = obj["custom_id"]
     if not isinstance(custom_id, str) or not custom_id:
@@ -76,6 +83,10 @@ def request_parts(
     url = obj.get("url")
     if url not in URLS:
         raise ValueError(f'"url" is {url!r}; llamabatch answers {" and ".join(URLS)}')
+    if "body" not in obj:
+        raise ValueError(
+            f'has no "body": a {url} request needs one, a JSON object with the request'
+        )
     body = obj["body"]
     if not isinstance(body, Mapping):
         raise ValueError('"body" must be a JSON object')
@@ -106,7 +117,7 @@ def _request_id() -> str:
 
 
 def response_record(
-    custom_id: object,
+    item_id: str | int,
     url: str,
     completion: Completion,
     model: str,
@@ -118,7 +129,7 @@ def response_record(
     text) is given, ``text_offset`` counted from ``offset`` (the binding's: the prompt's
     length; :func:`~llamabatch.responses.response`)."""
     if not completion.ok:
-        return error_response(custom_id, "item_failed", completion.error or "failed")
+        return error_response(item_id, "item_failed", completion.error or "failed")
     chat = url == CHAT_URL
     body = response(completion, model=model, chat=chat, text_of=text_of, offset=offset)
     for key in ("choice_probs", "votes"):  # llamabatch's own, when asked for
@@ -126,17 +137,17 @@ def response_record(
             body[key] = getattr(completion, key)
     return {
         "id": f"batch_req_{_request_id()}",
-        "custom_id": custom_id,
+        "custom_id": custom_id_of(item_id),
         "response": {"status_code": 200, "request_id": _request_id(), "body": body},
         "error": None,
     }
 
 
-def error_response(custom_id: object, code: str, message: str) -> dict[str, Any]:
+def error_response(item_id: str | int, code: str, message: str) -> dict[str, Any]:
     """The output line of an item that got no reply: ``response`` null, ``error`` set."""
     return {
         "id": f"batch_req_{_request_id()}",
-        "custom_id": custom_id,
+        "custom_id": custom_id_of(item_id),
         "response": None,
         "error": {"code": code, "message": message},
     }

@@ -11,9 +11,12 @@ reads through other handles, so it holds no byte a reader needs).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import dataclasses
 import errno
 import importlib
+import itertools
 import json
 import os
 import stat
@@ -28,7 +31,7 @@ from ...outputs import output_record
 from ..common import UsageError
 from ..errors import OutputWriteError
 from .input import BadLine, LineItem
-from .resume import OutputCorrupt, scan_output
+from .resume import OutputCorrupt, line_key, scan_output
 
 try:
     import fcntl
@@ -68,6 +71,9 @@ class Output:
         n_existing: whole lines already in it (``--resume``).
         path: the file when it is a regular file (its input's fingerprint is kept beside
             it: :mod:`.resume`), else ``None``.
+        errors: :func:`~llamabatch.cli.job.input.id_key` of the ids of its error lines
+            (``--resume``).
+        formats: the ``--output-format`` of the lines already in it (``--resume``).
     """
 
     stream: IO[str]
@@ -78,21 +84,50 @@ class Output:
     n_existing: int = 0
     path: Path | None = None
     _fsync: bool = False
+    errors: frozenset[str] = frozenset()
+    formats: frozenset[str] = frozenset()
+    _keys: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def rekey(self, keys: dict[str, str]) -> None:
+        """Read the ids of the lines already in it as ``keys`` maps them (a Batch API
+        line's ``custom_id`` ``"7"`` back to the input's id ``7``); others stay."""
+        self._keys = keys
+        self.ids = tuple(keys.get(k, k) for k in self.ids)
+        self.done = frozenset(keys.get(k, k) for k in self.done)
+        self.errors = frozenset(keys.get(k, k) for k in self.errors)
+
+    def _key(self, raw: bytes) -> str:
+        key = line_key(json.loads(raw))
+        return self._keys.get(key, key)
 
     def write(self, records: Iterable[dict[str, Any]]) -> None:
-        """Write records, one JSON line each, then flush and (for a file) fsync.
+        """Write records, one JSON line each, then flush and (for a file) fsync. A file
+        gets the bytes straight from here (no buffer left to write at its close), so a
+        failure knows how many lines reached it.
 
         Raises:
             OutputWriteError: the output cannot be written (named, with the cause and,
-                for a file, that ``--resume`` continues the job after its last whole line).
+                for a file, that ``--resume`` continues the job after its last whole
+                line); its ``written`` counts the whole lines of these records that
+                reached the output.
         """
+        lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
+        sent = 0
         try:
-            for record in records:
-                self.stream.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self.stream.flush()
+            if not self.is_file:
+                for line in lines:
+                    self.stream.write(line)
+                self.stream.flush()
+                return
+            data = [line.encode("utf-8") for line in lines]
+            ends = list(itertools.accumulate(len(b) for b in data))
+            buffer = memoryview(b"".join(data))
+            while sent < len(buffer):
+                sent += os.write(self.stream.fileno(), buffer[sent:])
             if self._fsync:
                 os.fsync(self.stream.fileno())
         except OSError as exc:
+            written = bisect.bisect_right(ends, sent) if self.is_file else 0
             cause = exc.strerror or str(exc)
             if exc.errno == errno.ENOSPC:
                 cause = "no space left on the device (the disk is full)"
@@ -102,7 +137,41 @@ class Output:
                 if self.path is not None
                 else ""
             )
-            raise OutputWriteError(f"cannot write the output {self.where}: {cause}{how}") from exc
+            raise OutputWriteError(
+                f"cannot write the output {self.where}: {cause}{how}", written=written
+            ) from exc
+
+    def drop(self, keys: frozenset[str]) -> None:
+        """Remove the lines of the ids ``keys`` (:func:`~.resume.line_key`) from the file,
+        keeping the others in their order (``--resume`` redoes those items).
+
+        Raises:
+            OutputWriteError: the file cannot be rewritten.
+        """
+        if not keys or self.path is None:
+            return
+        fd = self.stream.fileno()
+        try:
+            with open(self.path, "rb") as existing:
+                lines = existing.readlines()
+            gone = {k for k, raw in enumerate(lines) if raw.strip() and self._key(raw) in keys}
+            if not gone:
+                return
+            first = min(gone)  # the lines before it stay where they are
+            tail = b"".join(raw for k, raw in enumerate(lines) if k > first and k not in gone)
+            os.ftruncate(fd, sum(len(raw) for raw in lines[:first]))
+            sent = 0
+            while sent < len(tail):
+                sent += os.write(fd, tail[sent:])
+            os.fsync(fd)
+        except OSError as exc:
+            raise OutputWriteError(
+                f"cannot rewrite the output {self.where} without its {len(keys)} error "
+                f"lines to do again: {exc.strerror or exc}"
+            ) from exc
+        self.ids = tuple(k for k in self.ids if k not in keys)
+        self.done, self.errors = self.done - keys, self.errors - keys
+        self.n_existing = len(self.ids)
 
 
 @contextlib.contextmanager
@@ -219,4 +288,5 @@ def _prepare(
             "full disk); that item will be done again"
         )
     out.done, out.ids, out.n_existing = scan.done, scan.ids, scan.n_lines
+    out.errors, out.formats = scan.errors, scan.formats
     return out

@@ -4,7 +4,8 @@ by a killed job is truncated before appending), ids compared as JSON values
 beside it (``OUT.fingerprint``: per id its line and digest, and the job's options that
 shape a reply), with which ``--resume`` refuses an input whose line of an id already
 written changed, an ``OUT`` of another input, or options that changed
-(:func:`changed_options`).
+(:func:`changed_options`); an error line whose input line changed since is done again
+(:class:`ResumePlan`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -36,6 +37,8 @@ class OutputScan:
         good_size: bytes up to the end of the last whole line.
         cut_bytes: bytes after it: a line cut off part-way (0 when the file ends with a
             newline).
+        errors: :func:`id_key` of the ids of its error lines (an item that got no reply).
+        formats: the ``--output-format`` of its lines (:func:`line_format`).
     """
 
     done: frozenset[str]
@@ -43,11 +46,33 @@ class OutputScan:
     good_size: int
     cut_bytes: int
     ids: tuple[str, ...] = ()
+    errors: frozenset[str] = frozenset()
+    formats: frozenset[str] = frozenset()
 
     @property
     def is_cut(self) -> bool:
         """True when the file ends with a line cut off part-way."""
         return self.cut_bytes > 0
+
+
+def line_format(record: Mapping[str, Any]) -> str:
+    """The ``--output-format`` an output line was written in: ``"openai"`` for a Batch API
+    response line (it has ``custom_id``), else ``"llamabatch"``."""
+    return "openai" if "custom_id" in record else "llamabatch"
+
+
+def line_key(record: Mapping[str, Any]) -> str:
+    """:func:`id_key` of the item of an output line: its ``id``, or a Batch API response
+    line's ``custom_id`` (its ``id`` is the line's)."""
+    return id_key(record["custom_id"] if "custom_id" in record else record["id"])
+
+
+def is_error_line(record: Mapping[str, Any]) -> bool:
+    """True for the output line of an item that got no reply: ``finish_reason``
+    ``"error"``, or a Batch API line whose ``error`` is set."""
+    if line_format(record) == "openai":
+        return record.get("error") is not None
+    return record.get("finish_reason") == "error"
 
 
 def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
@@ -63,6 +88,8 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
             edited, so it is left alone.
     """
     ids: list[str] = []
+    errors: set[str] = set()
+    formats: set[str] = set()
     n_lines = good_size = cut_bytes = 0
     for number, raw in enumerate(f, start=1):
         if not raw.endswith(b"\n"):
@@ -83,10 +110,20 @@ def scan_output(f: BinaryIO, name: str = "output") -> OutputScan:
                 f"{name}:{number}: line {number} of the existing output is "
                 'not a JSON object with an "id"; cannot resume from it'
             )
-        # an OpenAI batch response line: the item is its custom_id (its id is the line's)
-        ids.append(id_key(obj["custom_id"] if "custom_id" in obj else obj["id"]))
+        ids.append(line_key(obj))
+        formats.add(line_format(obj))
+        if is_error_line(obj):
+            errors.add(ids[-1])
         n_lines += 1
-    return OutputScan(frozenset(ids), n_lines, good_size, cut_bytes, tuple(ids))
+    return OutputScan(
+        frozenset(ids),
+        n_lines,
+        good_size,
+        cut_bytes,
+        tuple(ids),
+        frozenset(errors),
+        frozenset(formats),
+    )
 
 
 # -- the input's fingerprint ---------------------------------------------------------------
@@ -163,32 +200,52 @@ def write_fingerprint(
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """What ``--resume`` does with an existing output (:func:`check_resume`).
+
+    Attributes:
+        kept: the fingerprint entries of the ids in the output that the input does not
+            have (kept with ``--keep-other-ids``), for :func:`write_fingerprint`.
+        redo: :func:`id_key` of its error lines whose input line changed since they were
+            written (a line the user fixed): they are removed from the output and their
+            items done again.
+    """
+
+    kept: dict[str, tuple[int, str]]
+    redo: frozenset[str] = frozenset()
+
+
 def check_resume(
     out: Path,
     scan_ids: tuple[str, ...],
     prompts: Path,
     entries: Sequence[Line],
     *,
+    errors: frozenset[str] = frozenset(),
     options: Mapping[str, Any] | None = None,
     allow_changed_options: bool = False,
     keep_other_ids: bool = False,
     warn: Callable[[str], None] = lambda message: None,
-) -> dict[str, tuple[int, str]]:
-    """Check that an output holding ``scan_ids`` (:attr:`OutputScan.ids`) may be
-    resumed with the input ``entries`` read from ``prompts``.
+) -> ResumePlan:
+    """Check that an output holding ``scan_ids`` (:attr:`OutputScan.ids`; ``errors``: those
+    of its error lines) may be resumed with the input ``entries`` read from ``prompts``.
 
-    Returns:
-        the fingerprint entries of the ids in the output that the input does not have
-        (kept with ``keep_other_ids``), for :func:`write_fingerprint`.
+    An error line whose input line changed since (by the fingerprint: its digest, or a
+    line whose error line took its line number as id now has its own id) is to be done
+    again (:attr:`ResumePlan.redo`); any other changed line is refused.
 
     Raises:
         UsageError: the output holds ids the input does not have (unless
             ``keep_other_ids``); a line of an id already in the output changed since
-            it was written (the first such line is named); or ``options`` differ from
-            those it was written with (each named, unless ``allow_changed_options``).
+            it was written and its output line is a reply (the first such line is
+            named); or ``options`` differ from those it was written with (each named,
+            unless ``allow_changed_options``).
     """
-    known = {id_key(e.id) for e in entries}
-    other = [k for k in scan_ids if k not in known]
+    digests = {id_key(e.id): e.digest for e in entries}
+    fingerprint = read_fingerprint(out)
+    redo = frozenset(_fixed_errors(set(scan_ids) & errors, digests, fingerprint or {}))
+    other = [k for k in scan_ids if k not in digests and k not in redo]
     if other and not keep_other_ids:
         raise UsageError(
             f"{out} holds {len(set(other))} ids that are not in {prompts} (the first: "
@@ -197,7 +254,6 @@ def check_resume(
             "keep those lines and append this input's items after them"
         )
     _check_options(out, scan_ids, options, allow_changed_options, warn)
-    fingerprint = read_fingerprint(out)
     if fingerprint is None:
         if scan_ids:
             warn(
@@ -205,8 +261,8 @@ def check_resume(
                 f"written from this version on): cannot check that {prompts} did not "
                 "change since"
             )
-        return {}
-    done = set(scan_ids)
+        return ResumePlan({})
+    done = set(scan_ids) - redo
     for e in entries:
         key = id_key(e.id)
         was = fingerprint.get(key)
@@ -218,7 +274,24 @@ def check_resume(
                 f"the line back, remove id {key} from {out} to do it again, or give "
                 "--overwrite to start over"
             )
-    return {k: v for k, v in fingerprint.items() if k in done and k not in known}
+    kept = {k: v for k, v in fingerprint.items() if k in done and k not in digests}
+    return ResumePlan(kept, redo)
+
+
+def _fixed_errors(
+    errors: set[str], digests: Mapping[str, str], fingerprint: Mapping[str, tuple[int, str]]
+) -> Iterator[str]:
+    """The error lines' keys whose input line changed since: its digest differs, or the
+    id was its line number and the input no longer has it (the fixed line has its own)."""
+    for key in errors:
+        was = fingerprint.get(key)
+        if was is None:
+            continue
+        if key in digests:
+            if digests[key] != was[1]:
+                yield key
+        elif key == id_key(was[0]):
+            yield key
 
 
 def _check_options(
