@@ -90,12 +90,16 @@ class ModelFileError(ModelError, ValueError):
 class ContextUnavailable(ModelError, ValueError):
     """llama.cpp loaded the model but could not create the ``Llama``'s context of
     ``n_ctx`` tokens (most often too little memory for its KV cache, estimated in
-    ``kv_bytes``, ``None`` when unknown); the model file is fine."""
+    ``kv_bytes``, ``None`` when unknown; ``need`` says it in words, or is empty); the
+    model file is fine."""
 
-    def __init__(self, message: str, n_ctx: int, kv_bytes: int | None = None) -> None:
+    def __init__(
+        self, message: str, n_ctx: int, kv_bytes: int | None = None, need: str = ""
+    ) -> None:
         super().__init__(message)
         self.n_ctx = n_ctx
         self.kv_bytes = kv_bytes
+        self.need = need
 
 
 class ChatTemplateError(LlamaBatchError, ValueError):

@@ -214,14 +214,15 @@ def _context_unavailable(model: Path, n_ctx: int) -> ContextUnavailable:
     if kv is not None:
         bound = "" if kv.exact else " at most"
         need = (
-            f": its KV cache alone needs{bound} about {kv.total_bytes / 2**30:,.1f} GiB "
-            f"({kv.bytes_per_token:,} bytes per token)"
+            f" (its KV cache alone needs{bound} about {kv.total_bytes / 2**30:,.1f} GiB, "
+            f"{kv.bytes_per_token:,} bytes per token)"
         )
     return ContextUnavailable(
         f"llama.cpp loaded {model} but could not create its context of n_ctx={n_ctx} "
-        f"tokens{need}, more memory than it could have; a smaller context needs less",
+        f"tokens{need}; give a smaller n_ctx",
         n_ctx=n_ctx,
         kv_bytes=None if kv is None else kv.total_bytes,
+        need=need,
     )
 
 

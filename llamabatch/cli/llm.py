@@ -51,8 +51,9 @@ def loaded_llama(
         if n_ctx_flag is None:
             raise
         raise UsageError(
-            f"{n_ctx_flag} {n_ctx} is more context than this machine can hold: {exc}; "
-            f"give a smaller {n_ctx_flag}"
+            f"{n_ctx_flag} {n_ctx} is more context than this machine can hold: llama.cpp "
+            f"could not create a context of {n_ctx} tokens for {path}{exc.need}; give a "
+            f"smaller {n_ctx_flag}"
         ) from None
     try:
         yield llm

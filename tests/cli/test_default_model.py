@@ -9,8 +9,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from cli_util import run_cli, single_error_line
+from cli_util import EXAMPLES, run_cli, single_error_line
 
+from llamabatch.errors import ContextUnavailable
 from llamabatch.model import (
     DEFAULT_MODEL,
     ModelFetchError,
@@ -103,6 +104,42 @@ def test_load_llama_wraps_llama_cpp_refusal(tmp_path):
     broken.write_bytes(b"GGUF" + bytes(60))
     with pytest.raises(ModelFileError, match="llama.cpp cannot load"):
         load_llama(broken)
+
+
+#: A context beyond the memory of the machines the tests run on (SmolLM2: ~215 GiB of
+#: KV cache); 10x more fails the same way, only slower.
+HUGE_N_CTX = 10_000_000
+
+
+@pytest.mark.real_model
+def test_a_context_llama_cpp_cannot_create_names_n_ctx_and_its_kv_size(model_path):
+    with pytest.raises(ContextUnavailable) as info:
+        load_llama(model_path, n_ctx=HUGE_N_CTX, n_threads=1)
+    exc = info.value
+    assert not isinstance(exc, ModelFileError)  # the model file is fine
+    assert exc.n_ctx == HUGE_N_CTX and exc.kv_bytes is not None and exc.kv_bytes > 2**37
+    assert f"n_ctx={HUGE_N_CTX}" in str(exc) and "GiB" in str(exc)
+
+
+@pytest.mark.real_model
+def test_the_command_names_n_ctx_seq_not_the_model_file(capsys, model_path):
+    code, _, err = run_cli(
+        capsys,
+        "complete",
+        EXAMPLES,
+        "--model",
+        model_path,
+        "--n-ctx-seq",
+        HUGE_N_CTX,
+        "--threads",
+        "1",
+        "--quiet",
+    )
+    assert code == 2
+    line = next(x for x in err.splitlines() if x.startswith("llamabatch complete: error:"))
+    assert f"--n-ctx-seq {HUGE_N_CTX} is more context than this machine can hold" in line
+    assert "GiB" in line and "give a smaller --n-ctx-seq" in line
+    assert "doctor" not in line and "cannot load" not in line
 
 
 @pytest.mark.real_model

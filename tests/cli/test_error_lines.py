@@ -168,3 +168,15 @@ def test_a_file_size_limit_counts_the_whole_lines_that_reached_the_file(tmp_path
     whole = data.count(b"\n")
     assert 0 < whole < 200 and not data.endswith(b"\n")  # a cut line after the whole ones
     assert re.search(rf"; {whole} of 200 items were written to {re.escape(str(out))}", line), line
+
+
+@pytest.mark.real_model
+def test_dev_full_after_the_model_ran_is_one_error_that_counts_none(capsys, tmp_path, model_path):
+    """The close of OUT after the failure has nothing left to write: no second error."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}, {"prompt": "b"}])
+    code, _, err = run_cli(
+        capsys, "complete", src, "-o", "/dev/full", "--model", model_path, *FAST, "--quiet"
+    )
+    assert code == 1
+    line = single_error_line(err)
+    assert "no space left on the device" in line and "0 of 2 items were written" in line
