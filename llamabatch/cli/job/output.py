@@ -143,7 +143,9 @@ class Output:
 
     def drop(self, keys: frozenset[str]) -> None:
         """Remove the lines of the ids ``keys`` (:func:`~.resume.line_key`) from the file,
-        keeping the others in their order (``--resume`` redoes those items).
+        keeping the others in their order (``--resume`` redoes those items). The file is
+        cut before the first of them and the rest written again: a kill meanwhile leaves
+        whole lines and maybe a cut one, which the next ``--resume`` repairs and redoes.
 
         Raises:
             OutputWriteError: the file cannot be rewritten.
