@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from .._util.busy import busy_cpu_warning, load_average
 from ..completion import Completion
 from ..create import token_text
 from ..errors import LlamaBatchError
@@ -79,14 +80,7 @@ from .job.input import (
 )
 from .job.openai import CHAT_URL, COMPLETIONS_URL, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
-from .job.report import (
-    JobTally,
-    batching_note,
-    busy_cpu_warning,
-    load_average,
-    progress_bar,
-    summary_line,
-)
+from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.resume import check_resume, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path, token_text_of_file
@@ -483,7 +477,11 @@ class _Job:
             yield self.bad_record(bad)
 
     def summary(self, gen_s: float, note: str) -> None:
-        busy = busy_cpu_warning(load_average(), os.cpu_count()) if gen_s >= BUSY_MIN_S else None
+        busy = (
+            busy_cpu_warning(load_average(), os.cpu_count(), self.args.threads)
+            if gen_s >= BUSY_MIN_S
+            else None
+        )
         if busy is not None:
             _warn(busy)
         if not self.args.quiet:

@@ -88,6 +88,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="rounds, each of fresh items (default: %(default)s)",
     )
     p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after --rounds, go on with rounds of fresh items while it cannot tell, as "
+        "long as the next round ends within SECONDS of the start (default: exactly --rounds)",
+    )
+    p.add_argument(
         "--items",
         type=int,
         default=None,
@@ -211,6 +219,8 @@ def _run(args: argparse.Namespace) -> int:
         options.check_output_file("--plot", args.plot)
         base = sampling_params(args)
         options.check_threads(args.threads)
+        if args.budget is not None and not args.budget > 0:
+            raise ValueError(f"--budget {args.budget:g} is out of range: valid is seconds > 0")
     except ValueError as exc:
         raise usage_error(exc, args) from None
     read = read_items(
@@ -251,6 +261,9 @@ def _run(args: argparse.Namespace) -> int:
                 complete_args=complete_args(args),
                 model=path.name,
                 progress=bar.update,
+                budget_s=args.budget,
+                threads=args.threads,
+                threads_as="--threads {}",
             )
         except ValueError as exc:
             raise usage_error(exc, args) from None
