@@ -9,6 +9,9 @@ import os
 #: A 1-minute load average above this many times the core count means other work shares
 #: the cores with llama.cpp's threads (the job's own threads count once per core).
 BUSY_LOAD_PER_CORE = 1.5
+#: Seconds of generation after which a busy CPU is worth a warning (the load average is
+#: a 1-minute mean: a shorter run says little).
+BUSY_MIN_S = 5.0
 
 
 def load_average() -> float | None:

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from .._util.busy import busy_cpu_warning, load_average
+from .._util.busy import BUSY_MIN_S, busy_cpu_warning, load_average
 from ..completion import Completion
 from ..create import token_text
 from ..errors import LlamaBatchError
@@ -87,9 +87,6 @@ from .llm import loaded_llama, model_path, token_text_of_file
 
 PROG = "llamabatch complete"
 _warn = warner(PROG)
-#: Seconds of generation after which a busy CPU is worth a warning (the load average is
-#: a 1-minute mean: a shorter job says little).
-BUSY_MIN_S = 5.0
 
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1

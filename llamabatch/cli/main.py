@@ -10,6 +10,7 @@ imports no subcommand, so there is no import loop.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -100,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    # the commands warn of a busy CPU themselves, naming --threads: not twice
+    logging.getLogger("llamabatch.busy").addHandler(logging.NullHandler())
+    logging.getLogger("llamabatch.busy").propagate = False
     return args.func(args)
 
 
