@@ -104,7 +104,7 @@ def noise_of(
         load_max, n_cores, threads, threads_as=threads_as, during="the measurement"
     )
     if busy is not None:
-        warnings.append(busy + "; the timings below are not this machine's own")
+        warnings.append(busy + "; the timings above are not this machine's own")
     settings = {}
     for name in names:
         shares = _cpu_per_wall(rounds, name)
