@@ -10,12 +10,15 @@ agree). PROMPTS, its per-line fields and the sampling, constraint and context op
 are those of llamabatch complete; items without a seed get seed 0 (the floor: 1), so
 that every setting draws alike.
 
-Prints per setting s/item (median, min-max over rounds), the ratio to one at a time
-paired within each round, items per hour, the ETA for all of PROMPTS, KV MiB per slot
-and in all, and the share of replies (and labels: --choices, --json-schema fields,
---label-regex) equal to one at a time's; then the recommendation and the
-llamabatch complete command to run. The run takes rounds x items x (slot counts + 1,
-+ 2 at temperature > 0) completions, whatever the size of PROMPTS.
+Prints per setting s/item (median, min-max over rounds), CPU s/item, the ratio to one at
+a time paired within each round with its 95 % interval, items per hour, the ETA for all
+of PROMPTS, KV MiB per slot and in all, and the share of replies (and labels: --choices,
+--json-schema fields, --label-regex) equal to one at a time's (at temperature > 0: to the
+run of the other seed, as the floor); then warnings about a busy CPU or rounds that
+disagree, the verdict (use --slots K, batching does not pay, or cannot tell: why and what
+would tell) and the llamabatch complete command to run. The run takes rounds x items x
+(slot counts + 1, + 2 at temperature > 0) completions, whatever the size of PROMPTS;
+--budget adds rounds of fresh items while it cannot tell.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ be unstable")."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,12 +91,16 @@ def noise_of(
     n_cores: int | None,
     threads: int | None = None,
     threads_as: str = "--threads {}",
+    cpu_threads: int | None = None,
 ) -> Noise:
     """The :class:`Noise` of ``rounds`` for the settings ``names`` (``reference``, the
     one the ratios are paired with, among them or not).
 
     ``threads`` (``None``: the default) and ``threads_as`` shape the busy hint
-    (:func:`llamabatch._util.busy.busy_cpu_warning`).
+    (:func:`llamabatch._util.busy.busy_cpu_warning`). ``cpu_threads``: the threads that
+    decode on the host CPU when the model runs there (``None``: on a GPU, or unknown);
+    each of them keeps a core busy through a pass on a quiet machine, so the process
+    should get about that many CPU seconds per wall second.
     """
     loads = [p.load for r in rounds for p in r.passes if p.load is not None]
     load_max = max(loads) if loads else None
@@ -105,6 +110,15 @@ def noise_of(
     )
     if busy is not None:
         warnings.append(busy + "; the timings above are not this machine's own")
+    every = [c for name in names for c in _cpu_per_wall(rounds, name) if c is not None]
+    if cpu_threads and every and statistics.median(every) < STARVED_SHARE * cpu_threads:
+        warnings.append(
+            f"this process got {statistics.median(every):.2f} CPU seconds per wall second "
+            f"(median of the passes) with {cpu_threads} thread"
+            f"{'' if cpu_threads == 1 else 's'} decoding on the CPU, about "
+            f"{cpu_threads} on a quiet machine: it waited for cores (wall >> CPU); the CPU "
+            "s/item is the figure the wait touches least"
+        )
     settings = {}
     for name in names:
         shares = _cpu_per_wall(rounds, name)

@@ -143,8 +143,9 @@ def tune(
             ``create_completion``; with ``backend``, ``BatchGenerator(slots=1)``).
         budget_s: seconds the whole run may take for more rounds (``None``: exactly
             ``rounds``; > 0).
-        threads, threads_as: the thread count in force (``None``: ``llm.n_threads``)
-            and how the busy hint spells a thread count (``"--threads {}"`` in the CLI).
+        threads, threads_as: the thread count the caller set (``None``: the default; the
+            CPU-time check then reads ``llm.n_threads``) and how the busy hint spells a
+            thread count (``"--threads {}"`` in the CLI).
         clock: seconds, monotonic.
         cpu_clock: this process's CPU seconds (``None``: not measured).
         load: the load average (``None``: not measured).
@@ -163,6 +164,7 @@ def tune(
     if (llm is None) == (backend is None):
         raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
     notes = []
+    info: BackendInfo | None = None
     if slots == AUTO_SLOTS:
         info = (backend(2) if backend is not None else _llama_backend(llm)).info
         length = n_ctx_seq or min(DEFAULT_N_CTX_SEQ, info.n_ctx)
@@ -197,6 +199,9 @@ def tune(
     if llm is None and any(is_messages(p) for p in prompts):
         raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
     work = seeded([WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)])
+    if info is None:  # after every check: no backend is made for a refused call
+        info = (backend(2) if backend is not None else _llama_backend(llm)).info
+    on_cpu = info.device is None
     # adaptive rounds keep one prompt back for the warm-up when they can
     max_rounds = rounds if budget_s is None else max(rounds, (n - 1) // per_round)
     chosen = sample_rounds(n, max_rounds, per_round, items_seed)
@@ -210,8 +215,8 @@ def tune(
     has_labels = rule is not None
     floored = any(not s.is_greedy for s in samplings)
     n_cores = n_cores or os.cpu_count()
-    if threads is None and llm is not None:
-        threads = getattr(llm, "n_threads", None)
+    # the threads that decode: those given, else the Llama's own (its default resolved)
+    decoding = threads if threads is not None else getattr(llm, "n_threads", None)
     names = [ONE_AT_A_TIME, *(setting_name(b) for b in counts)]
 
     def judge(
@@ -233,7 +238,13 @@ def tune(
         seed = work[0].sampling.seed or 0
         floor = floor_of(done, has_labels, (seed, (seed + 1) % 2**32))
         noise = noise_of(
-            done, names, ONE_AT_A_TIME, n_cores=n_cores, threads=threads, threads_as=threads_as
+            done,
+            names,
+            ONE_AT_A_TIME,
+            n_cores=n_cores,
+            threads=threads,
+            threads_as=threads_as,
+            cpu_threads=decoding if on_cpu else None,
         )
         rec = recommend(
             [report_of[setting_name(b)] for b in counts],

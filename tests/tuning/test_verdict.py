@@ -137,3 +137,20 @@ def test_rounds_starved_of_cpu_are_told_and_cpu_time_is_reported():
     assert noise.settings["slots=2"].cpu_per_wall[1] == pytest.approx(2.0 / 4.9)
     (starved,) = noise.warnings
     assert starved.startswith("slots=2: its rounds got 0.41 to 1.98 CPU seconds per wall second")
+
+
+def test_wall_far_above_cpu_on_a_cpu_device_is_told():
+    seconds = {1: [6.0, 6.0, 6.0], 2: [4.8, 4.9, 4.7]}
+    cpu = {1: [1.6, 1.7, 1.5], 2: [1.3, 1.4, 1.2]}  # about 0.27 CPU s per wall s
+    records = recorded(seconds, cpu=cpu)
+    names = [ONE_AT_A_TIME, "slots=2"]
+    noise = noise_of(records, names, ONE_AT_A_TIME, n_cores=2, threads=1, cpu_threads=1)
+    (waited,) = noise.warnings
+    assert waited.startswith(
+        "this process got 0.27 CPU seconds per wall second (median of the passes) with 1 "
+        "thread decoding on the CPU, about 1 on a quiet machine: it waited for cores"
+    )
+    # on a GPU (no CPU threads decoding) the CPU waits for the device: nothing to say
+    assert noise_of(records, names, ONE_AT_A_TIME, n_cores=2, threads=1).warnings == ()
+    quiet = recorded(seconds, cpu={1: [5.8, 5.9, 5.7], 2: [4.6, 4.7, 4.5]})
+    assert noise_of(quiet, names, ONE_AT_A_TIME, n_cores=2, cpu_threads=1).warnings == ()
