@@ -257,9 +257,11 @@ def tune(
         )
         return report_of, floor, noise, rec
 
+    fits = any(k <= per_round for k in counts)
+
     def more(done: Sequence[Round]) -> bool:
-        if budget_s is None or not done:
-            return False
+        if budget_s is None or not done or not fits:
+            return False  # more rounds cannot fill slots that a round's items cannot
         _, _, _, rec = judge(done, {})
         longest = max(sum(p.seconds or 0.0 for p in r.passes) for r in done)
         return rec.verdict == CANNOT_TELL and clock() - t_start + longest <= budget_s
@@ -283,7 +285,7 @@ def tune(
     )
     kv = {ONE_AT_A_TIME: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
     report_of, floor, noise, recommendation = judge(done.rounds, kv)
-    if budget_s is not None and recommendation.verdict == CANNOT_TELL:
+    if budget_s is not None and recommendation.verdict == CANNOT_TELL and fits:
         notes.append(_budget_end(len(done.rounds), max_rounds, budget_s))
     return TuneReport(
         model=model,

@@ -341,3 +341,14 @@ def test_adaptive_rounds_stop_before_the_budget():
 def test_a_budget_out_of_range_is_named():
     with pytest.raises(ValueError, match=r"budget_s=0 is out of range: valid is seconds > 0"):
         _run(budget_s=0)
+
+
+def test_adaptive_rounds_do_not_go_on_when_no_slot_count_fits_a_round():
+    draws = _swings(0.1, 1.9, 0.2, 1.8)
+    report = _timed_run(lambda slots: 1.0 if slots == 1 else next(draws), budget_s=1e6, slots=(4,))
+    assert report.n_rounds == 2  # 2 items a round fill no 4 slots: more rounds cannot tell
+    assert report.recommendation.verdict == "cannot_tell"
+    assert (
+        "2 items per round fill none of the slot counts tried (4)" in report.recommendation.reason
+    )
+    assert not any("budget" in n or "fresh items" in n for n in report.notes)
