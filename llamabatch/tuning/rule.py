@@ -58,8 +58,8 @@ class Recommendation:
     pays: bool
     message: str
     command: str
-    verdict: str = USE
-    reason: str = ""
+    verdict: str
+    reason: str
     advice: str | None = None
 
 
