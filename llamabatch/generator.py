@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from .chat import ChatTemplate
 
 log = logging.getLogger("llamabatch")
-#: The busy-CPU warning's logger (a child of ``llamabatch``): the command line silences
-#: it and says the same in its flags' terms.
+#: The busy-CPU warning's logger (a child of ``llamabatch``, to filter it by name); the
+#: command line says it in its own terms instead (:func:`._util.busy.told_by_caller`).
 busy_log = logging.getLogger("llamabatch.busy")
 
 _END: Any = object()  # the end of a stream of requests
@@ -374,7 +374,7 @@ class BatchGenerator(Closing):
         once per generator, when its runs have lasted long enough for the 1-minute load
         average to speak of them."""
         self._run_s += seconds
-        if self._busy_told or self._run_s < busy.BUSY_MIN_S:
+        if self._busy_told or self._run_s < busy.BUSY_MIN_S or busy.told_elsewhere():
             return
         warning = busy.busy_cpu_warning(
             busy.load_average(),

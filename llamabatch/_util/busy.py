@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: A 1-minute load average above this many times the core count means other work shares
 #: the cores with llama.cpp's threads (the job's own threads count once per core).
@@ -64,3 +66,23 @@ def busy_cpu_warning(
         "llama.cpp's threads wait on each other when other work shares the cores, and "
         f"its tokens/s collapses; {threads_hint(threads, threads_as)}"
     )
+
+
+_told_by_caller = 0  # how many told_by_caller blocks are open
+
+
+@contextmanager
+def told_by_caller() -> Iterator[None]:
+    """Within it, a ``BatchGenerator`` leaves the busy warning to its caller (the command
+    line, which says it once in its flags' terms); it nests, and any thread sees it."""
+    global _told_by_caller
+    _told_by_caller += 1
+    try:
+        yield
+    finally:
+        _told_by_caller -= 1
+
+
+def told_elsewhere() -> bool:
+    """A :func:`told_by_caller` block is open."""
+    return _told_by_caller > 0
