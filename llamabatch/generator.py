@@ -12,12 +12,14 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from ._util import busy
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from .completion import Completion, KvEstimate, Stats
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from .chat import ChatTemplate
 
 log = logging.getLogger("llamabatch")
+#: The busy-CPU warning's logger (a child of ``llamabatch``, to filter it by name); the
+#: command line says it in its own terms instead (:func:`._util.busy.told_by_caller`).
+busy_log = logging.getLogger("llamabatch.busy")
 
 _END: Any = object()  # the end of a stream of requests
 
@@ -230,6 +235,7 @@ class BatchGenerator(Closing):
         self._closed = False
         self._run_lock = threading.Lock()
         self._run_owner: int | None = None
+        self._run_s, self._busy_told = 0.0, False  # _tell_if_busy
         self._template: ChatTemplate | None = None
         self._queue: SubmitQueue | None = None  # made by the first submit
         self._queue_lock = threading.Lock()
@@ -356,10 +362,30 @@ class BatchGenerator(Closing):
             )
         with self._run_lock:
             self._run_owner = me
+            t0 = time.perf_counter()
             try:
                 yield
             finally:
                 self._run_owner = None
+                self._tell_if_busy(time.perf_counter() - t0)
+
+    def _tell_if_busy(self, seconds: float) -> None:
+        """Log the busy-CPU warning (:func:`~llamabatch._util.busy.busy_cpu_warning`)
+        once per generator, when its runs have lasted long enough for the 1-minute load
+        average to speak of them."""
+        self._run_s += seconds
+        if self._busy_told or self._run_s < busy.BUSY_MIN_S or busy.told_elsewhere():
+            return
+        warning = busy.busy_cpu_warning(
+            busy.load_average(),
+            os.cpu_count(),
+            getattr(self._llm, "n_threads", None),
+            threads_as="Llama(n_threads={})",
+            during="this generator's runs",
+        )
+        if warning is not None:
+            self._busy_told = True
+            busy_log.warning("llamabatch: %s", warning)
 
     def iter_groups(
         self,

@@ -156,6 +156,8 @@ def workload_rows(settings: Sequence[SettingReport], rounds: Sequence[Round]) ->
                 "ratio_median": s.ratio_median,
                 "ratio_min": min(s.ratio),
                 "ratio_max": max(s.ratio),
+                "ratio_interval": None if s.ratio_interval is None else s.ratio_interval.to_json(),
+                "cpu_per_item_s": list(s.cpu_s_per_item),
                 "items_per_hour": s.items_per_hour,
                 "tokens_per_item": s.tokens_per_item,
                 "items_batched": s.items_batched,

@@ -52,6 +52,7 @@ from ..engine.backend import Backend
 from ..errors import ParameterError
 from ..generator import BatchGenerator
 from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from ..measure.noise import noise_of
 from ..measure.one_at_a_time import LlamaLoop, check_one_reply
 from ..measure.raw import ctx_per_seq, run_raw
 from ..measure.records import WorkItem, seeded
@@ -378,8 +379,19 @@ def _workload(
         summarize(n, slots_of(n), done.rounds, n_prompts=n_items, has_labels=False) for n in names
     ]
     rows = workload_rows(settings, done.rounds)
+    threads = setup.header.get("threads")
+    noise = noise_of(  # the same figures and warnings as tune's
+        done.rounds,
+        names,
+        ONE_AT_A_TIME,
+        n_cores=setup.header.get("cpu_count"),
+        threads=threads,
+        cpu_threads=None if setup.header.get("gpu_offload") else threads,
+    )
     print(f"\n{work.what}", file=out)
     print(format_workload_table(rows), file=out, flush=True)
+    for w in noise.warnings:
+        print(f"warning: {w}", file=out)
     for r, s in zip(rows, settings):
         label = "one at a time" if r["b"] == 1 else f"B={r['b']}"
         if r["batch_disabled_reason"]:
@@ -398,6 +410,7 @@ def _workload(
         "prompt_tokens": work.lengths,
         "prompts": work.json,
         "rows": rows,
+        "noise": noise.to_json(),
     }
 
 

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from .._util.busy import BUSY_MIN_S, busy_cpu_warning, load_average
 from ..completion import Completion
 from ..create import token_text
 from ..errors import LlamaBatchError
@@ -80,23 +81,13 @@ from .job.input import (
 )
 from .job.openai import CHAT_URL, COMPLETIONS_URL, custom_id_of, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
-from .job.report import (
-    JobTally,
-    batching_note,
-    busy_cpu_warning,
-    load_average,
-    progress_bar,
-    summary_line,
-)
+from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.resume import check_resume, write_fingerprint
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path, token_text_of_file
 
 PROG = "llamabatch complete"
 _warn = warner(PROG)
-#: Seconds of generation after which a busy CPU is worth a warning (the load average is
-#: a 1-minute mean: a shorter job says little).
-BUSY_MIN_S = 5.0
 
 #: Sampling temperature of the command (low: taggers want the likeliest label).
 DEFAULT_TEMPERATURE = 0.1
@@ -512,7 +503,11 @@ class _Job:
         return EXIT_FAILURE
 
     def summary(self, gen_s: float, note: str) -> None:
-        busy = busy_cpu_warning(load_average(), os.cpu_count()) if gen_s >= BUSY_MIN_S else None
+        busy = (
+            busy_cpu_warning(load_average(), os.cpu_count(), self.args.threads)
+            if gen_s >= BUSY_MIN_S
+            else None
+        )
         if busy is not None:
             _warn(busy)
         if not self.args.quiet:

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .._util.busy import busy_cpu_warning, load_average
 from . import doctor_diagnosis as dx
 from . import doctor_steps, options
 from .common import EXIT_FAILURE, EXIT_OK, SUMMARIES, UsageError, guarded, usage_error
-from .job.report import busy_cpu_warning, load_average
 
 PROG = "llamabatch doctor"
 
@@ -312,7 +312,7 @@ def _work(args: argparse.Namespace) -> int:
         print_check(checks[-1], out)
         checks.append(run_step("agree", "batched = alone", args, flags))
         print_check(checks[-1], out)
-    busy = busy_cpu_warning(load_average(), os.cpu_count())
+    busy = busy_cpu_warning(load_average(), os.cpu_count(), args.threads)
     if busy is not None:  # its decode timings above are then not this machine's own
         print(f"{PROG}: warning: {busy}", file=out, flush=True)
     passed = sum(c.ok for c in checks)

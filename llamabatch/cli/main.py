@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from .._ffi.version import check_version
+from .._util.busy import told_by_caller
 from ..errors import LibraryError
 from . import doctor
 from .common import (
@@ -100,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return args.func(args)
+    with told_by_caller():  # the commands warn of a busy CPU themselves, naming --threads
+        return args.func(args)
 
 
 if __name__ == "__main__":

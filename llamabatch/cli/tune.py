@@ -10,12 +10,15 @@ agree). PROMPTS, its per-line fields and the sampling, constraint and context op
 are those of llamabatch complete; items without a seed get seed 0 (the floor: 1), so
 that every setting draws alike.
 
-Prints per setting s/item (median, min-max over rounds), the ratio to one at a time
-paired within each round, items per hour, the ETA for all of PROMPTS, KV MiB per slot
-and in all, and the share of replies (and labels: --choices, --json-schema fields,
---label-regex) equal to one at a time's; then the recommendation and the
-llamabatch complete command to run. The run takes rounds x items x (slot counts + 1,
-+ 2 at temperature > 0) completions, whatever the size of PROMPTS.
+Prints per setting s/item (median, min-max over rounds), CPU s/item, the ratio to one at
+a time paired within each round with its 95 % interval, items per hour, the ETA for all
+of PROMPTS, KV MiB per slot and in all, and the share of replies (and labels: --choices,
+--json-schema fields, --label-regex) equal to one at a time's (at temperature > 0: to the
+run of the other seed, as the floor); then warnings about a busy CPU or rounds that
+disagree, the verdict (use --slots K, batching does not pay, or cannot tell: why and what
+would tell) and the llamabatch complete command to run. The run takes rounds x items x
+(slot counts + 1, + 2 at temperature > 0) completions, whatever the size of PROMPTS;
+--budget adds rounds of fresh items while it cannot tell.
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_ROUNDS,
         metavar="N",
         help="rounds, each of fresh items (default: %(default)s)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after --rounds, go on with rounds of fresh items while it cannot tell, as "
+        "long as the next round ends within SECONDS of the start (default: exactly --rounds)",
     )
     p.add_argument(
         "--items",
@@ -211,6 +222,8 @@ def _run(args: argparse.Namespace) -> int:
         options.check_output_file("--plot", args.plot)
         base = sampling_params(args)
         options.check_threads(args.threads)
+        if args.budget is not None and not args.budget > 0:
+            raise ValueError(f"--budget {args.budget:g} is out of range: valid is seconds > 0")
     except ValueError as exc:
         raise usage_error(exc, args) from None
     read = read_items(
@@ -251,6 +264,9 @@ def _run(args: argparse.Namespace) -> int:
                 complete_args=complete_args(args),
                 model=path.name,
                 progress=bar.update,
+                budget_s=args.budget,
+                threads=args.threads,
+                threads_as="--threads {}",
             )
         except ValueError as exc:
             raise usage_error(exc, args) from None

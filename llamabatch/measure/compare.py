@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from .._util.busy import load_average
 from ..completion import Completion
 from ..generator import BatchGenerator
 from .one_at_a_time import OneAtATime
@@ -116,6 +117,10 @@ def compare(
     failures: tuple[type[Exception], ...] = (),
     progress: Progress | None = None,
     clock: Clock = time.perf_counter,
+    cpu_clock: Clock | None = time.process_time,
+    load: Callable[[], float | None] | None = load_average,
+    more: Callable[[Sequence[Round]], bool] | None = None,
+    max_rounds: int | None = None,
 ) -> Comparison:
     """One at a time, then (maybe) the floor, then each slot count, in alternating rounds.
 
@@ -133,6 +138,8 @@ def compare(
         failures: errors that fail one setting's pass instead of the whole run.
         progress: hears every item done.
         clock: seconds, monotonic.
+        cpu_clock, load, more, max_rounds: as for
+            :func:`~llamabatch.measure.rounds.run_rounds` (``more``: adaptive rounds).
 
     Raises:
         ValueError: from ``run_rounds``; what a path raises outside ``failures``.
@@ -158,7 +165,11 @@ def compare(
             warmup=lambda name: [warmup] * min(2, slots_of(name)),
             failures=failures,
             clock=clock,
+            cpu_clock=cpu_clock,
+            load=load,
             progress=progress,
+            more=more,
+            max_rounds=max_rounds,
         )
         kv = {name: e.kv_bytes_per_slot(slots_of(name)) for name, e in engines.items()}
     return Comparison(tuple(done), kv)

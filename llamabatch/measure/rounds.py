@@ -10,8 +10,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from .._util.busy import load_average
 
 Clock = Callable[[], float]
 #: ``progress(n)``: ``n`` more items done.
@@ -38,6 +40,10 @@ class Pass:
         seconds: wall seconds of the pass; ``None`` when it failed.
         result: what the path returned; ``None`` when it failed.
         error: why it failed (``"TypeName: message"``), else ``None``.
+        cpu_seconds: CPU seconds of this process over the pass (every thread's, from
+            ``time.process_time``); ``None`` when it failed or was not measured.
+        load: the 1-minute load average when the pass ended (``os.getloadavg``);
+            ``None`` where the system has none or it was not measured.
     """
 
     path: str
@@ -45,6 +51,8 @@ class Pass:
     seconds: float | None
     result: Any = None
     error: str | None = None
+    cpu_seconds: float | None = None
+    load: float | None = None
 
     @property
     def s_per_item(self) -> float | None:
@@ -52,6 +60,13 @@ class Pass:
         if self.seconds is None or not self.items:
             return None
         return self.seconds / len(self.items)
+
+    @property
+    def cpu_s_per_item(self) -> float | None:
+        """``cpu_seconds / len(items)``; ``None`` when unmeasured, failed or empty."""
+        if self.cpu_seconds is None or not self.items:
+            return None
+        return self.cpu_seconds / len(self.items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +101,12 @@ def run_rounds(
     warmup: Callable[[str], Sequence[Any]] | None = None,
     failures: tuple[type[Exception], ...] = (),
     clock: Clock = time.perf_counter,
+    cpu_clock: Clock | None = time.process_time,
+    load: Callable[[], float | None] | None = load_average,
     progress: Progress | None = None,
     on_pass: Callable[[int, Pass], None] | None = None,
+    more: Callable[[Sequence[Round]], bool] | None = None,
+    max_rounds: int | None = None,
 ) -> list[Round]:
     """Run ``rounds`` rounds of every path.
 
@@ -100,9 +119,17 @@ def run_rounds(
             run; a path that fails its warm-up is not run again (each round records
             that error).
         clock: seconds, monotonic.
+        cpu_clock: this process's CPU seconds (each pass's ``cpu_seconds``); ``None``:
+            not measured.
+        load: the load average after each pass (each pass's ``load``); ``None``: not
+            measured.
         progress: hears every item done (or given up on); a path that reports fewer
             than its items is topped up after its pass.
         on_pass: ``on_pass(round, pass)`` after every pass.
+        more: after ``rounds`` rounds, ``more(done)`` says whether to run one round
+            more (adaptive rounds); ``None``: exactly ``rounds``.
+        max_rounds: the most rounds ``more`` may reach (``items`` must give that many);
+            ``None``: no limit.
 
     Returns:
         one :class:`Round` per round.
@@ -120,8 +147,11 @@ def run_rounds(
                 path(warmup(name), _ignore)
             except failures as exc:
                 failed[name] = _why(exc)
-    done = []
-    for r in range(rounds):
+    done: list[Round] = []
+    r = 0
+    while r < rounds or (
+        more is not None and (max_rounds is None or r < max_rounds) and more(done)
+    ):
         passes = []
         for name in order(list(paths), r):
             given = tuple(items(r, name))
@@ -129,11 +159,14 @@ def run_rounds(
                 tick(len(given))
                 p = Pass(name, given, None, error=failed[name])
             else:
-                p = _timed(paths[name], name, given, failures, clock, tick)
+                p = _timed(paths[name], name, given, failures, clock, cpu_clock, tick)
+                if load is not None:
+                    p = replace(p, load=load())
             passes.append(p)
             if on_pass is not None:
                 on_pass(r, p)
         done.append(Round(r, tuple(passes)))
+        r += 1
     return done
 
 
@@ -143,6 +176,7 @@ def _timed(
     items: tuple[Any, ...],
     failures: tuple[type[Exception], ...],
     clock: Clock,
+    cpu_clock: Clock | None,
     tick: Progress,
 ) -> Pass:
     count = 0
@@ -152,6 +186,7 @@ def _timed(
         count += n
         tick(n)
 
+    c0 = None if cpu_clock is None else cpu_clock()
     t0 = clock()
     try:
         result = path(items, counted)
@@ -159,8 +194,9 @@ def _timed(
         tick(max(0, len(items) - count))
         return Pass(name, items, None, error=_why(exc))
     seconds = clock() - t0
+    cpu = None if cpu_clock is None or c0 is None else cpu_clock() - c0
     tick(max(0, len(items) - count))
-    return Pass(name, items, seconds, result)
+    return Pass(name, items, seconds, result, cpu_seconds=cpu)
 
 
 def items_per_round(

@@ -12,7 +12,7 @@ from .agreement import Agreement, agreement
 from .compare import FLOOR, ONE_AT_A_TIME
 from .records import PassReplies
 from .rounds import Pass, Round
-from .stats import paired, per_round
+from .stats import Interval, cpu_s_per_item, paired, per_round
 
 MIB = 2**20
 
@@ -29,14 +29,20 @@ class SettingReport:
         ratio: per round, s/item over the same round's one-at-a-time s/item (below 1:
             faster than one at a time).
         ratio_median: median of ``ratio``.
+        ratio_interval: the 95 % interval of the ratio (a t interval on the log ratios,
+            :class:`~llamabatch.measure.stats.Interval`); ``None`` with fewer than 2 rounds.
+        cpu_s_per_item: per round, this process's CPU seconds per item (``None``: failed
+            or not measured): on a CPU device the figure other work moves least.
+        cpu_s_per_item_median: its median over the rounds that have one.
         faster_pct: ``100 * (1 - ratio_median)``: percent less time per item.
         items_per_hour: ``3600 / s_per_item_median``.
         eta_s: seconds for all the prompts at ``s_per_item_median``.
         kv_mib_per_slot, kv_mib_total: KV cache of the context the setting decodes in
             (MiB = 2**20 bytes), ``None`` when unknown.
         exact_share, label_share: percent of the items whose reply (label) equals the
-            one-at-a-time reply (label) of the same round; ``label_share`` ``None``
-            without a label rule.
+            reply (label) of the same round's reference run (``against`` of
+            :func:`summarize`: one at a time, or the one-at-a-time run of the other seed);
+            ``label_share`` ``None`` without a label rule.
         n_items, n_failed: items over all rounds, and those that failed.
         first_error: the first of their errors, ``None`` if none failed.
         tokens_per_item: reply tokens per item, over the rounds that ran.
@@ -53,6 +59,9 @@ class SettingReport:
     s_per_item_max: float | None
     ratio: tuple[float, ...]
     ratio_median: float | None
+    ratio_interval: Interval | None
+    cpu_s_per_item: tuple[float | None, ...]
+    cpu_s_per_item_median: float | None
     faster_pct: float | None
     items_per_hour: float | None
     eta_s: float | None
@@ -115,10 +124,15 @@ def summarize(
     n_prompts: int,
     has_labels: bool,
     kv_bytes_per_slot: int | None = None,
+    against: str = ONE_AT_A_TIME,
 ) -> SettingReport:
     """The :class:`SettingReport` of ``setting`` from the rounds.
 
     ``kv_bytes_per_slot``: the KV bytes of one slot of its context (``None``: unknown).
+    ``against``: the run its agreement is counted against (``"one_at_a_time"``, or
+    ``"floor"``: the one-at-a-time run of the other seed, so that a batched setting is
+    judged like the floor, two runs of different seeds); the speed ratio is always to
+    one at a time.
     """
     passes = [r.get(setting) for r in rounds]
     per_item = tuple(per_round(rounds, setting))
@@ -126,9 +140,11 @@ def summarize(
     ratio = tuple(paired(rounds, setting, ONE_AT_A_TIME))
     median = statistics.median(timed) if timed else None
     ratio_median = statistics.median(ratio) if ratio else None
+    cpu = tuple(per_round(rounds, setting, cpu_s_per_item))
+    cpu_timed = [c for c in cpu if c is not None]
     total = Agreement(0, 0, 0 if has_labels else None)
     for r in rounds:
-        total = total + run_agreement(r.get(setting), r.get(ONE_AT_A_TIME), has_labels)
+        total = total + run_agreement(r.get(setting), r.get(against), has_labels)
     ran = [x for p in passes if (x := _replies(p)) is not None]
     replies = [rep for x in ran for rep in x.replies]
     n_items = sum(len(b.items) for r in rounds if (b := r.get(ONE_AT_A_TIME)) is not None)
@@ -143,6 +159,9 @@ def summarize(
         s_per_item_max=max(timed) if timed else None,
         ratio=ratio,
         ratio_median=ratio_median,
+        ratio_interval=Interval.of(ratio),
+        cpu_s_per_item=cpu,
+        cpu_s_per_item_median=statistics.median(cpu_timed) if cpu_timed else None,
         faster_pct=None if ratio_median is None else 100.0 * (1.0 - ratio_median),
         items_per_hour=3600.0 / median if median else None,
         eta_s=median * n_prompts if median is not None else None,

@@ -2,9 +2,10 @@
 replies still agree: :func:`tune` runs one at a time against the slot engine at each
 slot count and returns a :class:`TuneReport` (what ``llamabatch tune`` prints and writes).
 
-The rounds, the paths, the summaries and the agreement are :mod:`llamabatch.measure`'s
-(what ``llamabatch bench`` measures with too); here: ``run`` (:func:`tune`), ``rule``
-(the recommendation), ``report`` (:class:`TuneReport`, its JSON and table), ``plot``
+The rounds, the paths, the summaries, the intervals, the noise figures and the agreement
+are :mod:`llamabatch.measure`'s (what ``llamabatch bench`` measures with too); here:
+``run`` (:func:`tune`), ``rule`` (the verdict: use K slots, does not pay, cannot tell),
+``report`` (:class:`TuneReport`, its JSON and table), ``plot``
 (the PNG, needs matplotlib: ``pip install 'llamabatch[plot]'``).
 """
 

@@ -7,8 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..measure.compare import slots_of
+from ..measure.compare import FLOOR, slots_of
+from ..measure.noise import Noise
 from ..measure.rounds import Round
+from ..measure.stats import Interval
 from ..measure.summary import Floor, SettingReport
 from .rule import Recommendation
 
@@ -37,7 +39,13 @@ class TuneReport:
         one_at_a_time: one at a time (``Llama.create_completion`` / ``create_chat_completion``).
         settings: the engine at each slot count, in ``slots`` order.
         floor: agreement of two one-at-a-time runs.
-        recommendation: what to run.
+        agreement_against: the run each slot count's agreement is counted against:
+            ``"floor"`` (the one-at-a-time run of the other seed, as the floor compares
+            two seeds) when the floor was measured, else ``"one_at_a_time"``.
+        noise: the load average, CPU time against wall time and the spread of the
+            rounds, with the warnings they give (:class:`~llamabatch.measure.noise.Noise`).
+        recommendation: what to run: the verdict, its reason and, when it cannot
+            tell, what would.
         rounds: every round, with every run and every reply.
         seconds: wall seconds of the whole run (warm-ups included).
         notes: remarks on the run (e.g. fewer items per round than slots).
@@ -58,6 +66,8 @@ class TuneReport:
     one_at_a_time: SettingReport
     settings: tuple[SettingReport, ...]
     floor: Floor
+    agreement_against: str
+    noise: Noise
     recommendation: Recommendation
     rounds: tuple[Round, ...]
     seconds: float
@@ -111,6 +121,10 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _range(iv: Interval) -> str:
+    return f"{iv.low:.3f}-{iv.high:.3f}"
+
+
 def _eta(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -126,7 +140,9 @@ def format_report(report: TuneReport) -> str:
         "s/item",
         "min",
         "max",
+        "CPU s/item",
         "ratio",
+        "95 % interval",
         "faster",
         "items/h",
         "ETA all",
@@ -145,7 +161,9 @@ def format_report(report: TuneReport) -> str:
                 _num(s.s_per_item_median, ".3f"),
                 _num(s.s_per_item_min, ".3f"),
                 _num(s.s_per_item_max, ".3f"),
+                _num(s.cpu_s_per_item_median, ".3f"),
                 _num(s.ratio_median, ".3f"),
+                "-" if s.ratio_interval is None else _range(s.ratio_interval),
                 "-" if s.faster_pct is None else f"{s.faster_pct:+.0f} %",
                 _num(s.items_per_hour, ".0f"),
                 _eta(s.eta_s),
@@ -173,7 +191,13 @@ def format_report(report: TuneReport) -> str:
     f = report.floor
     share = f.label_share if f.label_share is not None else f.exact_share
     lines.append(f"floor: {_num(share, '.0f')} % agreement ({f.note})")
+    if report.agreement_against == FLOOR and f.seeds is not None:
+        lines.append(
+            f"agreement of each slot count: its replies (seed {f.seeds[0]}) against one at "
+            f"a time with seed {f.seeds[1]}, like the floor"
+        )
     lines.extend(f"note: {n}" for n in report.notes)
+    lines.extend(f"warning: {w}" for w in report.noise.warnings)
     lines.append(report.recommendation.message)
     lines.append(report.recommendation.command)
     return "\n".join(lines)

@@ -5,25 +5,34 @@ see :func:`tune`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal, cast
 
+from .._util.busy import load_average
 from ..engine.auto_slots import choose_slots
 from ..engine.backend import Backend, BackendInfo
 from ..errors import LlamaBatchError, ParameterError
 from ..generator import BatchGenerator
 from ..items import is_messages, per_item_sampling
 from ..measure.agreement import compile_label_regex, label_of, label_rule
-from ..measure.compare import ONE_AT_A_TIME, compare, setting_name, warmup_item
+from ..measure.compare import FLOOR, ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from ..measure.noise import Noise, noise_of
 from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
 from ..measure.records import Reply, WorkItem, seeded
-from ..measure.rounds import Clock, Progress, items_per_round, sample_rounds
-from ..measure.summary import floor_of, summarize
+from ..measure.rounds import Clock, Progress, Round, items_per_round, sample_rounds
+from ..measure.summary import Floor, SettingReport, floor_of, summarize
 from ..params import AUTO_SLOTS, DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
 from .report import TuneReport
-from .rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT, recommend
+from .rule import (
+    CANNOT_TELL,
+    DEFAULT_MAX_AGREEMENT_DROP,
+    DEFAULT_MIN_GAIN_PCT,
+    Recommendation,
+    recommend,
+)
 
 #: The slot counts ``slots="auto"`` tries below the count that fits.
 AUTO_STEPS = (2, 4, 8)
@@ -78,7 +87,13 @@ def tune(
     progress: Progress | None = None,
     backend: Callable[[int], Backend] | None = None,
     one_at_a_time: Callable[[object, SamplingParams], Reply] | None = None,
+    budget_s: float | None = None,
+    threads: int | None = None,
+    threads_as: str = "Llama(n_threads={})",
     clock: Clock = time.perf_counter,
+    cpu_clock: Clock | None = time.process_time,
+    load: Callable[[], float | None] | None = load_average,
+    n_cores: int | None = None,
 ) -> TuneReport:
     """Measure which slot count pays on this machine, model and items.
 
@@ -87,9 +102,13 @@ def tune(
     (``llm.create_completion``, or ``create_chat_completion`` for a chat),
     then with the slot engine at each slot count, in an order that alternates from
     round to round; at temperature > 0 a second one-at-a-time pass with every seed + 1
-    measures the floor (how much two one-at-a-time runs agree). Everything is first
-    warmed up with one untimed item. The time grows as ``rounds * items * (settings +
-    1, or + 2 with the floor)`` items, whatever the number of prompts.
+    measures the floor (how much two one-at-a-time runs agree), and each slot count's
+    agreement is then counted against that second run too (like with like: two runs of
+    different seeds). Everything is first warmed up with one untimed item. The time
+    grows as ``rounds * items * (settings + 1, or + 2 with the floor)`` items, whatever
+    the number of prompts. With ``budget_s``, rounds go on after ``rounds`` while the
+    verdict is "cannot tell", fresh items remain and the next round (as long as the
+    longest so far) ends within ``budget_s`` seconds of the start.
 
     Args:
         llm: a loaded ``llama_cpp.Llama`` (left as it was, apart from its KV cache), or
@@ -99,7 +118,7 @@ def tune(
         slots: the engine's slot counts, each >= 2; ``"auto"``: 2, 4 and 8 below the most
             whose KV cache fits half the free memory of the device, then that count
             (:func:`auto_slot_counts`; the reason is one of the report's ``notes``).
-        rounds: rounds, >= 1.
+        rounds: rounds, >= 1 (with ``budget_s``: the fewest).
         items: items per round (default ``min(8, len(prompts) // rounds)``).
         sampling: one :class:`~llamabatch.SamplingParams` for every item, or one per
             prompt (default: ``SamplingParams()``), each for one generated reply.
@@ -122,7 +141,15 @@ def tune(
         one_at_a_time: ``one_at_a_time(prompt, sampling)``: the reply one at a time to one
             item (its ``id`` and ``label`` are filled in here; default: ``llm``'s
             ``create_completion``; with ``backend``, ``BatchGenerator(slots=1)``).
+        budget_s: seconds the whole run may take for more rounds (``None``: exactly
+            ``rounds``; > 0).
+        threads, threads_as: the thread count the caller set (``None``: the default; the
+            CPU-time check then reads ``llm.n_threads``) and how the busy hint spells a
+            thread count (``"--threads {}"`` in the CLI).
         clock: seconds, monotonic.
+        cpu_clock: this process's CPU seconds (``None``: not measured).
+        load: the load average (``None``: not measured).
+        n_cores: the machine's cores, for the busy rule (``None``: ``os.cpu_count()``).
 
     Returns:
         a :class:`~llamabatch.tuning.TuneReport`.
@@ -137,6 +164,7 @@ def tune(
     if (llm is None) == (backend is None):
         raise ValueError("give exactly one of llm (a llama_cpp.Llama) or backend")
     notes = []
+    info: BackendInfo | None = None
     if slots == AUTO_SLOTS:
         info = (backend(2) if backend is not None else _llama_backend(llm)).info
         length = n_ctx_seq or min(DEFAULT_N_CTX_SEQ, info.n_ctx)
@@ -144,6 +172,10 @@ def tune(
         notes.append(reason)
     else:
         counts = _slot_counts(cast(Sequence[int], slots))
+    if budget_s is not None and (
+        isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0
+    ):
+        raise ParameterError("budget_s", budget_s, "seconds > 0, or None for exactly rounds")
     n = len(prompts)
     per_round = items_per_round(n, rounds, items)
     samplings = [s for _, s in per_item_sampling(prompts, sampling or SamplingParams())]
@@ -167,13 +199,73 @@ def tune(
     if llm is None and any(is_messages(p) for p in prompts):
         raise ValueError("chat prompts (lists of messages) need llm (a llama_cpp.Llama)")
     work = seeded([WorkItem(i, p, s) for i, p, s in zip(ids, prompts, samplings)])
-    chosen = sample_rounds(n, rounds, per_round, items_seed)
+    if info is None:  # after every check: no backend is made for a refused call
+        info = (backend(2) if backend is not None else _llama_backend(llm)).info
+    on_cpu = info.device is None
+    # adaptive rounds keep one prompt back for the warm-up when they can
+    max_rounds = rounds if budget_s is None else max(rounds, (n - 1) // per_round)
+    chosen = sample_rounds(n, max_rounds, per_round, items_seed)
     warm, _ = warmup_item(work, chosen)
-    if per_round < max(counts):
+    unfilled = [k for k in counts if k > per_round]
+    if unfilled:
         notes.append(
             f"{per_round} items per round fill at most {per_round} of "
-            f"{max(counts)} slots: give more prompts or --items"
+            f"{', '.join(map(str, unfilled))} slots: not judged; give more prompts or --items"
         )
+    has_labels = rule is not None
+    floored = any(not s.is_greedy for s in samplings)
+    n_cores = n_cores or os.cpu_count()
+    # the threads that decode: those given, else the Llama's own (its default resolved)
+    decoding = threads if threads is not None else getattr(llm, "n_threads", None)
+    names = [ONE_AT_A_TIME, *(setting_name(b) for b in counts)]
+
+    def judge(
+        done: Sequence[Round], kv: Mapping[str, int | None]
+    ) -> tuple[dict[str, SettingReport], Floor, Noise, Recommendation]:
+        against = FLOOR if floored else ONE_AT_A_TIME
+        report_of = {
+            name: summarize(
+                name,
+                slots_of(name),
+                done,
+                n_prompts=n,
+                has_labels=has_labels,
+                kv_bytes_per_slot=kv.get(name),
+                against=ONE_AT_A_TIME if name == ONE_AT_A_TIME else against,
+            )
+            for name in names
+        }
+        seed = work[0].sampling.seed or 0
+        floor = floor_of(done, has_labels, (seed, (seed + 1) % 2**32))
+        noise = noise_of(
+            done,
+            names,
+            ONE_AT_A_TIME,
+            n_cores=n_cores,
+            threads=threads,
+            threads_as=threads_as,
+            cpu_threads=decoding if on_cpu else None,
+        )
+        rec = recommend(
+            [report_of[setting_name(b)] for b in counts],
+            floor,
+            min_gain_pct=min_gain_pct,
+            max_agreement_drop=max_agreement_drop,
+            complete_args=complete_args,
+            items_per_round=per_round,
+            busy=noise.busy,
+        )
+        return report_of, floor, noise, rec
+
+    fits = any(k <= per_round for k in counts)
+
+    def more(done: Sequence[Round]) -> bool:
+        if budget_s is None or not done or not fits:
+            return False  # more rounds cannot fill slots that a round's items cannot
+        _, _, _, rec = judge(done, {})
+        longest = max(sum(p.seconds or 0.0 for p in r.passes) for r in done)
+        return rec.verdict == CANNOT_TELL and clock() - t_start + longest <= budget_s
+
     done = compare(
         lambda r: [work[i] for i in chosen[r]],
         rounds,
@@ -181,28 +273,25 @@ def tune(
         make_generator,
         warmup=warm,
         one_at_a_time=_one_at_a_time(llm, max_tokens, one_at_a_time),
-        floor=any(not s.is_greedy for s in samplings),
+        floor=floored,
         label=lambda text: label_of(text, rule, regex),
         failures=(ValueError, LlamaBatchError),
         progress=progress,
         clock=clock,
+        cpu_clock=cpu_clock,
+        load=load,
+        more=more,
+        max_rounds=max_rounds,
     )
-    has_labels = rule is not None
     kv = {ONE_AT_A_TIME: _llama_kv_bytes(llm), **done.kv_bytes_per_slot}
-    report_of = {
-        name: summarize(
-            name, b, done.rounds, n_prompts=n, has_labels=has_labels, kv_bytes_per_slot=kv[name]
-        )
-        for name, b in [(ONE_AT_A_TIME, 1), *((setting_name(b), b) for b in counts)]
-    }
-    settings = tuple(report_of[setting_name(b)] for b in counts)
-    seed = work[0].sampling.seed or 0
-    floor = floor_of(done.rounds, has_labels, (seed, (seed + 1) % 2**32))
+    report_of, floor, noise, recommendation = judge(done.rounds, kv)
+    if budget_s is not None and recommendation.verdict == CANNOT_TELL and fits:
+        notes.append(_budget_end(len(done.rounds), max_rounds, budget_s))
     return TuneReport(
         model=model,
         n_prompts=n,
         items_per_round=per_round,
-        n_rounds=rounds,
+        n_rounds=len(done.rounds),
         slots=counts,
         sampling=_sampling_dict(work[0].sampling if work else SamplingParams()),
         max_tokens=max_tokens,
@@ -212,19 +301,24 @@ def tune(
         min_gain_pct=min_gain_pct,
         max_agreement_drop=max_agreement_drop,
         one_at_a_time=report_of[ONE_AT_A_TIME],
-        settings=settings,
+        settings=tuple(report_of[setting_name(b)] for b in counts),
         floor=floor,
-        recommendation=recommend(
-            settings,
-            floor,
-            min_gain_pct=min_gain_pct,
-            max_agreement_drop=max_agreement_drop,
-            complete_args=complete_args,
-        ),
+        agreement_against=FLOOR if floored else ONE_AT_A_TIME,
+        noise=noise,
+        recommendation=recommendation,
         rounds=done.rounds,
         seconds=clock() - t_start,
         notes=tuple(notes),
     )
+
+
+def _budget_end(n_rounds: int, max_rounds: int, budget_s: float) -> str:
+    if n_rounds >= max_rounds:
+        return (
+            f"stopped after {n_rounds} rounds: the prompts hold no fresh items for another "
+            "round; give more prompts (or fewer --items) to go on"
+        )
+    return f"stopped after {n_rounds} rounds: another would pass the budget of {budget_s:g} s"
 
 
 def _llama_backend(llm: Any) -> Backend:

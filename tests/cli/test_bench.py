@@ -19,6 +19,7 @@ from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.cli.main import main
 from llamabatch.completion import SPLIT_PARTS
 from llamabatch.measure.raw import RAW_COLUMNS, raw_row
+from llamabatch.measure.stats import Interval
 from llamabatch.testing import FakeBackend
 
 SLOTS = (1, 2, 4, 8)
@@ -114,6 +115,8 @@ WORKLOAD_ROW_TYPES = {
     "ratio_median": float,
     "ratio_min": float,
     "ratio_max": float,
+    "ratio_interval": (dict, type(None)),
+    "cpu_per_item_s": list,
     "items_per_hour": float,
     "tokens_per_item": float,
     "items_batched": int,
@@ -169,6 +172,7 @@ def check_document(doc: dict, slots=SLOTS) -> None:
         "rows",
         "name",
         "prompts",
+        "noise",
     }
     assert (w["prompts"] is None) == (doc["params"]["prompts"] is None)
     assert len(w["prompt_tokens"]) == w["items"]
@@ -255,6 +259,15 @@ def test_workload_table_lists_one_at_a_time_then_each_b_with_each_rounds_ratio(t
     assert one["per_item_s"] == [2.0, 2.0] and one["ratio"] == [1.0, 1.0]
     assert b2["per_item_s"] == [1.0, 1.5] and b2["ratio"] == [0.5, 0.75]
     assert (b2["ratio_min"], b2["ratio_max"], b2["items_batched"]) == (0.5, 0.75, 4)
+    # tune's interval and noise figures, from the same code
+    assert b2["ratio_interval"] == Interval.of([0.5, 0.75]).to_json()
+    assert one["ratio_interval"] == {"low": 1.0, "high": 1.0}
+    assert len(b2["cpu_per_item_s"]) == 2
+    noise = doc["workload"]["noise"]
+    assert set(noise) == {"n_cores", "load_max", "busy", "settings", "warnings"}
+    # the scripted clock gives seconds per pass the fake spends no CPU on: wall >> CPU
+    assert any(w.startswith("this process got 0.0") for w in noise["warnings"])
+    assert "warning: this process got 0.0" in out.getvalue()
     assert len(doc["workload"]["prompt_tokens"]) == 2 and "workload U: 2 items" in out.getvalue()
 
 

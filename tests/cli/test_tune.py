@@ -24,7 +24,15 @@ def test_tune_has_the_item_options_of_complete(capsys):
     add_item_options(items)
     code, out, _ = run_cli(capsys, "tune", "--help")
     assert code == 0
-    for flag in _flags(items) | {"--model", "--slots", "--rounds", "--items", "--json", "--plot"}:
+    for flag in _flags(items) | {
+        "--model",
+        "--slots",
+        "--rounds",
+        "--budget",
+        "--items",
+        "--json",
+        "--plot",
+    }:
         assert flag in out, flag
     assert "pip install 'llamabatch[plot]'" in out
 
@@ -37,6 +45,7 @@ def test_tune_has_the_item_options_of_complete(capsys):
         (["--rounds", "3", "--items", "8"], "--rounds 3 x --items 8 needs 24 distinct prompts"),
         (["--temperature", "-1"], "--temperature -1.0 is out of range"),
         (["--choices", "a,,b"], "has an empty choice"),
+        (["--budget", "0"], "--budget 0 is out of range: valid is seconds > 0"),
     ],
 )
 def test_bad_usage_exits_2_before_any_model_work(capsys, args, named, tmp_path):
@@ -152,6 +161,8 @@ def test_short_real_run_writes_a_report_json_and_plot(capsys, tmp_path, model_pa
         "2",
         "--items",
         "2",
+        "--budget",
+        "600",
         *FAST,
         "--json",
         out_json,
@@ -177,4 +188,12 @@ def test_short_real_run_writes_a_report_json_and_plot(capsys, tmp_path, model_pa
     assert setting["exact_share"] == pytest.approx(100 * exact / n)
     assert setting["label_share"] == pytest.approx(100 * label / n)
     assert setting["kv_mib_per_slot"] > 0 and setting["kv_mib_total"] > 0
+    # 6 prompts hold 2 rounds of 2 fresh items besides the warm-up: --budget adds none
+    assert doc["n_rounds"] == 2
+    assert len(setting["ratio"]) == 2 and setting["ratio_interval"]["low"] > 0
+    assert all(c > 0 for c in setting["cpu_s_per_item"])
+    assert doc["recommendation"]["verdict"] in ("use", "does_not_pay", "cannot_tell")
+    assert doc["recommendation"]["reason"]
+    assert set(doc["noise"]) == {"n_cores", "load_max", "busy", "settings", "warnings"}
+    assert "95 % interval" in out and "CPU s/item" in out
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,6 +27,38 @@ def recorder(log: list, name: str, ticks_per_item: int = 1):
     return path
 
 
+def test_each_pass_records_its_cpu_seconds_and_the_load_after_it():
+    loads = iter([3.0, 1.5, 0.5, 0.25])
+    done = run_rounds(
+        {"a": recorder([], "a"), "b": recorder([], "b")},
+        lambda r, name: ["x", "y"],
+        2,
+        clock=step_clock(),
+        cpu_clock=step_clock(0.25),
+        load=lambda: next(loads),
+    )
+    passes = [p for r in done for p in r.passes]
+    assert [p.cpu_seconds for p in passes] == [0.25] * 4
+    assert [p.cpu_s_per_item for p in passes] == [0.125] * 4
+    assert [p.load for p in passes] == [3.0, 1.5, 0.5, 0.25]
+
+
+def test_more_rounds_run_while_asked_up_to_max_rounds():
+    asked = []
+
+    def more(done):
+        asked.append(len(done))
+        return len(done) < 4
+
+    run = dict(clock=step_clock(), cpu_clock=None, load=None)
+    paths = {"a": recorder([], "a")}
+    done = run_rounds(paths, lambda r, name: [r], 2, more=more, **run)
+    assert len(done) == 4 and asked == [2, 3, 4]  # asked only after the 2 rounds given
+    done = run_rounds(paths, lambda r, name: [r], 2, more=more, max_rounds=3, **run)
+    assert len(done) == 3
+    assert len(run_rounds(paths, lambda r, name: [r], 2, **run)) == 2
+
+
 def test_order_alternates_forward_and_backward():
     assert order(["a", "b", "c"], 0) == ["a", "b", "c"]
     assert order(["a", "b", "c"], 1) == ["c", "b", "a"]
@@ -42,6 +74,8 @@ def test_every_path_gets_each_rounds_fresh_items_in_alternating_order():
         3,
         warmup=lambda name: ["warm"],
         clock=step_clock(),
+        cpu_clock=None,
+        load=None,
     )
     assert log[:3] == [("alone", ["warm"]), ("b2", ["warm"]), ("b4", ["warm"])]
     timed = log[3:]

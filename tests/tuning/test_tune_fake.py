@@ -12,6 +12,7 @@ import pytest
 
 from llamabatch import SamplingParams, tune
 from llamabatch.measure.agreement import label_of
+from llamabatch.measure.records import Reply
 from llamabatch.testing import FakeBackend
 
 PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(20)]
@@ -228,3 +229,126 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
     with pytest.raises(PlotUnavailable, match=re.escape("pip install 'llamabatch[plot]'")):
         plot_report(report, tmp_path / "t.png")
     assert not (tmp_path / "t.png").exists()
+
+
+def _one_by_seed(prompt, sampling):
+    """One at a time whose label of odd items follows the seed (sampling at work); the
+    engine's fake replies ignore the seed."""
+    k = int(re.search(r"ticket (\d+)", prompt).group(1))
+    label = LABELS[(k + (k % 2) * sampling.seed) % 3]
+    return Reply(k, f"label: {label}, because plain", "stop", None, 3, "create_completion")
+
+
+def test_agreement_compares_like_with_like_at_random_sampling():
+    """The floor compares seeds 0 and 1; each slot count (seed 0) is compared with the
+    one-at-a-time run of seed 1 too, not with the seed-0 run it always matches here."""
+    report, _ = _run(
+        sampling=SamplingParams(temperature=0.5),
+        one_at_a_time=_one_by_seed,
+        backend=lambda slots: FakeBackend(reply=_reply_for(1)),
+    )
+    assert report.floor.seeds == (0, 1) and report.agreement_against == "floor"
+    floor = report.floor.label_share
+    assert floor < 100.0  # odd items change their label with the seed
+    # the engine's replies are seed 0's: against seed 0 they agreed on 100 %
+    assert [s.label_share for s in report.settings] == [floor, floor]
+    doc = report.to_json()
+    assert doc["agreement_against"] == "floor"
+    text = report.format()
+    assert "its replies (seed 0) against one at a time with seed 1, like the floor" in text
+
+
+class _FakeTime:
+    """A clock the fake paths advance: one at a time 1 s per item, slot count K
+    ``cost(K)`` s per reply made; no real time is measured."""
+
+    def __init__(self, cost):
+        self.now, self.cost = 0.0, cost
+
+    def __call__(self) -> float:
+        return self.now
+
+    def backend(self, slots: int) -> FakeBackend:
+        reply = _reply_for(1)
+
+        def timed(tokens):
+            self.now += self.cost(slots)
+            return reply(tokens)
+
+        return FakeBackend(reply=timed)
+
+
+def _timed_run(cost, **kwargs):
+    clock = _FakeTime(cost)
+    kw = dict(
+        backend=clock.backend,
+        clock=clock,
+        cpu_clock=None,
+        load=lambda: 0.5,
+        n_cores=2,
+        items=2,
+        rounds=2,
+        slots=(2,),
+    )
+    kw.update(kwargs)
+    return _run(**kw)[0]
+
+
+def test_the_json_carries_intervals_noise_and_the_verdict_with_its_reason():
+    report = _timed_run(lambda slots: 1.0 if slots == 1 else 0.5)
+    doc = json.loads(json.dumps(report.to_json(), allow_nan=False))
+    (s2,) = doc["settings"]
+    assert s2["ratio"] == pytest.approx([0.5, 0.5])
+    assert s2["ratio_interval"] == {"low": pytest.approx(0.5), "high": pytest.approx(0.5)}
+    assert doc["noise"]["load_max"] == 0.5 and doc["noise"]["busy"] is False
+    assert doc["noise"]["warnings"] == []
+    rec = doc["recommendation"]
+    assert (rec["verdict"], rec["slots"]) == ("use", 2)
+    assert rec["reason"].startswith("slots 2: ratio 0.50 (95 % 0.50 to 0.50), all at or below")
+    assert "95 % interval" in report.format()
+
+
+def _swings(*costs):
+    """Per-reply costs of slot count 2 that swing from pass to pass (2 replies a pass,
+    the warm-up's first)."""
+    return iter([c for c in costs for _ in range(2)] * 30)
+
+
+def test_adaptive_rounds_go_on_while_it_cannot_tell_within_the_budget():
+    draws = _swings(0.1, 1.9, 0.2, 1.8)
+    noisy = _timed_run(lambda slots: 1.0 if slots == 1 else next(draws), budget_s=1e6)
+    # 20 prompts, 2 per round, one kept for the warm-up: at most 9 rounds of fresh items
+    assert noisy.n_rounds == 9 and len(noisy.rounds) == 9
+    assert noisy.recommendation.verdict == "cannot_tell"
+    assert any("prompts hold no fresh items for another round" in n for n in noisy.notes)
+    seen = [i for r in noisy.to_json()["rounds"] for i in r["item_ids"]]
+    assert len(seen) == len(set(seen)) == 18  # every round of fresh items
+    quiet = _timed_run(lambda slots: 1.0 if slots == 1 else 0.5, budget_s=1e6)
+    assert quiet.n_rounds == 2 and quiet.recommendation.verdict == "use"  # clear: stops
+
+
+def test_adaptive_rounds_stop_before_the_budget():
+    # warm-ups 1.2 s; rounds of 2 s one at a time + 3.8 / 0.4 / 3.6 s slots 2:
+    # 15.0 s after 3 rounds, and a fourth as long as the longest (5.8 s) would pass 20 s
+    draws = _swings(0.1, 1.9, 0.2, 1.8)
+    report = _timed_run(lambda slots: 1.0 if slots == 1 else next(draws), budget_s=20.0)
+    assert report.n_rounds == 3
+    assert report.seconds == pytest.approx(15.0) and report.seconds <= 20.0
+    assert any("another would pass the budget of 20 s" in n for n in report.notes)
+    assert report.recommendation.verdict == "cannot_tell"
+
+
+def test_a_budget_out_of_range_is_named():
+    with pytest.raises(ValueError, match=r"budget_s=0 is out of range: valid is seconds > 0"):
+        _run(budget_s=0)
+
+
+def test_adaptive_rounds_do_not_go_on_when_no_slot_count_fits_a_round():
+    draws = _swings(0.1, 1.9, 0.2, 1.8)
+    report = _timed_run(lambda slots: 1.0 if slots == 1 else next(draws), budget_s=1e6, slots=(4,))
+    assert report.n_rounds == 2  # 2 items a round fill no 4 slots: more rounds cannot tell
+    assert report.recommendation.verdict == "cannot_tell"
+    assert (
+        "2 items per round fill none of the slot counts tried (4)" in report.recommendation.reason
+    )
+    assert not any("budget" in n or "fresh items" in n for n in report.notes)

@@ -19,6 +19,8 @@ def run(
     batched: bool = True,
     disabled: str | None = None,
     error: str | None = None,
+    cpu_seconds: float | None = None,
+    load: float | None = None,
 ) -> Pass:
     """A pass over ``len(texts)`` items whose labels are their texts."""
     items = tuple(range(len(texts)))
@@ -39,6 +41,8 @@ def run(
             items_alone=0 if batched and slots > 1 else n,
             batch_disabled_reason=disabled,
         ),
+        cpu_seconds=cpu_seconds,
+        load=load,
     )
 
 
@@ -79,6 +83,35 @@ def simple(
             extra = run_kwargs.get("extra", {}).get(b, {})
             runs[setting_name(b)] = run(
                 setting_name(b), b, seconds, labels.get(b, base_labels), **extra
+            )
+        per_round.append(runs)
+    return rounds(per_round)
+
+
+def recorded(
+    seconds: Mapping[int, Sequence[float]],
+    *,
+    n_items: int = 6,
+    cpu: Mapping[int, Sequence[float]] | None = None,
+    loads: Sequence[float] | None = None,
+) -> list[Round]:
+    """Rounds as a run recorded them: ``seconds[K][r]`` is slot count K's pass in round
+    r (K = 1: one at a time), ``cpu[K][r]`` its CPU seconds, ``loads[r]`` the load
+    average after each pass of round r; every reply agrees."""
+    texts = tuple("abcdefghijklmnopqrstuvwxyz"[:n_items])
+    n_rounds = len(seconds[1])
+    per_round = []
+    for r in range(n_rounds):
+        runs = {}
+        for k, values in seconds.items():
+            name = ONE_AT_A_TIME if k == 1 else setting_name(k)
+            runs[name] = run(
+                name,
+                k,
+                values[r],
+                texts,
+                cpu_seconds=None if cpu is None else cpu[k][r],
+                load=None if loads is None else loads[r],
             )
         per_round.append(runs)
     return rounds(per_round)

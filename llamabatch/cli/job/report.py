@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import IO, Any
@@ -48,35 +47,6 @@ class JobTally:
     def alone_share(self) -> str:
         """Share of the items that went through the model that were completed alone."""
         return f"{100 * self.alone // max(self.completed, 1)}%"
-
-
-#: A 1-minute load average above this many times the core count means other work shares
-#: the cores with llama.cpp's threads (the job's own threads count once per core).
-BUSY_LOAD_PER_CORE = 1.5
-
-
-def load_average() -> float | None:
-    """The 1-minute load average (``os.getloadavg``), or ``None`` where there is none."""
-    try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):  # Windows has no load average
-        return None
-
-
-def busy_cpu_warning(load: float | None, n_cores: int | None) -> str | None:
-    """What to say when the CPU was busy with other work during a job, else ``None``.
-
-    llama.cpp's threads spin-wait on each other at every step: with more runnable
-    threads than cores its default threads collapse (20 example items took 104 s with the
-    default threads and 10 s with ``--threads 1`` at a load of 3-5 on 2 cores).
-    """
-    if load is None or not n_cores or load <= BUSY_LOAD_PER_CORE * n_cores:
-        return None
-    return (
-        f"the CPU was busy during the job (load average {load:.1f} on {n_cores} cores): "
-        "llama.cpp's threads wait on each other when other work shares the cores, and "
-        "its tokens/s collapses; try --threads 1 (or fewer threads than the idle cores)"
-    )
 
 
 def batching_note(slots: int, stats: Any) -> str:
