@@ -449,6 +449,7 @@ class BatchGenerator(Closing):
         scheduler = self._scheduler
         unfinished: set[int] = set()
         n_read = 0  # the index after the last request read
+        scheduler.begin()
         try:
             while True:
                 with _Turn(self):
