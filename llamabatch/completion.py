@@ -129,9 +129,11 @@ class Stats:
 
     Attributes:
         items_batched: items completed in the batch context (the slot engine).
-        items_alone: items completed one at a time (including failed ones).
+        items_alone: items completed one at a time, and items that failed before any of
+            their prompt ran (counted in ``alone_reasons`` too).
         items_failed: items whose ``finish_reason`` is ``"error"``.
-        prompt_tokens: prompt tokens of all items.
+        prompt_tokens: prompt tokens of the items whose prompt ran (not of those refused
+            before it did: a prompt the context cannot hold, a bad grammar).
         generated_tokens: reply tokens of all items.
         prompt_tokens_cached: prompt tokens of batched items that a slot's cache (its
             own, or one copied from another slot) already held, so were not prefilled.
@@ -156,7 +158,9 @@ class Stats:
             is tried smaller); 0 until it exists, and when it could not be created.
         alone_reasons: items completed alone for a reason the user can change, counted
             by reason (``"n_prompt_tokens + max_tokens > n_ctx_seq"``: the item does not
-            fit a slot); each reason is also logged once, as a warning.
+            fit a slot, also logged once as a warning; ``"refused before it ran (its
+            Completion.error says why)"``: an item whose own error ended it before any of
+            its prompt was decoded).
         kv_bytes: bytes of KV cache the batch context allocated (0 before it exists, and
             for backends without one); see ``BatchGenerator.estimate_memory``.
         step_seconds: wall seconds of the ``decode_calls`` steps of the batch context

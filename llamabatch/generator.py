@@ -30,7 +30,7 @@ from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
 from .items import per_item_sampling, resolve_item
-from .online import SubmitQueue
+from .online import SubmitQueue, check_process
 from .params import (
     AUTO_SLOTS,
     DEFAULT_N_CTX_SEQ,
@@ -239,6 +239,7 @@ class BatchGenerator(Closing):
         self._template: ChatTemplate | None = None
         self._queue: SubmitQueue | None = None  # made by the first submit
         self._queue_lock = threading.Lock()
+        self._pid = os.getpid()  # a child of os.fork() may not use it (check_process)
 
     @staticmethod
     def estimate_memory(
@@ -276,9 +277,15 @@ class BatchGenerator(Closing):
         GeneratorClosed), cancel the futures still waiting, let the running items finish
         and end the engine thread, then free.
 
+        In a child process made by ``os.fork()`` it only marks the copy closed: the
+        engine thread and the batch context are the parent's.
+
         Raises:
             GeneratorBusy: an engine thread runs and this thread holds :attr:`lock`
                 (``llm_lock(llm)``), which it needs to end; nothing is changed."""
+        if os.getpid() != self._pid:
+            self._closed = True
+            return
         if self._queue is not None:
             self._queue.close()
         with self.lock:
@@ -287,6 +294,7 @@ class BatchGenerator(Closing):
                 self.backend.close()
 
     def _check_open(self) -> None:
+        check_process(self._pid)
         if self._closed:
             raise GeneratorClosed("this BatchGenerator is closed; create a new one")
         if self.backend.closed:
@@ -420,7 +428,8 @@ class BatchGenerator(Closing):
         Raises:
             ValueError: ``sampling`` is not a SamplingParams or its count differs from
                 the items' (checked up front for a sized ``items``).
-            GeneratorClosed: the generator, or its ``Llama``, was closed.
+            GeneratorClosed: the generator, or its ``Llama``, was closed, or this process
+                is a child of the one that made it (``os.fork()``).
             GeneratorBusy: this thread is already inside a run of this generator, or is
                 its engine thread (a done-callback of a submitted item runs there).
             TypeError: ``items`` is one ``str``, ``bytes`` or mapping (not a list).
@@ -466,6 +475,7 @@ class BatchGenerator(Closing):
         scheduler = self._scheduler
         unfinished: set[int] = set()
         n_read = 0  # the index after the last request read
+        scheduler.begin()
         try:
             while True:
                 with _Turn(self):
@@ -560,7 +570,7 @@ class BatchGenerator(Closing):
             TypeError: ``conversations`` is one string, or one conversation (a list of
                 message dicts) instead of a list of them.
             ChatTemplateError: the model has no chat template (and none was given).
-            GeneratorClosed: the generator, or its ``Llama``, was closed.
+            GeneratorClosed: as :meth:`iter_groups`.
         """
         _check_many(conversations)
         conversations = list(conversations)
@@ -620,7 +630,8 @@ class BatchGenerator(Closing):
             not yet done, and one a done-callback raises is logged.
 
         Raises:
-            GeneratorClosed: the generator (or its ``Llama``) was closed.
+            GeneratorClosed: the generator (or its ``Llama``) was closed, or this process
+                is a child of the one that made it (``os.fork()``).
             ValueError: ``sampling`` is not a SamplingParams.
         """
         queue = self._open_queue(sampling)
@@ -644,8 +655,11 @@ class BatchGenerator(Closing):
 
         Raises:
             GeneratorClosed, ValueError: as :meth:`submit`.
+            GeneratorBusy: the event loop's thread holds :attr:`lock` (``llm_lock(llm)``),
+                which each engine step needs: the item could never complete.
         """
         queue = self._open_queue(sampling)
+        queue.check_wait("acomplete()")
         index = queue.number()
         req = await asyncio.to_thread(self._request, index, item, sampling or self.sampling)
         return await asyncio.wrap_future(queue.put(req))

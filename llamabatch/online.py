@@ -6,6 +6,7 @@ nothing waits: the generator's run loop waits outside its lock). Futures follow
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -17,6 +18,21 @@ from .errors import GeneratorBusy, GeneratorClosed
 from .locks import held_here
 
 log = logging.getLogger("llamabatch")
+
+
+def check_process(pid: int) -> None:
+    """Raise GeneratorClosed when this is not process ``pid`` (the one that made the
+    generator) but a child ``os.fork()`` made of it: the child has a copy of the generator
+    without its engine thread, or any thread that held its locks at the fork, and llama.cpp's
+    contexts (GPU ones above all) do not survive a fork. Read before any lock is taken."""
+    here = os.getpid()
+    if here != pid:
+        raise GeneratorClosed(
+            f"this BatchGenerator was made in process {pid}; this is process {here}, a child "
+            "of it made by os.fork(), which has no engine thread and no llama.cpp context of "
+            "its own: load the Llama and make the BatchGenerator in the child (or start "
+            "children with multiprocessing's 'spawn' or 'forkserver' method)"
+        )
 
 
 class Submitted(Future[Completion]):
@@ -67,6 +83,7 @@ class SubmitQueue:
         self._next = 0
         self._accepting = True
         self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
 
     def number(self) -> int:
         """The next submission number (``Completion.index``); GeneratorClosed once closed."""
@@ -81,7 +98,9 @@ class SubmitQueue:
 
     def put(self, req: Request) -> Submitted:
         """Queue ``req`` (its ``index`` a :meth:`number`) and wake the engine thread,
-        starting one when none runs. Raises GeneratorClosed once closed."""
+        starting one when none runs. Raises GeneratorClosed once closed, and in a child of
+        ``os.fork()`` (:func:`check_process`)."""
+        check_process(self._pid)
         future = Submitted(self)
         with self._cond:
             self._check_accepting()
@@ -99,7 +118,9 @@ class SubmitQueue:
         """Raise GeneratorBusy when ``what`` (a wait for a submitted item) would never end:
         this thread holds the generator's lock, which the engine thread needs for every
         step, or is the engine thread (in a done-callback, which runs there), which alone
-        completes the items."""
+        completes the items; GeneratorClosed in a child of ``os.fork()``
+        (:func:`check_process`), which has no engine thread."""
+        check_process(self._pid)
         if held_here(self._lock):
             raise GeneratorBusy(
                 f"{what} was called while this thread holds the generator's lock "

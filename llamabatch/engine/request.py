@@ -164,6 +164,9 @@ class Request:
     precise = False
     #: Why it may not fit a slot (a ``Stats.alone_reasons`` key), and what to change.
     too_long = ("n_prompt_tokens + max_tokens > n_ctx_seq", "lower max_tokens")
+    #: The ``Stats.alone_reasons`` key of items that ended with their error before any of
+    #: their prompt ran (a bad item, a prompt the context cannot hold, a refused grammar).
+    refused = "refused before it ran (its Completion.error says why)"
 
     def __init__(
         self,

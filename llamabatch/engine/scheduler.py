@@ -79,6 +79,7 @@ class Scheduler:
         self._failures = 0  # failures of the batch path since an item completed in it
         self._queue: deque[Request] = deque()  # added, not started
         self._retry: deque[Request] = deque()  # requests in flight at a failure: alone, once
+        self._refused: set[int] = set()  # completions (index) of requests refused unrun
         if self.slots < 2:
             self.stats.batch_disabled_reason = "slots=1: every item is completed alone"
 
@@ -305,9 +306,11 @@ class Scheduler:
         while engine.has_free_slot and queue:
             req = queue.popleft()
             if req.error is not None:
+                self._refuse(req)
                 done.append(req)
             elif not self.fits(req):
-                self._alone_because(req)
+                if req.need() <= self.info.n_ctx:  # else refused there
+                    self._alone_because(req)
                 done.append(self.run_alone(req))
                 return done
             elif req.precise and not self.info.can_score:
@@ -318,6 +321,7 @@ class Scheduler:
                     engine.place(req)
                 except GrammarError as exc:  # the request's own error; batching goes on
                     req.fail(str(exc))
+                    self._refuse(req)
                     done.append(req)
                 except BatchFailed as exc:
                     return done + self._fail(exc)
@@ -372,22 +376,27 @@ class Scheduler:
         if req.path == "batch":  # in flight at a failure: start again
             req.reset()
         if req.error is not None:
+            self._refuse(req)
             return req
         if req.need() > self.info.n_ctx:
             req.fail(req.too_long_for(self.info.n_ctx))
+            self._refuse(req)
             return req
         if req.precise and not self.info.can_score:
             req.fail(
                 f"{type(self.backend).__name__} cannot score labels "
                 "(BackendInfo.can_score is False)"
             )
+            self._refuse(req)
             return req
+        ran = False  # the backend gave an output: the prompt was decoded
         try:
             while (job := req.alone_job()) is not None:
                 stream = self.backend.run_alone(*job)
                 try:
                     samples = job[1] is not None  # else one output holds the scores
                     for out in stream:
+                        ran = True
                         req.take(out, None, ())
                         if req.finished or not samples:
                             break
@@ -404,14 +413,32 @@ class Scheduler:
             req.fail(f"failed even alone: {type(exc).__name__}: {exc}")
         except (BackendError, ValueError) as exc:
             req.fail(f"failed even alone: {exc}")
+        if not ran and req.error is not None:  # e.g. a grammar or a prompt the backend refused
+            self._refuse(req)
         return req
 
+    def _refuse(self, req: Request) -> None:
+        """Note that ``req`` ended with its error before any of its prompt ran: its completion
+        is counted under :attr:`Request.refused`, its prompt tokens are not (:meth:`count`)."""
+        self._refused.add(req.index if req.group is None else req.group)
+
     # -- results -------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start a run: forget what an earlier run stopped early noted for completions it never
+        gave back (their indices are used again)."""
+        self._refused.clear()
+
     def count(self, given: list[Completion]) -> None:
-        """Add completions given back to the caller to :attr:`stats`."""
+        """Add completions given back to the caller to :attr:`stats`; one refused before it
+        ran (:meth:`_refuse`) counts in ``items_alone`` under the ``alone_reasons`` key
+        :attr:`Request.refused`, and its prompt in no ``prompt_tokens``."""
         s = self.stats
         for c in given:
-            s.prompt_tokens += c.n_prompt_tokens
+            if c.index in self._refused and c.path == "alone":
+                self._refused.discard(c.index)
+                s.alone_reasons[Request.refused] = s.alone_reasons.get(Request.refused, 0) + 1
+            else:
+                s.prompt_tokens += c.n_prompt_tokens
             s.generated_tokens += c.completion_tokens
             s.items_failed += c.error is not None
             s.labels_scored += c.choice_logprobs is not None

@@ -287,7 +287,8 @@ class LlamaBackend:
             self._ctx.clear(range(self._ctx.limits.n_seq_max))
 
     def release_alone(self) -> None:
-        """Put the ``Llama`` back as it was before the items alone since the last release."""
+        """Put the ``Llama`` back as it was before the items alone since the last release (or
+        since the caller last used it in between: then as the caller left it)."""
         self._release()
 
     def run(self, spans: Sequence[Span]) -> StepResult:
@@ -397,8 +398,8 @@ class LlamaBackend:
     ) -> Iterator[SeqOutput]:
         """Work on the ``Llama``'s own context: with ``sampling``, generate after ``tokens``
         with the batch path's chain; with ``targets``, the label scores of ``tokens``' rows.
-        Its settings are put back after each item, its cache at ``release_alone``
-        (:class:`~.llm_state.LlamaGuard`).
+        The settings an item changed are put back after it, the cache at ``release_alone``;
+        what the caller changed between items stands (:class:`~.llm_state.LlamaGuard`).
 
         Raises (when iterated):
             BackendError: llama-cpp-python refused the prompt, or the ``Llama`` was closed.
@@ -407,7 +408,10 @@ class LlamaBackend:
         """
         if not _ffi.is_loaded(self._llm):
             raise BackendError("the Llama was closed (Llama.close()); its model is freed")
-        if self._alone_guard is None:
+        guard = self._alone_guard
+        if guard is not None and guard.is_current():
+            guard.begin()
+        else:  # the first item alone, or the caller used the Llama since: its state stands
             self._alone_guard = LlamaGuard(self._llm)
         if sampling is not None:
             return self._generate(list(tokens), sampling)
@@ -495,7 +499,7 @@ class LlamaBackend:
     def _release(self) -> None:
         with self.info.lock or _NO_LOCK:  # may come from outside a generator's turn
             guard, self._alone_guard = self._alone_guard, None
-            if guard is not None:
+            if guard is not None and guard.is_current():  # else the caller's state stands
                 guard.restore()
 
     # -- lifetime ----------------------------------------------------------------

@@ -14,49 +14,77 @@ from ..errors import BackendError
 
 
 class LlamaGuard:
-    """Saves what of a ``Llama`` shapes its later output: its settings and an exact copy of its
-    cache (:func:`llamabatch._ffi.snapshot_llm`; where none can be taken, the cache is cut
-    back to the caller's own tokens instead).
+    """Saves what of a ``Llama`` shapes its later output: an exact copy of its cache
+    (:func:`llamabatch._ffi.snapshot_llm`; where none can be taken, the cache is cut back to the
+    caller's own tokens instead) and its settings (:data:`~llamabatch._ffi.LLM_SETTINGS`), and
+    puts back only what llamabatch changed: the caller's own changes made between llamabatch's
+    uses (another thread's ``create_completion`` advancing the seed, a ``set_seed``) stand.
 
     Use: ``guard = LlamaGuard(llm)`` before touching it, ``guard.restore()`` after (in a
-    ``finally``; a second call does nothing); :meth:`restore_settings` between items alone."""
+    ``finally``; a second call does nothing). Items alone in between: :meth:`begin` before each
+    but the first, :meth:`restore_settings` after each; when :meth:`is_current` is False the
+    caller used the ``Llama`` since, and a new guard is due instead (this one's copy is stale).
+    Each use runs under ``llm_lock(llm)``, so what changed during it is llamabatch's doing."""
 
     def __init__(self, llm: Any) -> None:
         self._llm = llm
-        self._settings = _ffi.llm_settings(llm)
+        self._found: dict[str, Any] | None = _ffi.llm_settings(llm)  # at the use's start
         self._cached = _ffi.llm_cached_tokens(llm)
+        self._left: list[int] | None = None  # the cache as the last use left it
         self._snapshot = _ffi.snapshot_llm(llm)
         self._restored = False
 
+    def begin(self) -> None:
+        """Start another use (an item alone): its settings as found now."""
+        self._found = _ffi.llm_settings(self._llm)
+
+    def is_current(self) -> bool:
+        """True unless the ``Llama``'s cache differs from what the last use left: the caller
+        used it since, so its state now is the caller's own."""
+        return self._left is None or _ffi.llm_cached_tokens(self._llm) == self._left
+
     def restore_settings(self) -> None:
-        """Put back the settings only, leaving the cache for the next item alone to reuse;
-        :meth:`restore` must still follow."""
-        if self._restored or not _ffi.is_loaded(self._llm):
+        """End a use: put back the settings it changed, leaving the cache for the next item
+        alone to reuse; :meth:`restore` must still follow."""
+        found, self._found = self._found, None
+        if self._restored or found is None or not _ffi.is_loaded(self._llm):
             return
-        settings = dict(self._settings)
-        if settings.pop("_requires_eval", None) is not None:
-            settings["_requires_eval"] = True  # the logits are not the caller's
-        _ffi.set_llm_settings(self._llm, settings)
+        _put_back(self._llm, found)
+        self._left = _ffi.llm_cached_tokens(self._llm)
 
     def restore(self) -> None:
-        """Put back the settings and the caller's cache; the ``Llama`` decodes its last token again
-        before it samples (its logits are ours), as llama-cpp-python does after ``load_state``."""
+        """Put back the caller's cache and the settings of a use not yet ended; the ``Llama``
+        decodes its last token again before it samples (its logits are ours), as llama-cpp-python
+        does after ``load_state``."""
         if self._restored:
             return
         self._restored = True
         llm = self._llm
         if not _ffi.is_loaded(llm):  # Llama.close() in between: nothing left to restore
             return
+        found, self._found = self._found, None
         snapshot, self._snapshot = self._snapshot, None
         if snapshot is not None:
-            _ffi.restore_llm(llm, snapshot)
-            self._settings.pop("_requires_eval", None)  # the logits are ours: re-evaluate
+            _ffi.restore_llm(llm, snapshot)  # sets _requires_eval: the logits are ours
+            evaluated = True
         else:
             now = _ffi.llm_cached_tokens(llm)
-            if now != self._cached:
+            evaluated = now != self._cached
+            if evaluated:
                 _ffi.cut_llm_cache(llm, common_prefix(self._cached, now))
-                self._settings.pop("_requires_eval", None)
-        _ffi.set_llm_settings(llm, self._settings)
+        if found is not None:
+            _put_back(llm, found, requires_eval=not evaluated)
+
+
+def _put_back(llm: Any, found: dict[str, Any], *, requires_eval: bool = False) -> None:
+    """Set back each of ``found`` (:func:`~llamabatch._ffi.llm_settings`) that is no longer the
+    same object; ``_requires_eval`` becomes True (the logits in the context are llamabatch's)
+    unless ``requires_eval`` asks for its found value."""
+    now = _ffi.llm_settings(llm)
+    changed = {k: v for k, v in found.items() if k != "_requires_eval" and now.get(k) is not v}
+    if "_requires_eval" in found:
+        changed["_requires_eval"] = found["_requires_eval"] if requires_eval else True
+    _ffi.set_llm_settings(llm, changed)
 
 
 class LlamaRows:

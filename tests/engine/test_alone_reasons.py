@@ -60,3 +60,34 @@ def test_default_n_ctx_seq_is_at_most_4096_and_at_most_n_ctx() -> None:
         BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=512), n_ctx_seq=1024).config.n_ctx_seq
         == 1024
     )
+
+
+REFUSED = "refused before it ran (its Completion.error says why)"
+
+
+def _refused_items_stats(submit: bool) -> tuple[list, object]:
+    # one token per byte: 80 tokens cannot be held by n_ctx=64 (refused, its tokens kept
+    # so n_prompt_tokens tells its length); "" is empty (refused); the others run
+    gen = BatchGenerator(backend=FakeBackend(REPLIES, n_ctx=64), slots=2, max_tokens=6)
+    items = ["apple", "x" * 80, "", "kale"]
+    with gen:
+        if submit:
+            with gen.lock:  # all wait together, as complete_many's do
+                futures = [gen.submit(item) for item in items]
+            out = [f.result(timeout=20) for f in futures]
+        else:
+            out = gen.complete_many(items)
+        return out, gen.stats
+
+
+def test_a_refused_item_counts_with_its_reason_and_without_its_prompt() -> None:
+    for submit in (False, True):
+        out, stats = _refused_items_stats(submit)
+        assert [c.ok for c in out] == [True, False, False, True], submit
+        assert out[1].n_prompt_tokens == 80  # the completion still tells its length
+        assert stats.items_failed == 2
+        assert stats.prompt_tokens == len("apple") + len("kale"), submit
+        assert stats.items_alone + stats.items_batched == 4
+        assert stats.alone_reasons.get(REFUSED) == 2, stats.alone_reasons
+        # every item counted alone has its reason, or batching was off for all
+        assert sum(stats.alone_reasons.values()) == stats.items_alone, stats

@@ -308,3 +308,70 @@ def test_waiting_while_holding_the_lock_raises_at_once_naming_it():
         assert [c.text for c in gen.complete_many(["p2", "p3"])] == [REPLIES["p2"], REPLIES["p3"]]
         assert _in_thread(gen.close) is None
         assert gen.closed
+
+
+def test_acomplete_while_the_event_loops_thread_holds_the_lock_raises_at_once():
+    """As ``result()`` does: the engine thread needs the lock for every step."""
+
+    async def main(gen: BatchGenerator) -> tuple[BaseException | None, str]:
+        raised = None
+        with gen.lock:
+            try:  # the bound turns a hang into a failure instead of a stuck test
+                await asyncio.wait_for(gen.acomplete("p1"), 10)
+            except (GeneratorBusy, asyncio.TimeoutError) as exc:
+                raised = exc
+        return raised, (await gen.acomplete("p2")).text
+
+    with _gen() as gen:
+        raised, text = asyncio.run(main(gen))
+        assert isinstance(raised, GeneratorBusy), raised
+        assert "llm_lock" in str(raised) and "acomplete()" in str(raised)
+        assert text == REPLIES["p2"]  # outside the lock it works
+        assert gen.submit("p3").result(timeout=20).text == REPLIES["p3"]
+
+
+FORK = """
+import os, signal, sys
+from llamabatch import BatchGenerator
+from llamabatch.errors import GeneratorClosed
+from llamabatch.testing import FakeBackend
+
+gen = BatchGenerator(backend=FakeBackend({"p1": "one", "p2": "two"}), slots=2)
+print("parent", gen.submit("p1").result(timeout=20).text, flush=True)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a hang ends the child by SIGALRM
+    for name, call in [
+        ("submit", lambda: gen.submit("p2").result()),
+        ("complete_many", lambda: gen.complete_many(["p2"])),
+    ]:
+        try:
+            call()
+            print(name, "ran", flush=True)
+        except GeneratorClosed as exc:
+            says = ("os.fork()" in str(exc), str(os.getppid()) in str(exc))
+            print(name, "refused", *says, flush=True)
+    gen.close()
+    print("child closed", gen.closed, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child status", status, flush=True)
+print("parent", gen.submit("p2").result(timeout=20).text, flush=True)
+gen.close()
+"""
+
+
+def test_a_forked_child_is_told_to_make_its_own_generator_and_the_parent_goes_on():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORK], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "parent one",
+        "submit refused True True",
+        "complete_many refused True True",
+        "child closed True",
+        "child status 0",
+        "parent two",
+    ], done.stdout + done.stderr[-2000:]

@@ -130,3 +130,71 @@ def test_the_callers_next_sampled_call_is_the_one_it_would_have_made(model_path)
     finally:
         used.close()
         untouched.close()
+
+
+#: Our items, completed alone one after the other (``slots=1``), and what the caller does
+#: with the same ``Llama`` between them (under its lock): sampled calls without a seed
+#: (each advances the seed chain) and a ``set_seed``. No prompt shares its first word with
+#: another, so each call decodes its whole prompt on either ``Llama``, in the same split.
+OUR_ITEMS = ["apple, apple, apple,", "river, river, river,", "stone, stone, stone,"]
+
+
+def _sampled(llm, prompt: str) -> str:
+    return llm.create_completion(prompt, max_tokens=10, temperature=1.0)["choices"][0]["text"]
+
+
+BETWEEN = [
+    lambda llm: _sampled(llm, "Once upon a time"),
+    lambda llm: llm.set_seed(77),
+]
+AFTER = [
+    lambda llm: _sampled(llm, "The weather today is"),
+    lambda llm: _sampled(llm, "My favourite colour is"),
+]
+
+
+def _ours_between(llm, how: str) -> list:
+    """Our items alone, the caller's steps in :data:`BETWEEN` between them (inside the lazy
+    input of ``complete_many``, or in the done-callbacks of submitted items, which run on
+    the engine thread between its steps), then the steps of :data:`AFTER`."""
+    from llamabatch import llm_lock
+
+    seen: list = []
+    gen = BatchGenerator(llm, slots=1, lookahead=1, max_tokens=6, sampling=OURS)
+    with gen:
+        if how == "complete_many":
+
+            def items():
+                for k, item in enumerate(OUR_ITEMS):
+                    if k:
+                        seen.append(BETWEEN[k - 1](llm))
+                    yield item
+
+            out = gen.complete_many(items())
+        else:
+
+            def caller_step(k: int):
+                def step(_future) -> None:
+                    with llm_lock(llm):
+                        seen.append(BETWEEN[k](llm))
+
+                return step
+
+            with gen.lock:  # all wait together: no release of the Llama in between
+                futures = [gen.submit(item) for item in OUR_ITEMS]
+                for k, f in enumerate(futures[:-1]):
+                    f.add_done_callback(caller_step(k))
+            out = [f.result(timeout=120) for f in futures]
+    assert [c.path for c in out] == ["alone"] * len(OUR_ITEMS) and all(c.ok for c in out)
+    return seen + [step(llm) for step in AFTER]
+
+
+@pytest.mark.parametrize("how", ["complete_many", "submit"])
+def test_the_callers_calls_between_our_items_alone_stand(pair, how):
+    """The caller's seed advances and its ``set_seed`` between our items are not undone
+    after each of them: its replies are an untouched ``Llama``'s, call for call."""
+    used, untouched = pair
+    want = [step(untouched) for step in BETWEEN + AFTER]
+    got = _ours_between(used, how)
+    assert got == want
+    assert len(set(filter(None, got))) == 3  # no reply repeated from a seed put back
