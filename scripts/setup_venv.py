@@ -1,5 +1,5 @@
 """Create ./.venv and install llamabatch into it (editable), on any platform: Windows
-(PowerShell or cmd), macOS, Linux. Run it with the Python you want the venv made from:
+(PowerShell or cmd), macOS, Linux. Run it with the Python (>= 3.10) the venv is made from:
 
     python scripts/setup_venv.py [EXTRAS] [--wheel-index NAME] [--venv DIR] [--dry-run]
 
@@ -17,10 +17,11 @@ from, in this order:
 Then it runs ``llamabatch doctor --slots 2 --n-ctx-seq 512`` with the venv's python
 (model load, a decode alone, a 2-sequence batch step): its exit status is this script's.
 The venv's python is where the venv module puts it (``.venv\\Scripts\\python.exe`` on
-Windows, ``.venv/bin/python`` elsewhere); ``--venv DIR`` makes it elsewhere. ``--dry-run`` makes the venv and prints the
-commands instead of running them. The bash ``scripts/setup-venv`` does the same on
-Linux and macOS and also repairs a build that dies on Intel AMX inside a VM and patches
-a Vulkan build for Debian 12's headers (docs/development.md).
+Windows, ``.venv/bin/python`` elsewhere); ``--venv DIR`` makes the venv elsewhere.
+``--dry-run`` makes the venv and prints the commands instead of running them. The bash
+``scripts/setup-venv`` does the same on Linux and macOS and also repairs a build that
+dies on Intel AMX inside a VM and patches a Vulkan build for Debian 12's headers
+(docs/development.md).
 """
 
 from __future__ import annotations
@@ -73,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv", help="default: ./.venv")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
-    if sys.version_info < (3, 10):
-        parser.error(f"Python >= 3.10 is needed, this is {sys.version.split()[0]}")
     builder = _Builder(with_pip=True)
     builder.create(str(args.venv))
     for command in commands(builder.python, args.extras, args.wheel_index):

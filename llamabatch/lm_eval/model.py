@@ -197,7 +197,7 @@ class LlamaBatchLM(LM):
             )
         done = self._complete(prompts, samplings, "loglikelihood", disable_tqdm)
         results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-        for (context, members), c in zip(groups.items(), done):
+        for members, c in zip(groups.values(), done):
             self._check(c, "loglikelihood", members[0], asked[members[0]][0])
             if c.choice_logprobs is None or c.choice_greedy is None:
                 raise ValueError(

@@ -83,6 +83,26 @@ def test_the_whitespace_rule_is_the_harness_own() -> None:
         assert (list(got[0].encode()), list(got[1].encode())) == tuple(map(list, want))
 
 
+def test_no_scored_row_is_decoded_in_a_ubatch_of_one_token_per_sequence() -> None:
+    # llama.cpp's CPU kernels round such a row differently (up to 0.6 nats on an AVX-512
+    # CPU); the fake adds 1 nat there, so any such row shows in the log-likelihoods
+    fake = FakeBackend(one_per_seq_noise=1.0)
+    lm = LlamaBatchLM(BatchGenerator(backend=fake, slots=4))
+    countries = ["France", "Germany", "Italy", "Spain", "Japan", "Egypt", "Canada", "Peru"]
+    cities = [" Paris", " Lyon", " Nice", " Ottawa", " Rome", " Cairo", " Lima", " Bonn"]
+    reqs = [
+        inst("loglikelihood", f"Question: What is the capital of {country}?\nAnswer:", city)
+        for k, country in enumerate(countries)
+        for city in cities[k % 3 : k % 3 + 4]
+    ]
+    out = lm.loglikelihood(reqs, disable_tqdm=True)
+    for req, (lp, _) in zip(reqs, out):
+        context, cont = req.args
+        start = len(fake.tokenize(context))
+        assert lp == pytest.approx(logprob(fake, fake.tokenize(context + cont), start)), req.args
+    assert fake.violations == []
+
+
 def test_an_empty_context_starts_from_the_prefix_token() -> None:
     lm, fake = make(prefix_token_id=7)
     ((lp, _),) = lm.loglikelihood([inst("loglikelihood", "", "abc")], disable_tqdm=True)
