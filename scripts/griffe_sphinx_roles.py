@@ -8,6 +8,9 @@ parameters of TEST_HOOKS (for tests, not for users) are left out of the site, an
 entry that documents several names at once (``max_tokens, n_batch: as for ...``) becomes
 one entry per name, so that each parameter gets its row.
 
+Repository paths: ``docs/engine.md`` in a docstring (where ``help()`` reads it as a file
+of the checkout) becomes a link to that page of the site, titled as the page is.
+
 Defaults: a default that names a constant (``max_batch_failures=MAX_BATCH_FAILURES``) shows
 the constant's value when that is a literal (``3``), and the Attributes of a dataclass whose
 documented fields all have defaults (a settings object: ``SamplingParams``) are shown with
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ast
 import re
 from html import escape
+from pathlib import Path
 from typing import Any
 
 import griffe
@@ -31,6 +35,19 @@ SHARED = re.compile(r"^( +)(\w+(?:, \w+)+):(.*\n(?:\1 .+\n)*)", re.MULTILINE)
 ROLE = re.compile(
     r":(?:class|func|meth|attr|mod|data|exc|obj|const):`(?P<tilde>~?)(?P<name>[^`]+)`"
 )
+
+#: ``docs/PAGE.md`` in a docstring: a page of the site
+DOC_PAGE = re.compile(r"(?<![\w/.`])docs/(?P<page>[\w-]+)\.md\b")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _page_link(match: re.Match[str]) -> str:
+    """A link to the site's page of ``docs/PAGE.md``, relative to the reference page (the
+    site has directory URLs), titled by the page's first heading."""
+    page = match["page"]
+    lines = (DOCS / f"{page}.md").read_text(encoding="utf-8").splitlines()
+    title = next((line[2:].strip() for line in lines if line.startswith("# ")), page)
+    return f"[{title}](../{page}/)"
 
 
 def _target(obj: griffe.Object, name: str) -> str:
@@ -132,7 +149,7 @@ def _rewrite(obj: griffe.Object) -> None:
             return "".join(f"{indent}{name}:{text}" for name in names)
 
         text = SHARED.sub(split, obj.docstring.value + "\n").rstrip("\n")
-        obj.docstring.value = ROLE.sub(link, text)
+        obj.docstring.value = DOC_PAGE.sub(_page_link, ROLE.sub(link, text))
     for member in obj.members.values():
         if not member.is_alias:
             _rewrite(member)  # type: ignore[arg-type]

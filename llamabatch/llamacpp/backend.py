@@ -32,7 +32,7 @@ from .limits import check_context
 from .llm_state import LlamaGuard, LlamaRows
 from .sampler import SeqSampler, token_logsoftmax
 from .slot_samplers import SlotSamplers
-from .ubatch import shape
+from .ubatch import decode_calls
 from .window import cut_floor
 
 check_version()  # a binding outside the supported range fails here, naming the range
@@ -292,11 +292,13 @@ class LlamaBackend:
         self._release()
 
     def run(self, spans: Sequence[Span]) -> StepResult:
-        """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
-        rows with ``logits`` sampled by their sequences' chains (on the model's device where a
-        chain is attached), rows with targets scored. A grammar dead end is that sequence's
-        ``SeqOutput.error``. The result's ``times`` split the call: ``llama_decode`` (and
-        ``llama_synchronize``), reading rows (logprobs, scores), sampling.
+        """``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`, and
+        decoded in calls of their own where a cut cannot keep them out of ubatches of one
+        token per sequence: :func:`~.ubatch.decode_calls`); rows with ``logits`` sampled by
+        their sequences' chains (on the model's device where a chain is attached), rows with
+        targets scored. A grammar dead end is that sequence's ``SeqOutput.error``. The
+        result's ``times`` split the step: ``llama_decode`` (and ``llama_synchronize``),
+        reading rows (logprobs, scores), sampling.
 
         Raises:
             ValueError: no tokens, more than ``n_batch``, logits for a sequence never started,
@@ -305,14 +307,33 @@ class LlamaBackend:
             BackendError: the ``Llama`` was closed.
         """
         ctx, batch, samplers = self._open()
-        spans = shape(spans)
+        outputs: dict[int, SeqOutput] = {}
+        n_decoded: dict[int, int] = {}
+        times = [0.0, 0.0, 0.0]  # decode, reading rows, sampling
+        on_backend = 0
+        for call in decode_calls(spans):
+            on_backend += self._decode(ctx, batch, samplers, call, outputs, times)
+            n_decoded.update((span.seq_id, len(span.tokens)) for span in call)
+        decoded = tuple(n_decoded[span.seq_id] for span in spans)
+        return StepResult(decoded, outputs, StepTimes(*times), on_backend)
+
+    def _decode(
+        self,
+        ctx: BatchContext,
+        batch: LlamaBatch,
+        samplers: SlotSamplers,
+        spans: Sequence[Span],
+        outputs: dict[int, SeqOutput],
+        times: list[float],
+    ) -> int:
+        """One ``llama_decode`` of ``spans``; their outputs into ``outputs``, the seconds
+        added to ``times``; returns the rows sampled on the model's device."""
         rows, scored = self._fill(batch, spans, samplers)
         start = perf_counter()
         code = ctx.decode(batch)
         decoded = perf_counter()
         if code != 0:
             raise DecodeError(f"llama_decode returned {code}: {decode_meaning(code)}", code=code)
-        outputs: dict[int, SeqOutput] = {}
         read = 0.0  # of the sampling loop, reading logprobs
         on_backend = 0
         attached = samplers.attached
@@ -339,10 +360,10 @@ class LlamaBackend:
             outputs[seq_id] = SeqOutput(
                 scores=tuple(v for v, _ in rows_out), row_max=tuple(m for _, m in rows_out)
             )
-        times = StepTimes(
-            decoded - start, read + perf_counter() - sampled, sampled - decoded - read
-        )
-        return StepResult(tuple(len(span.tokens) for span in spans), outputs, times, on_backend)
+        times[0] += decoded - start
+        times[1] += read + perf_counter() - sampled
+        times[2] += sampled - decoded - read
+        return on_backend
 
     def _fill(
         self, batch: LlamaBatch, spans: Sequence[Span], samplers: SlotSamplers

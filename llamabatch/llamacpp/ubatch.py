@@ -1,6 +1,8 @@
 """How llama.cpp splits one decode call into ubatches (``llama_batch_allocr::split_equal``,
 ``src/llama-batch.cpp``), and keeping label scoring out of ubatches of one token per
-sequence, which round differently (docs/engine.md, "One ubatch per step")."""
+sequence, which round differently (docs/engine.md, "One ubatch per step"): by cutting
+spans (:func:`shape`), and where no cut helps by decoding a span in a call of its own
+(:func:`decode_calls`)."""
 
 from __future__ import annotations
 
@@ -105,3 +107,22 @@ def shape(spans: Sequence[Span]) -> Sequence[Span]:
     if not scoring:
         return spans
     return avoid_one_per_seq(spans, scoring, {s.seq_id for s in spans if s.step})
+
+
+def decode_calls(spans: Sequence[Span]) -> list[list[Span]]:
+    """The ``llama_decode`` calls of one step's ``spans``: :func:`shape`'s spans in one call,
+    less the spans of ``precise`` sequences still left with a token in a ubatch of one token
+    per sequence, each of which (two tokens or more) follows in a call of its own. Every
+    span is in exactly one call; the first call keeps the batch order."""
+    shaped = list(shape(spans))
+    scoring = {s.seq_id for s in shaped if s.precise}
+    if not scoring:
+        return [shaped]
+    decoding = {s.seq_id for s in shaped if s.step}
+    alone: list[Span] = []
+    while True:
+        bad = [i for i in one_per_seq(shaped, scoring, decoding) if len(shaped[i].tokens) > 1]
+        if not bad:
+            break
+        alone.append(shaped.pop(bad[0]))
+    return ([shaped] if shaped else []) + [[span] for span in alone]

@@ -1,6 +1,7 @@
 """:class:`LlamaBatchLM`: lm-evaluation-harness's ``LM`` on a GGUF model, registered as
 ``llamabatch`` (docs/lm-eval.md). ``loglikelihood``: a context's continuations are one
-label-scoring item (exact, no leading-space forms); ``loglikelihood_rolling``: the
+label-scoring item (exact, no leading-space forms; the context's trailing whitespace moved
+into the continuation, :func:`move_trailing_whitespace`); ``loglikelihood_rolling``: the
 harness's rolling windows, each scored with ``score_prompt``; ``generate_until``: one
 item per request (:mod:`.generation`). A failed item raises ``ValueError`` naming its
 request: the harness has no place for one failed request.
@@ -49,6 +50,17 @@ def _int_arg(name: str, value: object, minimum: int) -> int:
     if number < minimum or isinstance(value, (bool, float)):
         raise ValueError(f"{name}={value!r} is out of range: valid is an integer >= {minimum}")
     return number
+
+
+def move_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]:
+    """``(context, continuation)`` with the context's trailing whitespace moved to the
+    start of the continuation, so that it is scored: lm-evaluation-harness's rule for a
+    log-likelihood request (``TemplateLM._encode_pair``), which its other models follow.
+    An empty context stays empty (the harness scores it after its prefix token)."""
+    n_space = len(context) - len(context.rstrip())
+    if n_space == 0:
+        return context, continuation
+    return context[:-n_space], context[-n_space:] + continuation
 
 
 def slots_of(slots: object, batch_size: object) -> int:
@@ -165,9 +177,12 @@ class LlamaBatchLM(LM):
     def loglikelihood(
         self, requests: list[Any], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
-        """``(log P(continuation | context), is_greedy)`` per request, in order; an empty
-        context is :attr:`prefix_token_id` with the continuation tokenized alone."""
-        pairs = [tuple(req.args) for req in requests]
+        """``(log P(continuation | context), is_greedy)`` per request, in order: the
+        context's trailing whitespace is scored as the continuation's start (the harness's
+        rule, :func:`move_trailing_whitespace`); an empty context is
+        :attr:`prefix_token_id` with the continuation tokenized alone."""
+        asked = [tuple(req.args) for req in requests]
+        pairs = [move_trailing_whitespace(context, cont) for context, cont in asked]
         groups: dict[str, list[int]] = {}  # context -> its requests with a continuation
         for i, (context, cont) in enumerate(pairs):
             if cont:  # an empty continuation: log 1 = 0, greedy
@@ -182,8 +197,8 @@ class LlamaBatchLM(LM):
             )
         done = self._complete(prompts, samplings, "loglikelihood", disable_tqdm)
         results: list[tuple[float, bool]] = [(0.0, True)] * len(pairs)
-        for (context, members), c in zip(groups.items(), done):
-            self._check(c, "loglikelihood", members[0], context)
+        for members, c in zip(groups.values(), done):
+            self._check(c, "loglikelihood", members[0], asked[members[0]][0])
             if c.choice_logprobs is None or c.choice_greedy is None:
                 raise ValueError(
                     f"{type(self.generator.backend).__name__} reports no row maxima: "
@@ -192,7 +207,7 @@ class LlamaBatchLM(LM):
             for i in members:
                 cont = pairs[i][1]
                 results[i] = (c.choice_logprobs[cont], c.choice_greedy[cont])
-        for pair, result in zip(pairs, results):
+        for pair, result in zip(asked, results):
             self.cache_hook.add_partial("loglikelihood", pair, result)
         return results
 

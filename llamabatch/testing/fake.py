@@ -13,7 +13,7 @@ from ..engine.backend import BackendInfo, BatchLimits, SeqState, SlotMemory
 from ..engine.step import SeqOutput, Span, StepResult, Targets
 from ..errors import BackendError, BatchUnavailable, GrammarDeadEnd, GrammarError
 from ..llamacpp import window
-from ..llamacpp.ubatch import shape
+from ..llamacpp.ubatch import decode_calls, split_equal
 from ..params import SamplingParams
 from . import oracle
 from .faults import FailAlone, decode_error, fails_alone, keeps_tokens
@@ -90,8 +90,9 @@ class FakeBackend:
         n_swa: the sliding window in positions (0: every position kept).
         fail_alone: prompts (token tuples) or a predicate on them whose ``run_alone`` raises
             ``BackendError`` when iterated.
-        shapes: shorten ``precise`` spans as ``LlamaBackend`` does
-            (:func:`~llamabatch.llamacpp.ubatch.shape`); False runs them as planned.
+        shapes: shorten ``precise`` spans and split a step into decode calls as
+            ``LlamaBackend`` does (:func:`~llamabatch.llamacpp.ubatch.decode_calls`); False
+            runs each step as planned, in one call.
         check: check every call against llama.cpp's rules and log it; ``False`` is a fast
             mode for benchmarks (``num_decode_calls`` still counts).
         device: ``info.device``, the accelerator the fake claims to run on (``None``: the
@@ -99,6 +100,9 @@ class FakeBackend:
         corrupt_mixed: nats added to every score of a call that decodes a prompt (a span of
             several tokens) beside another sequence's one-token step, as a GPU backend with
             a multi-sequence defect gives other logits there (0: none).
+        one_per_seq_noise: nats added to the score and row maximum of every row decoded in a
+            ubatch of one token per sequence (llama.cpp's ``split_equal``), as llama.cpp's
+            CPU kernels round such a row differently on some CPUs (0: none).
         free_bytes, kv_bytes_per_token: with ``free_bytes``, ``info.slot_memory`` reports
             that much free memory on ``device`` (or the host) and ``kv_bytes_per_token`` per
             cached token of a slot (``slots="auto"``); ``None``: not reported.
@@ -147,6 +151,7 @@ class FakeBackend:
         check: bool = True,
         device: str | None = None,
         corrupt_mixed: float = 0.0,
+        one_per_seq_noise: float = 0.0,
         free_bytes: int | None = None,
         kv_bytes_per_token: int = 1024,
     ) -> None:
@@ -181,6 +186,7 @@ class FakeBackend:
         self.check = check
         self.device = device
         self.corrupt_mixed = corrupt_mixed
+        self.one_per_seq_noise = one_per_seq_noise
         self.free_bytes = free_bytes
         self.kv_bytes_per_token = kv_bytes_per_token
         self.log: list[Call] = []
@@ -490,12 +496,20 @@ class FakeBackend:
         self._memory.clear(limits.n_seq_max)
 
     def run(self, spans: Sequence[Span]) -> StepResult:
-        """Decode ``spans`` (``precise`` ones shaped as ``LlamaBackend`` shapes them) and give each
-        row what it asks for (see the class). DecodeError (``fail_code``), or ``fail_exc``, at the
-        ``fail_decode_at``-th call; FakeBackendViolation when the plan breaks a rule."""
+        """Decode ``spans`` (``precise`` ones shaped and split into calls as ``LlamaBackend``
+        does) and give each row what it asks for (see the class). DecodeError (``fail_code``),
+        or ``fail_exc``, at the ``fail_decode_at``-th call; FakeBackendViolation when the
+        plan breaks a rule."""
+        outputs: dict[int, SeqOutput] = {}
+        n_decoded: dict[int, int] = {}
+        for call in decode_calls(spans) if self.shapes else [list(spans)]:
+            outputs.update(self._decode(call))
+            n_decoded.update((span.seq_id, len(span.tokens)) for span in call)
+        return StepResult(tuple(n_decoded[span.seq_id] for span in spans), outputs)
+
+    def _decode(self, spans: Sequence[Span]) -> dict[int, SeqOutput]:
+        """One decode call of ``spans``: the outputs of its sequences."""
         self.num_decode_calls += 1
-        if self.shapes:
-            spans = shape(spans)
         if self.check:
             limits = self._open_limits("run")
             self._rules.check_plan(spans, limits, self._memory.slots, self.n_vocab)
@@ -505,13 +519,17 @@ class FakeBackend:
         sampled: list[int | None] = []
         outputs: dict[int, SeqOutput] = {}
         mixed = any(len(x.tokens) > 1 for x in spans) and any(len(x.tokens) == 1 for x in spans)
+        lone = _one_per_seq_rows(spans) if self.one_per_seq_noise else set()
         for span in spans:
             seq = seqs[span.seq_id]
             kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.targets is not None:  # after append: over a hole it notes
                 scored = self._span_scores(kv, span, seq.hole)
-                outputs[span.seq_id] = _shifted(scored, self.corrupt_mixed) if mixed else scored
+                if mixed:
+                    scored = _shifted(scored, self.corrupt_mixed)
+                rows = {r for sid, r in lone if sid == span.seq_id}
+                outputs[span.seq_id] = _shifted(scored, self.one_per_seq_noise, rows)
             if not span.logits:
                 continue
             if seq.reply is None:
@@ -534,7 +552,7 @@ class FakeBackend:
                     self.num_decode_calls, self._records(spans), cast(Tokens, tuple(sampled)), None
                 )
             )
-        return StepResult(tuple(len(span.tokens) for span in spans), outputs)
+        return outputs
 
     def _decode_fails(self, k: int) -> bool:
         at = self.fail_decode_at
@@ -661,11 +679,28 @@ class FakeBackend:
         return read_seqs(self.log)
 
 
-def _shifted(out: SeqOutput, nats: float) -> SeqOutput:
-    """``out`` with ``nats`` added to every score and row maximum (``corrupt_mixed``)."""
-    if not nats or out.scores is None:
+def _shifted(out: SeqOutput, nats: float, rows: Collection[int] | None = None) -> SeqOutput:
+    """``out`` with ``nats`` added to every score and row maximum (``corrupt_mixed``), or to
+    those of ``rows`` only (``one_per_seq_noise``)."""
+    if not nats or out.scores is None or rows is not None and not rows:
         return out
+    hit = range(len(out.scores)) if rows is None else rows
     return SeqOutput(
-        scores=tuple(tuple(v + nats for v in row) for row in out.scores),
-        row_max=tuple(None if m is None else m + nats for m in out.row_max or ()),
+        scores=tuple(
+            tuple(v + nats for v in row) if r in hit else row for r, row in enumerate(out.scores)
+        ),
+        row_max=tuple(
+            m if m is None or r not in hit else m + nats for r, m in enumerate(out.row_max or ())
+        ),
     )
+
+
+def _one_per_seq_rows(spans: Sequence[Span]) -> set[tuple[int, int]]:
+    """``(seq id, row of its span)`` of every token llama.cpp decodes in a ubatch of one token
+    per sequence."""
+    return {
+        (spans[i].seq_id, offset)
+        for ubatch in split_equal(spans)
+        for i, offset, n in ubatch
+        if n == 1
+    }

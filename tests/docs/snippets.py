@@ -5,7 +5,9 @@ A block's language says what it is: ``python``, ``sh``/``bash`` (a script) and `
 (``text``, ``json``, ``yaml``) is shown data. Two HTML comments on the line right above a
 fence change that: ``<!-- not run: REASON -->`` marks a code block that cannot run on a test
 machine (the reason is required and is counted), ``<!-- file: PATH -->`` writes the block to
-PATH in the page's working directory before the blocks after it run.
+PATH in the page's working directory before the blocks after it run. A ``# prints TEXT``
+comment in a Python block is what the block prints: its output lines joined by ``", "``
+(so a page shows only output that every machine prints).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ CODE_WIDTH = 88
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")
 NOT_RUN = re.compile(r"^<!--\s*not run:\s*(?P<reason>.*?)\s*-->$")
 FILE = re.compile(r"^<!--\s*file:\s*(?P<path>\S+)\s*-->$")
+PRINTS = re.compile(r"#\s*prints\s+(?P<text>.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,14 @@ class Block:
     @property
     def is_code(self) -> bool:
         return self.lang in CODE
+
+    @property
+    def prints(self) -> str | None:
+        """The output a Python block's ``# prints TEXT`` comment shows, or ``None``."""
+        if self.lang != "python":
+            return None
+        found = [m["text"] for m in map(PRINTS.search, self.code.splitlines()) if m]
+        return found[0] if found else None
 
     @property
     def where(self) -> str:

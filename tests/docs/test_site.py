@@ -268,3 +268,33 @@ def test_no_built_page_shows_a_sphinx_role(site):
         if roles.search(_text(page.read_text(encoding="utf-8")))
     ]
     assert shown == []
+
+
+def test_docs_paths_in_docstrings_are_links_to_the_pages(site):
+    # "docs/engine.md" in a docstring is a file of the checkout; on the site, a link
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    assert re.findall(r"docs/[\w-]+\.md", _text(reference)) == []
+    generator = _section(reference, "BatchGenerator")
+    assert re.search(r'<a href="\.\./reliability-rules/">[^<]+</a>', generator)
+
+
+def _nav() -> list:
+    import yaml
+
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+
+
+def test_no_page_of_the_nav_follows_a_section():
+    # with navigation.sections a page after a section shows as if it were in that section
+    kinds = ["section" if isinstance(v, list) else "page" for e in _nav() for v in e.values()]
+    first_section = kinds.index("section")
+    assert "page" not in kinds[first_section:]
+
+
+def test_the_gpu_page_is_beside_getting_started():
+    def pages(section: list) -> list[str]:
+        return [v for e in section for v in e.values() if isinstance(v, str)]
+
+    sections = [v for e in _nav() for v in e.values() if isinstance(v, list)]
+    (with_gpu,) = [pages(s) for s in sections if "gpu.md" in pages(s)]
+    assert "getting-started.md" in with_gpu

@@ -5,7 +5,8 @@ The blocks of one page run in order in one fresh directory holding a copy of ``e
 Python blocks each in a fresh interpreter (this one), shell blocks with ``bash -eu`` and the
 interpreter's ``bin`` first on PATH, console blocks command by command. A console command
 must exit 0 unless the output shown after it says ``error:``; the JSON lines it shows must
-be exactly the lines it prints (the pages show only deterministic output). A block that
+be exactly the lines it prints (the pages show only deterministic output), and so must a
+Python block's output where a ``# prints`` comment shows it. A block that
 cannot run here is marked ``<!-- not run: REASON -->`` and counted.
 """
 
@@ -127,7 +128,11 @@ def test_every_code_block_runs_as_shown(page, tmp_path, model_path):
         if not block.is_code or block.not_run is not None:
             continue
         if block.lang == "python":
-            _check(_run([sys.executable, "-c", block.code], block, tmp_path), block, "python")
+            done = _run([sys.executable, "-c", block.code], block, tmp_path)
+            _check(done, block, "python")
+            if block.prints is not None:
+                printed = ", ".join(done.stdout.splitlines())
+                assert printed == block.prints, f"{block.where}: printed {printed!r}"
         elif block.lang == "console":
             _run_console(block, tmp_path)
         else:
