@@ -71,7 +71,13 @@ class LlamaVocab:
         """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced; BackendError when
         the ``Llama`` was closed."""
         self._check_llm()
-        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        return self.detokenize_bytes(tokens).decode("utf-8", errors="replace")
+
+    def detokenize_bytes(self, tokens: Sequence[int]) -> bytes:
+        """``Llama.detokenize`` of all ``tokens`` at once: their bytes, as the binding's reply
+        text is made; BackendError when the ``Llama`` was closed."""
+        self._check_llm()
+        return bytes(self._llm.detokenize(list(tokens)))
 
 
 class LlamaBackend:
@@ -294,8 +300,10 @@ class LlamaBackend:
         """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
         rows with ``logits`` sampled by their sequences' chains (on the model's device where a
         chain is attached), rows with targets scored. A grammar dead end is that sequence's
-        ``SeqOutput.error``. The result's ``times`` split the call: ``llama_decode`` (and
-        ``llama_synchronize``), reading rows (logprobs, scores), sampling.
+        ``SeqOutput.error``; a complete grammar that allows no token (no end-of-generation
+        token to end it) its ``SeqOutput.grammar_complete``. The result's ``times`` split
+        the call: ``llama_decode`` (and ``llama_synchronize``), reading rows (logprobs,
+        scores), sampling.
 
         Raises:
             ValueError: no tokens, more than ``n_batch``, logits for a sequence never started,
@@ -321,6 +329,9 @@ class LlamaBackend:
                 token = sampler.sample(ctx, i)
             except GrammarDeadEnd as exc:  # nothing accepted; the other rows go on
                 outputs[seq_id] = SeqOutput(error=str(exc))
+                continue
+            if token is None:  # its grammar is complete: the reply ends here
+                outputs[seq_id] = SeqOutput(grammar_complete=True)
                 continue
             logprobs = None
             if sampler.params.logprobs is not None:
@@ -453,6 +464,9 @@ class LlamaBackend:
                     token = sampler.sample(rows, -1)
                 except GrammarDeadEnd as exc:  # nothing accepted
                     yield SeqOutput(error=str(exc))
+                    return
+                if token is None:  # its grammar is complete: the reply ends here
+                    yield SeqOutput(grammar_complete=True)
                     return
                 logprobs = None
                 if sampling.logprobs is not None:
