@@ -300,10 +300,8 @@ class LlamaBackend:
         """One ``llama_decode`` of ``spans`` (``precise`` ones shaped by :func:`~.ubatch.shape`);
         rows with ``logits`` sampled by their sequences' chains (on the model's device where a
         chain is attached), rows with targets scored. A grammar dead end is that sequence's
-        ``SeqOutput.error``; a complete grammar that allows no token (no end-of-generation
-        token to end it) its ``SeqOutput.grammar_complete``. The result's ``times`` split
-        the call: ``llama_decode`` (and ``llama_synchronize``), reading rows (logprobs,
-        scores), sampling.
+        ``SeqOutput.error``. The result's ``times`` split the call: ``llama_decode`` (and
+        ``llama_synchronize``), reading rows (logprobs, scores), sampling.
 
         Raises:
             ValueError: no tokens, more than ``n_batch``, logits for a sequence never started,
