@@ -491,6 +491,19 @@ def default_lookahead(slots: int) -> int:
     return max(slots, limit - limit % slots)
 
 
+#: BatchConfig's integer fields: integers of any type (``numpy.int64``) become ``int``.
+_CONFIG_INT_FIELDS = (
+    "slots",
+    "n_ctx_seq",
+    "n_batch",
+    "max_tokens",
+    "lookahead",
+    "min_copy_tokens",
+    "cache_ram_mib",
+    "max_batch_failures",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchConfig:
     """A run of the slot engine: :class:`~llamabatch.BatchGenerator`'s keyword arguments
@@ -521,7 +534,11 @@ class BatchConfig:
     check_device: bool | None = None
 
     def __post_init__(self) -> None:
-        auto = self.slots == AUTO_SLOTS
+        for name in _CONFIG_INT_FIELDS:  # numpy.int64 and other integer types become int
+            value = as_int(getattr(self, name))
+            if value is not None:
+                object.__setattr__(self, name, value)
+        auto = isinstance(self.slots, str) and self.slots == AUTO_SLOTS
         for name, low, valid in (
             ("slots", 1, "1 = every item alone; the most is llama.cpp's, checked with the model"),
             ("n_ctx_seq", 1, "tokens per sequence"),

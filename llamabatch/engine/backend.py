@@ -146,7 +146,13 @@ class Vocab(Protocol):
         ...
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        """The text of ``tokens``, decoded from all their bytes at once."""
+        """The text of ``tokens``, decoded from all their bytes at once.
+
+        A vocabulary may also have ``detokenize_bytes(tokens) -> bytes``, their bytes: a
+        reply is then read as ``Llama.create_completion`` reads it (a reply cut inside a
+        UTF-8 character takes the tokens that finish it, bytes that are not UTF-8 are
+        dropped; :mod:`llamabatch.engine.request`); without it, as its text.
+        """
         ...
 
 

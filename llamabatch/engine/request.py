@@ -9,7 +9,11 @@ The stop rule (:func:`check_stop`) is checked in a fixed order after each sample
 the same in a batch and alone (vLLM v1's ``check_stop`` orders its checks the same): an
 end-of-generation token, then ``stop_token_ids`` (neither is part of the reply), then the
 ``stop`` strings (the text is cut before the earliest one, the tokens stay, as
-``Llama.create_completion`` does), then ``max_tokens`` (``"length"``).
+``Llama.create_completion`` does), then ``max_tokens`` (``"length"``). Where the vocabulary
+gives the reply's bytes (``Vocab.detokenize_bytes``), the ``stop`` and ``max_tokens`` checks
+wait while the reply ends inside a UTF-8 character, up to ``Request.max_tail`` more
+tokens, and the text drops bytes that are not UTF-8: ``Llama.create_completion``'s rule
+(:meth:`Reply.ends_inside_char`), so a reply never ends in U+FFFD.
 """
 
 from __future__ import annotations
@@ -31,6 +35,14 @@ if TYPE_CHECKING:
 
 #: ``memoryview.format`` values read as the bytes of UTF-8 text (unsigned bytes, chars).
 BYTE_FORMATS = frozenset({"B", "c"})
+
+#: Most tokens a reply may take past ``max_tokens`` to finish a UTF-8 character (a
+#: character has at most 4 bytes; each token adds at least one).
+MAX_CHAR_TAIL = 3
+
+#: UTF-8 lead bytes (the bits a byte must hold) and the length of their character, in the
+#: order ``Llama.create_completion`` tests them (a later match overrides).
+_LEAD_BYTES = ((2, 0xC0), (3, 0xE0), (4, 0xF0))
 
 #: Characters one token may stand for, at most, for the refusal of a text prompt by its
 #: size before it is tokenized: far above any vocabulary's longest piece (byte-pair
@@ -59,38 +71,87 @@ class Reply:
         cut: the text cut before a stop string, or ``None``.
     """
 
-    __slots__ = ("token_ids", "logprobs", "finish_reason", "cut", "_detokenize", "_eog", "_window")
+    __slots__ = (
+        "token_ids",
+        "logprobs",
+        "finish_reason",
+        "cut",
+        "_detokenize",
+        "_eog",
+        "_window",
+        "_bytes",
+        "_vocab",
+        "_char_wait",
+        "_n_checked",
+    )
 
     def __init__(
-        self, detokenize: Callable[[Sequence[int]], str], eog_ids: Collection[int] = ()
+        self,
+        detokenize: Callable[[Sequence[int]], str],
+        eog_ids: Collection[int] = (),
+        detokenize_bytes: Callable[[Sequence[int]], bytes] | None = None,
     ) -> None:
         self.token_ids: list[int] = []
         self.logprobs: list[TokenLogprobs] = []
         self.finish_reason: FinishReason | None = None
         self.cut: str | None = None
-        self._detokenize, self._eog = detokenize, eog_ids
+        self._vocab = (detokenize, eog_ids, detokenize_bytes)
+        self._eog, self._bytes = eog_ids, detokenize_bytes
+        self._detokenize = detokenize if detokenize_bytes is None else _utf8(detokenize_bytes)
         self._window = 0  # the last tokens searched for stop strings
+        self._char_wait = 0  # tokens the binding still waits for to finish a character
+        self._n_checked = 0  # tokens the stop strings were searched in
+
+    def fresh(self) -> Reply:
+        """An empty reply read with the same vocabulary."""
+        return Reply(*self._vocab)
 
     @property
     def text(self) -> str:
-        """The text: cut before a stop string, or every token decoded at once."""
+        """The text: cut before a stop string, or every token decoded at once (where the
+        vocabulary gives bytes, those that are not UTF-8 dropped)."""
         if self.cut is not None:
             return self.cut
         return self._detokenize(self.token_ids) if self.token_ids else ""
 
+    def ends_inside_char(self) -> bool:
+        """True while the reply (its last token just added) waits for the rest of a UTF-8
+        character: ``Llama.create_completion``'s count, kept as it counts (its
+        ``multibyte_fix``): a lead byte among the reply's last 3 bytes whose character is
+        longer than the bytes from it to the end sets the count to the bytes missing; each
+        token added while the count is positive uses one. False where the vocabulary gives no
+        bytes."""
+        if self._bytes is None:
+            return False
+        tokens, n = self.token_ids, 1
+        tail = self._bytes(tokens[-1:])
+        while len(tail) < 3 and n < len(tokens):  # pieces may be shorter than 3 bytes
+            n += 1
+            tail = self._bytes(tokens[-n:])
+        for j, byte in enumerate(tail[-3:]):
+            k = 3 - j  # the binding's position, from the end (3 for the first of the three)
+            for length, lead in _LEAD_BYTES:
+                if length > k and byte & lead == lead:
+                    self._char_wait = length - k
+        if self._char_wait > 0:
+            self._char_wait -= 1
+            return True
+        return False
+
     def cut_at_stop(self, stop: Sequence[str]) -> bool:
-        """True, with :attr:`cut` set, when the last token completed one of ``stop`` (the
-        text is cut before the earliest one found).
+        """True, with :attr:`cut` set, when the tokens added since the last search completed
+        one of ``stop`` (the text is cut before the earliest one found).
 
         Only the last tokens are decoded while none is found: a window holding at least
-        ``max(len(s)) + 12`` characters before the last token (a tail's first 3 characters
+        ``max(len(s)) + 12`` characters before the new tokens (a tail's first 3 characters
         may differ from the whole text's, at a UTF-8 sequence split between two tokens;
-        the last token may change the character before it); the whole text is decoded once,
+        a new token may change the character before it); the whole text is decoded once,
         on a hit, to cut it."""
         tokens, detok = self.token_ids, self._detokenize
         n, longest = len(tokens), max(map(len, stop))
+        old, self._n_checked = min(self._n_checked, n - 1), n
         w = self._window or longest + 8
-        while n > w and len(detok(tokens[n - w : n - 1])) < longest + 12:
+        while n > w and len(detok(tokens[n - w : old])) < longest + 12:
             w *= 2
         self._window = w
         tail = detok(tokens[n - w :]) if n > w else detok(tokens)
@@ -99,12 +160,18 @@ class Reply:
         text = detok(tokens)
         # what came before held no stop string: a new one starts at most `longest` + 4
         # characters before the old text's end (its last characters may have changed)
-        start = max(0, len(detok(tokens[:-1])) - longest - 4)
+        start = max(0, len(detok(tokens[:old])) - longest - 4)
         hits = [i for i in (text.find(s, start) for s in stop) if i >= 0]
         if not hits:
             return False
         self.cut = text[: min(hits)]
         return True
+
+
+def _utf8(detokenize_bytes: Callable[[Sequence[int]], bytes]) -> Callable[[Sequence[int]], str]:
+    """Token ids -> the text of their bytes, those that are not UTF-8 dropped (as
+    ``Llama.create_completion`` decodes its text)."""
+    return lambda tokens: detokenize_bytes(tokens).decode("utf-8", errors="ignore")
 
 
 #: Characters at the start of a decoded tail that may differ from the whole text's.
@@ -156,6 +223,8 @@ class Request:
 
     Attributes:
         max_tokens: most reply tokens (set by the scheduler: :meth:`need` counts it).
+        max_tail: most tokens past ``max_tokens`` that may finish a UTF-8 character (set by
+            the scheduler where the vocabulary gives bytes; :meth:`need` counts it).
         status: where it stands; path: ``"batch"`` once placed in a slot, else ``"alone"``.
         reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
@@ -183,6 +252,7 @@ class Request:
         self.prompt_text = prompt_text
         self.sample, self.group = sample, group
         self.max_tokens = 1
+        self.max_tail = 0
         self.reply = Reply(_unbound)
         self.error: str | None = None
         self.reset()
@@ -196,7 +266,7 @@ class Request:
         self.error = None
         self.status = RequestStatus.WAITING
         self.path: Path = "alone"
-        self.reply = Reply(self.reply._detokenize, self.reply._eog)
+        self.reply = self.reply.fresh()
 
     def __repr__(self) -> str:
         return (
@@ -222,8 +292,8 @@ class Request:
 
     # -- what the request wants: its size, its runs, its outputs -----------------------
     def need(self) -> int:
-        """Tokens it needs in one slot: the prompt and ``max_tokens``."""
-        return len(self.prompt) + self.max_tokens
+        """Tokens it needs in one slot: the prompt, ``max_tokens`` and ``max_tail``."""
+        return len(self.prompt) + self.max_tokens + self.max_tail
 
     def too_long_for(self, n_ctx: int) -> str:
         """Its error when :meth:`need` exceeds the one-at-a-time context ``n_ctx``."""
@@ -237,13 +307,18 @@ class Request:
 
     def take(self, out: SeqOutput, span: Span | None, cached: Sequence[int]) -> None:
         """Take what its rows gave (``cached``: its cache before ``span``; both ``None`` /
-        empty alone); the sampled token goes through :func:`check_stop`."""
+        empty alone); the sampled token goes through :func:`check_stop`; a complete grammar
+        (``SeqOutput.grammar_complete``) ends the reply, ``"stop"``."""
         if out.error is not None:
             n = len(self.reply.token_ids)
             text = self.reply.text
             self.fail(
                 f"{out.error} (after {n} reply token{'s' * (n != 1)}: {text!r}; nothing accepted)"
             )
+            return
+        if out.grammar_complete:  # ends as at an end-of-generation token
+            self.reply.finish_reason = "stop"
+            self.status = RequestStatus.FINISHED
             return
         if out.token is None:
             return
@@ -285,9 +360,15 @@ class Request:
         """End with its own error."""
         self.error, self.status = message, RequestStatus.FINISHED
 
-    def bind(self, detokenize: Callable[[Sequence[int]], str], eog_ids: Collection[int]) -> None:
-        """The vocabulary the stop rule reads (set by the scheduler)."""
-        self.reply = Reply(detokenize, eog_ids)
+    def bind(
+        self,
+        detokenize: Callable[[Sequence[int]], str],
+        eog_ids: Collection[int],
+        detokenize_bytes: Callable[[Sequence[int]], bytes] | None = None,
+    ) -> None:
+        """The vocabulary the stop rule reads (set by the scheduler; ``detokenize_bytes``:
+        ``Vocab.detokenize_bytes`` where it has one)."""
+        self.reply = Reply(detokenize, eog_ids, detokenize_bytes)
 
 
 def _unbound(tokens: Sequence[int]) -> str:
@@ -310,6 +391,8 @@ def check_stop(req: Request, token: int, logprobs: TokenLogprobs | None = None) 
     reply.token_ids.append(token)
     if logprobs is not None:
         reply.logprobs.append(logprobs)
+    if reply.ends_inside_char() and len(reply.token_ids) < req.max_tokens + req.max_tail:
+        return None
     if sampling.stop and reply.cut_at_stop(sampling.stop):
         reply.finish_reason = "stop"
     elif len(reply.token_ids) >= req.max_tokens:

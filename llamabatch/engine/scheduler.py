@@ -29,7 +29,7 @@ from ..params import BatchConfig
 from .backend import Backend, BackendInfo, BatchLimits
 from .device_check import check_device
 from .features import Features
-from .request import Request
+from .request import MAX_CHAR_TAIL, Request
 from .slot_engine import BatchFailed, SlotEngine
 
 log = logging.getLogger("llamabatch")
@@ -262,9 +262,13 @@ class Scheduler:
     def add(self, req: Request) -> None:
         """Admit ``req`` (its features' requests, budgets and stop rule), to run in input
         order; the batch context is opened once two valid requests wait."""
+        raw = getattr(self.vocab, "detokenize_bytes", None)  # optional (Vocab)
         for r in self.features.expand(req) if _featured(req) else (req,):
             r.max_tokens = self.budget(r)
-            r.bind(self.vocab.detokenize, self.vocab.eog_ids)
+            if raw is not None:  # tokens that may finish a character, within the context
+                room = self.info.n_ctx - len(r.prompt) - r.max_tokens
+                r.max_tail = max(0, min(MAX_CHAR_TAIL, room))
+            r.bind(self.vocab.detokenize, self.vocab.eog_ids, raw)
             self._queue.append(r)
         if self.engine is None and self.batching:
             if sum(r.error is None for r in self._queue) >= 2:

@@ -62,6 +62,9 @@ class SeqOutput:
             has targets, else ``None`` (a target scoring it is the greedy pick).
         error: the sequence's own failure (a grammar with no way forward: nothing was
             accepted); the step itself succeeded.
+        grammar_complete: nothing sampled: the sequence's grammar holds a complete sentence
+            and allows no further token, with no end-of-generation token in the vocabulary
+            to end it there; its reply ends (``"stop"``) as at one.
     """
 
     token: int | None = None
@@ -69,6 +72,7 @@ class SeqOutput:
     scores: tuple[tuple[float, ...], ...] | None = None
     row_max: tuple[float | None, ...] | None = None
     error: str | None = None
+    grammar_complete: bool = False
 
 
 @dataclass(slots=True)

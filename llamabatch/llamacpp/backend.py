@@ -71,7 +71,13 @@ class LlamaVocab:
         """``Llama.detokenize`` of all ``tokens`` at once, invalid UTF-8 replaced; BackendError when
         the ``Llama`` was closed."""
         self._check_llm()
-        return self._llm.detokenize(list(tokens)).decode("utf-8", errors="replace")
+        return self.detokenize_bytes(tokens).decode("utf-8", errors="replace")
+
+    def detokenize_bytes(self, tokens: Sequence[int]) -> bytes:
+        """``Llama.detokenize`` of all ``tokens`` at once: their bytes, as the binding's reply
+        text is made; BackendError when the ``Llama`` was closed."""
+        self._check_llm()
+        return bytes(self._llm.detokenize(list(tokens)))
 
 
 class LlamaBackend:
@@ -344,6 +350,9 @@ class LlamaBackend:
             except GrammarDeadEnd as exc:  # nothing accepted; the other rows go on
                 outputs[seq_id] = SeqOutput(error=str(exc))
                 continue
+            if token is None:  # its grammar is complete: the reply ends here
+                outputs[seq_id] = SeqOutput(grammar_complete=True)
+                continue
             logprobs = None
             if sampler.params.logprobs is not None:
                 r = perf_counter()
@@ -478,6 +487,9 @@ class LlamaBackend:
                     token = sampler.sample(rows, -1)
                 except GrammarDeadEnd as exc:  # nothing accepted
                     yield SeqOutput(error=str(exc))
+                    return
+                if token is None:  # its grammar is complete: the reply ends here
+                    yield SeqOutput(grammar_complete=True)
                     return
                 logprobs = None
                 if sampling.logprobs is not None:

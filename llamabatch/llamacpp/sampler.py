@@ -13,7 +13,7 @@ import numpy as np
 
 from .. import _ffi
 from .._util.closing import Closing
-from ..errors import GrammarDeadEnd
+from ..errors import GrammarDeadEnd, GrammarError
 from ..params import PENALTY_FIELDS, STAGES, SamplingParams
 from .constraints import grammar_of
 
@@ -97,6 +97,10 @@ def token_logsoftmax(logits: np.ndarray, ids: Sequence[int]) -> tuple[tuple[floa
     return tuple(float(logits[t]) - logz for t in ids), float(top) - logz
 
 
+#: The root rule of the probe grammar of :meth:`SeqSampler._is_complete`.
+PROBE_ROOT = "llamabatch-complete"
+
+
 class SeqSampler(Closing):
     """One sampler chain (``llama_sampler_chain_init``) for one sequence, batched or alone:
     penalties → greedy at ``temperature == 0``, else penalties →
@@ -141,7 +145,8 @@ class SeqSampler(Closing):
         self._finalizer = weakref.finalize(self, chains.free, chain)
         self._chain = chain
         self._grammar: _ffi.SamplerHandle | None = None
-        self.n_accepted = 0  # tokens accepted into the lazily checked grammar
+        self._grammar_text, self._vocab = grammar_text, vocab
+        self._accepted: list[int] = []  # the tokens accepted into the lazily checked grammar
         self._candidates = candidates
         self.attached = False
         # The first stage that reads the whole row, where nothing before it changes the row:
@@ -193,12 +198,20 @@ class SeqSampler(Closing):
         self._check_open()
         return self._chain
 
-    def sample(self, ctx: Any, i: int) -> int:
+    @property
+    def n_accepted(self) -> int:
+        """Tokens accepted into the lazily checked grammar."""
+        return len(self._accepted)
+
+    def sample(self, ctx: Any, i: int) -> int | None:
         """Sample and accept (``llama_sampler_sample``) the next token from row ``i`` of the last
         decode of ``ctx`` (a ``BatchContext``); where the chain is attached to ``ctx``, the token
-        its backend sampling chose. ValueError when the sampler or context is closed, IndexError
-        when row ``i`` has no logits (llama.cpp would abort), GrammarDeadEnd when the grammar
-        allows no token (nothing accepted)."""
+        its backend sampling chose. ``None`` (nothing accepted) when the grammar is complete and
+        allows no token: with no end-of-generation token in the vocabulary, which llama.cpp's
+        grammar allows only there, the reply ends there. ValueError when the sampler or context
+        is closed, IndexError when row ``i`` has no logits (llama.cpp would abort),
+        GrammarDeadEnd when the grammar allows no token and is not complete (nothing
+        accepted)."""
         self._check_open()
         handle = ctx.handle
         ctx.check_output(i)
@@ -240,7 +253,7 @@ class SeqSampler(Closing):
         self._chains.copy_state(self._chain, other._chain)
         other.params = self.params
 
-    def _sample_lazily(self, logits: np.ndarray) -> int:
+    def _sample_lazily(self, logits: np.ndarray) -> int | None:
         cand, chains, chain, grammar = (self._candidates, self._chains, self._chain, self._grammar)
         cand.fill(logits)
         cand.apply(chain.chain)
@@ -249,6 +262,8 @@ class SeqSampler(Closing):
             cand.fill(logits)
             cand.apply(grammar.chain)  # masks what the grammar forbids with -inf
             if not cand.any_finite():  # a dead end: accept nothing (llama.cpp aborts)
+                if self._is_complete(logits):
+                    return None
                 raise GrammarDeadEnd(
                     "the grammar allows no token of the vocabulary here (a dead end: e.g. "
                     "a NUL character in a literal, or an empty character class)",
@@ -262,8 +277,29 @@ class SeqSampler(Closing):
                 )
         chains.accept(grammar, token)  # an allowed token only: llama.cpp aborts otherwise
         chains.accept(chain, token)
-        self.n_accepted += 1
+        self._accepted.append(token)
         return token
+
+    def _is_complete(self, logits: np.ndarray) -> bool:
+        """True when the grammar, which allows no token here, holds a complete sentence: a
+        probe grammar (the grammar's ``root`` followed by one or more characters) fed the same
+        tokens allows some token exactly when one of the grammar's stacks is empty
+        (llama-grammar.cpp, ``llama_grammar_apply_impl``: there only an end-of-generation
+        token may follow)."""
+        probe_text = f"{self._grammar_text}\n{PROBE_ROOT} ::= root [^\\x00]+\n"
+        chains, cand = self._chains, self._candidates
+        try:
+            probe = chains.new_grammar(self._vocab, probe_text, PROBE_ROOT)
+        except GrammarError:  # a grammar whose text cannot be extended: say it is a dead end
+            return False
+        try:
+            for token in self._accepted:  # each allowed by the grammar, so by the probe
+                chains.accept(probe, token)
+            cand.fill(logits)
+            cand.apply(probe.chain)
+            return cand.any_finite()
+        finally:
+            chains.free(probe)
 
     def stage_names(self) -> list[str]:
         """The chain's stage names in order; a no-op stage may carry a leading ``?``."""

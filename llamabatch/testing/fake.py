@@ -85,6 +85,9 @@ class FakeBackend:
             constraint.
         dead_end_at: an item with a constraint reaches a grammar dead end after this many
             reply tokens (its ``SeqOutput.error``).
+        complete_at: an item with a constraint finds its grammar complete after this many
+            reply tokens, with no end-of-generation token to end it
+            (``SeqOutput.grammar_complete``).
         recurrent, declares_recurrent: refuse partial trims; say so up front
             (``info.partial_trim`` False) or let the engine learn it.
         n_swa: the sliding window in positions (0: every position kept).
@@ -143,6 +146,7 @@ class FakeBackend:
         max_kv_tokens: int | None = None,
         refuse_grammar: bool = False,
         dead_end_at: int | None = None,
+        complete_at: int | None = None,
         recurrent: bool = False,
         declares_recurrent: bool = True,
         n_swa: int = 0,
@@ -176,6 +180,7 @@ class FakeBackend:
         self.max_kv_tokens = max_kv_tokens
         self.refuse_grammar = refuse_grammar
         self.dead_end_at = dead_end_at
+        self.complete_at = complete_at
         self.num_states = 0
         self.recurrent = recurrent
         self.partial_trim = not (recurrent and declares_recurrent)
@@ -540,13 +545,18 @@ class FakeBackend:
                 outputs[span.seq_id] = SeqOutput(error=error)
                 sampled.append(None)
                 continue
+            if self._is_complete(seq.sampling, seq.n_sampled):
+                seq.is_done = True
+                outputs[span.seq_id] = SeqOutput(grammar_complete=True)
+                sampled.append(None)
+                continue
             token = oracle.token_at(self, seq.reply, seq.n_sampled)
             seq.n_sampled += 1
             seq.last = token
             seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
             sampled.append(token)
             outputs[span.seq_id] = SeqOutput(token, self._logprobs_of(seq.sampling, token))
-        if self.check:  # None where a grammar reached a dead end
+        if self.check:  # None where a grammar reached a dead end or was complete
             self.log.append(
                 DecodeCall(
                     self.num_decode_calls, self._records(spans), cast(Tokens, tuple(sampled)), None
@@ -571,6 +581,14 @@ class FakeBackend:
             and sampling is not None
             and sampling.constraint is not None
             and n_sampled == self.dead_end_at
+        )
+
+    def _is_complete(self, sampling: SamplingParams | None, n_sampled: int) -> bool:
+        return (
+            self.complete_at is not None
+            and sampling is not None
+            and sampling.constraint is not None
+            and n_sampled == self.complete_at
         )
 
     @staticmethod
@@ -644,6 +662,9 @@ class FakeBackend:
                 i = call.n_pulled
                 if self._is_dead_end(call.sampling, i):
                     yield SeqOutput(error=str(self._dead_end(i)))
+                    return
+                if self._is_complete(call.sampling, i):
+                    yield SeqOutput(grammar_complete=True)
                     return
                 if self.check:
                     self._rules.check_alone_pull(

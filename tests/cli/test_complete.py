@@ -506,3 +506,21 @@ def test_a_busy_cpu_is_told_with_what_to_try(capsys, caplog, tmp_path, model_pat
     monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
     code, _, err = run_cli(capsys, "complete", src, "--model", model_path, "--quiet", *FAST)
     assert code == 0 and "busy" not in err
+
+
+@pytest.mark.real_model
+def test_a_reply_cut_inside_a_character_is_finished_in_the_output(capsys, tmp_path, model_path):
+    prompt = "Chinese: 你好，世界。我们"  # greedy: "的" then "美" in 3 tokens
+    src = write_jsonl(
+        tmp_path / "cjk.jsonl", [{"id": "a", "prompt": prompt}, {"id": "b", "prompt": prompt}]
+    )
+    out_path = tmp_path / "out.jsonl"
+    code, _, err = run_cli(
+        capsys, "complete", src, "-o", out_path, "--model", model_path,
+        "--max-tokens", "2", "--temperature", "0", "--threads", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    records = read_jsonl(out_path)
+    assert [(r["text"], r["n_tokens"], r["finish_reason"]) for r in records] == [
+        ("的美", 4, "length")
+    ] * 2

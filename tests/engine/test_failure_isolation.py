@@ -143,6 +143,26 @@ def test_a_grammar_dead_end_ends_that_item_with_where_it_happened(slots):
 
 
 @pytest.mark.parametrize("slots", [1, 4])
+def test_a_complete_grammar_with_no_end_of_generation_token_ends_the_reply_there(slots):
+    fake = FakeBackend(REPLY, complete_at=2, eog_ids=())
+    gen = BatchGenerator(backend=fake, slots=slots, max_tokens=8, max_batch_failures=1)
+    words = SamplingParams(grammar="root ::= [a-z]+")
+    sampling = [words if k % 4 == 1 else PLAIN for k in range(16)]
+    out = gen.complete_many(PROMPTS, sampling)
+    want = BatchGenerator(backend=FakeBackend(REPLY, eog_ids=()), slots=slots, max_tokens=8)
+    clean = results(want.complete_many(PROMPTS))
+    for k, c in enumerate(out):
+        if k % 4 == 1:
+            assert c.ok and c.finish_reason == "stop"
+            assert list(c.token_ids) == list(clean[k][1][:2])
+        else:
+            assert results([c]) == [clean[k]]
+    if slots > 1:
+        assert gen.stats.batch_failures == 0 and {c.path for c in out} == {"batch"}
+    assert fake.violations == []
+
+
+@pytest.mark.parametrize("slots", [1, 4])
 def test_n_replies_that_reach_a_grammar_dead_end_come_back_as_errored_samples(slots):
     fake = FakeBackend(REPLY, dead_end_at=2, eog_ids=())
     gen = BatchGenerator(backend=fake, slots=slots, max_tokens=8, max_batch_failures=1)

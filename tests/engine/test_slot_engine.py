@@ -4,6 +4,7 @@ test_scheduler_properties.py."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from llamabatch import BatchConfig, BatchGenerator, SamplingParams
@@ -238,3 +239,19 @@ def test_a_config_is_checked_once_and_makes_the_same_generator_as_the_keywords()
         BatchConfig(cache_ram_mib=-1)
     with pytest.raises(TypeError, match="page_size"):  # the former name of lookahead is gone
         BatchGenerator(backend=FakeBackend({}), slots=2, page_size=8)  # type: ignore[call-arg]
+
+
+def test_numpy_integers_are_integers_for_every_config_keyword():
+    keywords = dict(slots=2, n_ctx_seq=512, n_batch=64, max_tokens=3, lookahead=4)
+    keywords.update(cache_ram_mib=0, min_copy_tokens=8, max_batch_failures=2)
+    as_numpy = {k: np.int64(v) if k != "slots" else np.int32(v) for k, v in keywords.items()}
+    config = BatchConfig(**as_numpy)
+    assert config == BatchConfig(**keywords)
+    assert all(type(getattr(config, k)) is int for k in keywords)
+    with BatchGenerator(backend=FakeBackend(REPLY), **as_numpy) as gen:
+        out = gen.complete_many([[5, 6], [7, 8]])
+    assert [len(c.token_ids) <= 3 for c in out] == [True, True]
+    with pytest.raises(ValueError, match="slots=0 is out of range"):
+        BatchConfig(slots=np.int64(0))
+    with pytest.raises(ValueError, match="n_batch"):
+        BatchConfig(n_batch=np.float64(64))  # a real number is not an integer, as in SamplingParams

@@ -8,6 +8,7 @@ import pytest
 from agreement import assert_replies_agree, prompt_ids
 
 import llamabatch
+from llamabatch import SamplingParams
 
 pytestmark = pytest.mark.real_model
 
@@ -155,3 +156,25 @@ def test_json_object_replies_are_the_bindings(llm):
         for g, w in zip(got, want, strict=True)
     )
     assert same >= 2, [(g["choices"], w["choices"]) for g, w in zip(got, want, strict=True)]
+
+
+#: Prompts whose greedy replies cut characters of several bytes at small max_tokens.
+MULTIBYTE = ["Chinese: 你好，世界。我们", "Emoji: I love 🍕 and 🎉 and", "日本語の文章：今日は"]
+
+
+def test_a_reply_cut_inside_a_character_is_finished_as_the_binding_does(llm):
+    want, got = {}, {}
+    for m in (1, 2, 3):
+        for p in MULTIBYTE:
+            llm.reset()  # each prompt decoded whole, as our paths decode it
+            r = llm.create_completion(p, max_tokens=m, temperature=0)
+            want[p, m] = (r["choices"][0]["text"], r["usage"]["completion_tokens"])
+        out = llamabatch.create_completions(llm, MULTIBYTE, max_tokens=m, temperature=0)
+        for p, r in zip(MULTIBYTE, out, strict=True):
+            got[p, m] = (r["choices"][0]["text"], r["usage"]["completion_tokens"])
+    assert got == want
+    assert want[MULTIBYTE[0], 2] == ("的美", 4)  # the example: 2 more tokens finish 美
+    assert all("\ufffd" not in text for text, _ in got.values())
+    with llamabatch.BatchGenerator(llm, slots=1) as gen:  # the one-at-a-time path
+        alone = gen.complete_many(MULTIBYTE, SamplingParams(max_tokens=2, temperature=0))
+    assert [c.text for c in alone] == [want[p, 2][0] for p in MULTIBYTE]
