@@ -488,17 +488,19 @@ class _Job:
             self.tally.items -= len(lines) - exc.written
             raise
 
+    @property
+    def _resume_hint(self) -> str:
+        """What to do to continue the job: resume OUT, or write to a file to be able to."""
+        if self.out.is_file:
+            return "run the same command with --resume to continue"
+        return "to be able to resume, write to a file (-o OUT) and use --resume"
+
     def failed(self, exc: LlamaBatchError) -> int:
         """Say that the job stopped on ``exc`` and how many items reached the output."""
-        how = (
-            "run the same command with --resume to continue"
-            if self.out.is_file
-            else "to be able to resume, write to a file (-o OUT) and use --resume"
-        )
         error_line(
             PROG,
             f"{exc}; {self.tally.items} of {len(self.todo)} items were written to "
-            f"{self.out.where}, in input order; {how}",
+            f"{self.out.where}, in input order; {self._resume_hint}",
         )
         return EXIT_FAILURE
 
@@ -527,15 +529,10 @@ class _Job:
 
     def interrupted(self) -> int:
         before = f" (after the {self.skipped} already there)" if self.skipped else ""
-        how = (
-            "run the same command with --resume to continue"
-            if self.out.is_file
-            else "to be able to resume, write to a file (-o OUT) and use --resume"
-        )
         error_line(
             PROG,
             f"interrupted: {self.tally.items} of {len(self.todo)} items were "
-            f"written to {self.out.where}{before}, in input order; {how}",
+            f"written to {self.out.where}{before}, in input order; {self._resume_hint}",
         )
         return EXIT_INTERRUPTED
 
