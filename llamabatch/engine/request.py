@@ -224,7 +224,8 @@ class Request:
     Attributes:
         max_tokens: most reply tokens (set by the scheduler: :meth:`need` counts it).
         max_tail: most tokens past ``max_tokens`` that may finish a UTF-8 character (set by
-            the scheduler where the vocabulary gives bytes; :meth:`need` counts it).
+            the scheduler where the vocabulary gives bytes, from the room the context or
+            the slot it runs in has left past :meth:`need`, which does not count it).
         status: where it stands; path: ``"batch"`` once placed in a slot, else ``"alone"``.
         reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
@@ -292,8 +293,9 @@ class Request:
 
     # -- what the request wants: its size, its runs, its outputs -----------------------
     def need(self) -> int:
-        """Tokens it needs in one slot: the prompt, ``max_tokens`` and ``max_tail``."""
-        return len(self.prompt) + self.max_tokens + self.max_tail
+        """Tokens it needs in one slot: the prompt and ``max_tokens`` (``max_tail`` is taken
+        only from the room a slot or the context has left)."""
+        return len(self.prompt) + self.max_tokens
 
     def too_long_for(self, n_ctx: int) -> str:
         """Its error when :meth:`need` exceeds the one-at-a-time context ``n_ctx``."""

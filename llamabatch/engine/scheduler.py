@@ -321,6 +321,8 @@ class Scheduler:
                 done.append(self.run_alone(req))  # fails there, naming the backend
                 return done
             else:
+                n_ctx_seq = self.limits.n_ctx_seq if self.limits else self.n_ctx_seq
+                req.max_tail = min(req.max_tail, n_ctx_seq - req.need())  # the slot's room
                 try:
                     engine.place(req)
                 except GrammarError as exc:  # the request's own error; batching goes on
