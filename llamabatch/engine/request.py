@@ -82,6 +82,7 @@ class Reply:
         "_bytes",
         "_vocab",
         "_char_wait",
+        "_tail",
         "_n_checked",
     )
 
@@ -100,6 +101,7 @@ class Reply:
         self._detokenize = detokenize if detokenize_bytes is None else _utf8(detokenize_bytes)
         self._window = 0  # the last tokens searched for stop strings
         self._char_wait = 0  # tokens the binding still waits for to finish a character
+        self._tail = b""  # the reply's last 3 bytes (its pieces' bytes, concatenated)
         self._n_checked = 0  # tokens the stop strings were searched in
 
     def fresh(self) -> Reply:
@@ -120,15 +122,11 @@ class Reply:
         ``multibyte_fix``): a lead byte among the reply's last 3 bytes whose character is
         longer than the bytes from it to the end sets the count to the bytes missing; each
         token added while the count is positive uses one. False where the vocabulary gives no
-        bytes."""
+        bytes. Called once for each token added (one piece decoded)."""
         if self._bytes is None:
             return False
-        tokens, n = self.token_ids, 1
-        tail = self._bytes(tokens[-1:])
-        while len(tail) < 3 and n < len(tokens):  # pieces may be shorter than 3 bytes
-            n += 1
-            tail = self._bytes(tokens[-n:])
-        for j, byte in enumerate(tail[-3:]):
+        self._tail = tail = (self._tail + self._bytes(self.token_ids[-1:]))[-3:]
+        for j, byte in enumerate(tail):
             k = 3 - j  # the binding's position, from the end (3 for the first of the three)
             for length, lead in _LEAD_BYTES:
                 if length > k and byte & lead == lead:

@@ -73,17 +73,17 @@ class LlamaGuard:
             if evaluated:
                 _ffi.cut_llm_cache(llm, common_prefix(self._cached, now))
         if found is not None:
-            _put_back(llm, found, requires_eval=not evaluated)
+            _put_back(llm, found, logits_are_callers=not evaluated)
 
 
-def _put_back(llm: Any, found: dict[str, Any], *, requires_eval: bool = False) -> None:
+def _put_back(llm: Any, found: dict[str, Any], *, logits_are_callers: bool = False) -> None:
     """Set back each of ``found`` (:func:`~llamabatch._ffi.llm_settings`) that is no longer the
     same object; ``_requires_eval`` becomes True (the logits in the context are llamabatch's)
-    unless ``requires_eval`` asks for its found value."""
+    unless ``logits_are_callers``, then its found value."""
     now = _ffi.llm_settings(llm)
     changed = {k: v for k, v in found.items() if k != "_requires_eval" and now.get(k) is not v}
     if "_requires_eval" in found:
-        changed["_requires_eval"] = found["_requires_eval"] if requires_eval else True
+        changed["_requires_eval"] = found["_requires_eval"] if logits_are_callers else True
     _ffi.set_llm_settings(llm, changed)
 
 
