@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from ._util import busy
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
+from ._util.pager import ordered_pages
 from .completion import Completion, KvEstimate, Stats
 from .create import chat_call, completion_call
 from .engine.auto_slots import SlotsChoice, choose_slots
@@ -502,26 +503,17 @@ class BatchGenerator(Closing):
         """The pages of ``requests`` run by the engine thread beside the submitted items
         (at most ``lookahead`` of them submitted ahead of the oldest not given back)."""
         queue.check_wait("complete_many / iter_groups / create_completions")
+        indices: deque[int] = deque()  # each request's own index: the queue numbers them
+
+        def started() -> Iterator[Future[Completion]]:
+            for req in requests:
+                indices.append(req.index)
+                req.index = queue.number()
+                yield queue.put(req)
+
         lookahead, slots = cast(int, self.config.lookahead), cast(int, self.config.slots)
-        pending: deque[tuple[int, Future[Completion]]] = deque()
-        page: list[Completion] = []
-        try:
-            while True:
-                while len(pending) < lookahead and (req := next(requests, None)) is not None:
-                    i, req.index = req.index, queue.number()
-                    pending.append((i, queue.put(req)))
-                if not pending:
-                    break
-                i, future = pending.popleft()
-                page.append(dataclasses.replace(future.result(), index=i))
-                if len(page) == slots:
-                    yield page
-                    page = []
-            if page:
-                yield page
-        finally:
-            for _, future in pending:  # stopped early: those still waiting never run
-                future.cancel()
+        for page in ordered_pages(started(), lookahead, slots, whole=True):
+            yield [dataclasses.replace(c, index=indices.popleft()) for c in page]
 
     def complete_many(
         self,

@@ -11,10 +11,12 @@ import queue
 import random
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, wait
 
 import httpx
 
 from .._util.closing import Closing
+from .._util.pager import ordered_pages
 from ..completion import cut_off_choice
 from ..errors import GeneratorClosed, ParameterError
 from ..items import per_item_sampling
@@ -131,13 +133,11 @@ class RemoteGenerator(Closing):
         self._stats = RemoteStats(
             servers={s.url: {"requests": 0, "faults": 0} for s in self.pool.servers}
         )
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
-        self._results: dict[int, RemoteCompletion | BaseException] = {}
         self._workers: list[threading.Thread] = []
         self._stop = threading.Event()
         self._probed = False
-        self._run = 0
         self._running = False
 
     # -- lifetime -------------------------------------------------------------------------
@@ -266,17 +266,15 @@ class RemoteGenerator(Closing):
             job = self._todo.get()
             if job is None or self._stop.is_set():
                 return
-            run, index, item, sampling = job
-            if run != self._run:
-                continue
+            future, index, item, sampling = job
+            if not future.set_running_or_notify_cancel():
+                continue  # an abandoned iteration's item
             try:
-                result: RemoteCompletion | BaseException = self._complete(index, item, sampling)
+                done = self._complete(index, item, sampling)
             except BaseException as exc:  # PoolUnavailable, or a bug: raised in the caller
-                result = exc
-            with self._lock:
-                if run == self._run:
-                    self._results[index] = result
-                    self._lock.notify_all()
+                future.set_exception(exc)
+            else:
+                future.set_result(done)
 
     def _start_workers(self) -> None:
         if not self._probed:
@@ -290,15 +288,18 @@ class RemoteGenerator(Closing):
             self._workers.append(worker)
 
     # -- work -----------------------------------------------------------------------------
-    def _next_done(self, index: int) -> RemoteCompletion:
-        with self._lock:
-            while index not in self._results:
-                if self._stop.is_set():
-                    raise GeneratorClosed("this RemoteGenerator was closed")
-                self._lock.wait(timeout=1.0)
-            result = self._results.pop(index)
-        if isinstance(result, BaseException):
-            raise result
+    def _window(self) -> int:
+        """Items in flight at most: the pool's slots plus a page (its workers started)."""
+        self._start_workers()
+        return self.pool.capacity + self.page_size
+
+    def _result(self, future: Future[RemoteCompletion]) -> RemoteCompletion:
+        """Wait for one item's completion (GeneratorClosed once closed) and count it."""
+        while not future.done():
+            if self._stop.is_set():
+                raise GeneratorClosed("this RemoteGenerator was closed")
+            wait((future,), timeout=1.0)
+        result = future.result()
         self._tally(result)
         return result
 
@@ -343,44 +344,22 @@ class RemoteGenerator(Closing):
                     "this RemoteGenerator is already iterating; one iter_groups at a time"
                 )
             self._running = True
-            self._run += 1
-            run = self._run
         try:
-            numbered = ((i, p, s) for i, (p, s) in enumerate(pairs))
-            yield from self._groups(run, numbered)
-        finally:
-            with self._lock:  # an abandoned run: its queued items are skipped
-                self._run += 1
-                self._results.clear()
+            yield from ordered_pages(
+                self._send(pairs), self._window, self.page_size, whole=False, result=self._result
+            )
+        finally:  # an abandoned run's items still queued are cancelled: skipped
+            with self._lock:
                 self._running = False
 
-    def _groups(
-        self, run: int, numbered: Iterator[tuple[int, object, SamplingParams]]
-    ) -> Iterator[list[RemoteCompletion]]:
-        sent = head = 0
-        exhausted = False
-        while True:
-            self._start_workers()
-            while not exhausted and sent - head < self.pool.capacity + self.page_size:
-                nxt = next(numbered, None)
-                if nxt is None:
-                    exhausted = True
-                else:
-                    self._todo.put((run, *nxt))
-                    sent += 1
-            if head == sent:
-                return
-            group = [self._next_done(head)]
-            head += 1
-            with self._lock:
-                while head < sent and head in self._results and len(group) < self.page_size:
-                    if isinstance(self._results[head], BaseException):
-                        break
-                    group.append(self._results.pop(head))
-                    head += 1
-            for done in group[1:]:
-                self._tally(done)
-            yield group
+    def _send(
+        self, pairs: Iterator[tuple[object, SamplingParams]]
+    ) -> Iterator[Future[RemoteCompletion]]:
+        """Queue each item for the workers; its future holds its completion."""
+        for index, (item, sampling) in enumerate(pairs):
+            future: Future[RemoteCompletion] = Future()
+            self._todo.put((future, index, item, sampling))
+            yield future
 
     def _tally(self, done: RemoteCompletion) -> None:
         with self._lock:

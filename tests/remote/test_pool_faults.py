@@ -66,6 +66,22 @@ def test_every_item_once_in_input_order_across_servers_of_uneven_speed():
     assert stats.generated_tokens == 80 and stats.prompt_tokens == sum(map(len, prompts))
 
 
+def test_a_page_is_given_as_soon_as_its_first_item_is_done_not_held_for_a_slower_next():
+    """A page is the run of completions done after the last one given: item 1 answers only
+    once the caller holds item 0 (a pager that filled whole pages would wait 10 s first)."""
+    fakes = FakeServers(1, total_slots=4)
+    item_0_given = threading.Event()
+    fakes.servers[0].hook = lambda p: (p == "item 1" and item_0_given.wait(10.0)) and None
+    groups = []
+    with _generator(fakes, page_size=3) as gen:
+        for group in gen.iter_groups(_prompts(6)):
+            groups.append([c.index for c in group])
+            item_0_given.set()
+    assert groups[0] == [0]
+    assert [i for g in groups for i in g] == list(range(6))
+    assert all(1 <= len(g) <= 3 for g in groups)
+
+
 def test_a_server_gets_as_many_requests_in_flight_as_its_props_total_slots():
     fakes = FakeServers(1, total_slots=3)
     barrier = threading.Barrier(3, timeout=10)
