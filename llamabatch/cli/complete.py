@@ -41,9 +41,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from .._util.busy import BUSY_MIN_S, busy_cpu_warning, load_average
 from ..completion import Completion
@@ -52,8 +52,6 @@ from ..errors import LlamaBatchError
 from ..items import item_fields, with_fields
 from ..model import DEFAULT_MODEL
 from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
-from ..ray import cli as ray_cli
-from ..remote import cli as remote_cli
 from . import options
 from .common import (
     EXIT_FAILURE,
@@ -83,6 +81,17 @@ from .job.openai import CHAT_URL, COMPLETIONS_URL, custom_id_of, error_response,
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.resume import check_resume, write_fingerprint
+from .job.runners import (
+    JobRunner,
+    add_runner_options,
+    check_ray,
+    open_local,
+    open_pool,
+    open_ray_job,
+    pool_note,
+    ray_rows,
+    server_urls,
+)
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path, token_text_of_file
 
@@ -218,8 +227,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quiet",
         help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
     )
-    for cli in (remote_cli, ray_cli):
-        options.add_group(p, cli.GROUP, cli.OPTIONS)
+    add_runner_options(p)
     p.set_defaults(func=run)
 
 
@@ -455,7 +463,7 @@ class _Job:
         return error_record(bad)
 
     def records(
-        self, items: list[LineItem], positions: list[int], group: list[Completion]
+        self, items: list[LineItem], positions: list[int], group: Sequence[Completion]
     ) -> Iterator[dict[str, Any]]:
         """The records of one group, after the bad lines that come before it."""
         for completion in group:
@@ -539,12 +547,12 @@ class _Job:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    urls = remote_cli.server_urls(args)
+    urls = server_urls(args)
     try:
         config = config_of(args, paged=bool(urls) or args.ray is not None)
     except ValueError as exc:
         raise usage_error(exc, args) from None
-    ray_cli.check(args, urls)
+    check_ray(args, urls)
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
     if args.allow_changed_options and not args.resume:
@@ -584,17 +592,17 @@ def _run(args: argparse.Namespace) -> int:
         if not any(isinstance(e, LineItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
-            gen = remote_cli.open_generator(args, urls, config)
-            return _generate(job, gen, job_items, remote_cli.pool_note, interrupts)
+            pool = open_pool(args, urls, config)
+            return _generate(job, pool, job_items, lambda: pool_note(pool), interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
         job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
-            gen = ray_cli.open_job(args, path, config)
+            ray_job = open_ray_job(args, path, config)
             with contextlib.ExitStack() as vocab:
                 if args.output_format == "openai" and any(s.logprobs for s in samplings):
                     # the actors send token ids; their text is the model file's vocabulary's
                     job.text_of = vocab.enter_context(token_text_of_file(path))
-                return _generate(job, gen, ray_cli.item_rows, lambda g: g.note(), interrupts)
+                return _generate(job, ray_job, ray_rows, ray_job.note, interrupts)
         with loaded_llama(
             path,
             n_ctx=job.n_ctx,
@@ -606,11 +614,11 @@ def _run(args: argparse.Namespace) -> int:
             job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = _local_generator(llm, config, args)
+            gen = open_local(llm, config, args)
             if gen.slots_choice is not None:
                 note(args, gen.slots_choice.reason)
             job.text_of = token_text(llm, gen.backend.vocab)  # the logprobs' token texts (openai)
-            summary = lambda g: batching_note(g.config.slots, g.stats)  # noqa: E731
+            summary = lambda: batching_note(cast(int, gen.config.slots), gen.stats)  # noqa: E731
             return _generate(job, gen, job_items, summary, interrupts)
 
 
@@ -631,7 +639,7 @@ def reply_options(args: argparse.Namespace, config: BatchConfig) -> dict[str, An
         "system": args.system,
         "template": args.template,
         "raw": args.raw,
-        "server": sorted(remote_cli.server_urls(args)),
+        "server": sorted(server_urls(args)),
     }
 
 
@@ -718,32 +726,27 @@ def _finish_without_model(job: _Job, interrupts: Interrupts, entries: list[Line]
     return EXIT_OK
 
 
-def _local_generator(llm: Any, config: BatchConfig, args: argparse.Namespace) -> Any:
-    from .. import BatchGenerator
-
-    try:
-        return BatchGenerator.from_config(config, llm)
-    except ValueError as exc:  # e.g. more slots than llama.cpp allows
-        raise usage_error(exc, args) from None
+_Item = TypeVar("_Item")
 
 
 def _generate(
     job: _Job,
-    gen: Any,
-    items_of: Callable[[list[LineItem]], Iterable[object]],
-    summary_of: Callable[[Any], str],
+    runner: JobRunner[_Item],
+    items_of: Callable[[list[LineItem]], Iterable[_Item]],
+    summary: Callable[[], str],
     interrupts: Interrupts,
 ) -> int:
-    """Write the records of ``gen.iter_groups(items_of(items))`` page by page (the
-    generator's sampling is the flags', each item mapping carries its line's fields)."""
+    """Write the records of ``runner.iter_groups(items_of(items))`` page by page (the
+    runner's sampling is the flags', each item carries its line's fields) and close the
+    runner; ``summary()`` ends the summary line."""
     t_gen = time.perf_counter()
     items = [e for e in job.todo if isinstance(e, LineItem)]
     positions = [k for k, e in enumerate(job.todo) if isinstance(e, LineItem)]
     with interrupts.held():  # a signal inside tqdm's constructor would leave half a bar
         bar = progress_bar(len(job.todo), job.args.quiet)
     try:
-        with gen:
-            for group in gen.iter_groups(items_of(items)):
+        with contextlib.closing(runner):
+            for group in runner.iter_groups(items_of(items)):
                 with interrupts.held():
                     job.write(job.records(items, positions, group))
                 bar.set_postfix(alone=job.tally.alone_share, refresh=False)
@@ -763,5 +766,5 @@ def _generate(
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_FAILURE
     bar.close()
-    job.summary(time.perf_counter() - t_gen, summary_of(gen))
+    job.summary(time.perf_counter() - t_gen, summary())
     return EXIT_OK

@@ -9,53 +9,16 @@ and numpy, imports every module and finds no native-facing module loaded.
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from import_reader import imported_names, modules_of
 
 import llamabatch.engine
 
 FORBIDDEN = ("llama_cpp", "numpy", "llamabatch._ffi", "llamabatch.llamacpp")
 ENGINE_DIR = Path(llamabatch.engine.__file__).parent
-
-
-def _modules() -> list[tuple[str, Path]]:
-    """Every module of the package, subpackages included (an ``__init__`` is named as
-    its package's ``__init__`` module, so relative imports resolve from the package)."""
-    found = []
-    for path in sorted(ENGINE_DIR.rglob("*.py")):
-        parts = ("llamabatch", "engine", *path.relative_to(ENGINE_DIR).with_suffix("").parts)
-        found.append((".".join(parts), path))
-    return found
-
-
-def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
-    """The absolute names ``node`` (in ``module``) imports: ``from .. import _ffi`` in
-    ``llamabatch.engine.x`` names ``llamabatch._ffi``."""
-    if node.level == 0:
-        base = node.module or ""
-    else:
-        parts = module.split(".")[: -node.level]  # a module: its package is parts[:-1]
-        base = ".".join(parts + ([node.module] if node.module else []))
-    return [base] + [f"{base}.{alias.name}" for alias in node.names]
-
-
-def imported_names(module: str, source: str) -> list[str]:
-    """Every module name the source of ``module`` may import, wherever the statement is."""
-    names: list[str] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            names += _resolve(module, node)
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            arg = node.args[0]
-            if called in ("import_module", "__import__") and isinstance(arg, ast.Constant):
-                names.append(str(arg.value))
-    return names
 
 
 def _forbidden(name: str) -> bool:
@@ -83,7 +46,7 @@ def test_the_static_check_sees_every_kind_of_import() -> None:
 
 
 def test_no_engine_module_imports_a_native_facing_module() -> None:
-    modules = _modules()
+    modules = modules_of(ENGINE_DIR, "llamabatch.engine")
     assert {m.rsplit(".", 1)[-1] for m, _ in modules} >= {
         "scheduler",
         "slot_engine",
