@@ -1,6 +1,5 @@
-"""The ordered pager: results of items started ahead and finished in any order, given back
-in input order a page at a time, with a bounded window of items in flight. The local
-engine's runs beside submitted items and the pool of servers page this way."""
+"""The ordered pager: items started ahead, finished in any order, given back in input order
+a page at a time (the local engine beside submitted items, the pool of servers)."""
 
 from __future__ import annotations
 
@@ -22,24 +21,13 @@ def ordered_pages(
 ) -> Iterator[list[_R]]:
     """The results of ``started``'s futures, in its order, a page at a time.
 
-    Args:
-        started: starts one item per ``next()`` and gives its future; read only while
-            fewer than ``window`` futures wait to be given back.
-        window: most futures started and not given back yet, >= 1; a callable is called
-            before each refill (a window that grows as servers come up).
-        page_size: most results per page, >= 1.
-        whole: ``True``: pages of ``page_size`` results (the last one maybe shorter), each
-            yielded once all of it is done. ``False``: a page is the oldest result and
-            those done right after it, yielded as soon as the oldest is done.
-        result: waits for one future and gives its result (default ``Future.result``).
-
-    Yields:
-        lists of results; together every future's result once, in ``started``'s order.
-
-    Raises:
-        what ``result`` raises for the oldest future (its exception), after the pages
-        before it. The futures not given back when the iterator ends (closed early or
-        raising) are cancelled: one still waiting never runs.
+    ``started`` starts one item per ``next()`` and gives its future; it is read while fewer
+    than ``window`` (>= 1; a callable is read before each refill) are not given back.
+    ``whole``: pages of ``page_size`` results (the last one maybe shorter), each yielded
+    once all of it is done; else a page is the oldest result and those done right after it
+    (at most ``page_size``), yielded as soon as the oldest is done. ``result`` waits for
+    one future and gives its result, or raises its exception (after the pages before it).
+    Futures not given back when the iterator ends are cancelled: a waiting one never runs.
     """
     pending: deque[Future[_R]] = deque()
     page: list[_R] = []

@@ -66,6 +66,7 @@ from .common import (
     warner,
 )
 from .errors import OutputWriteError
+from .job import runners
 from .job.input import (
     FORMATS,
     Line,
@@ -81,17 +82,6 @@ from .job.openai import CHAT_URL, COMPLETIONS_URL, custom_id_of, error_response,
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.resume import check_resume, write_fingerprint
-from .job.runners import (
-    JobRunner,
-    add_runner_options,
-    check_ray,
-    open_local,
-    open_pool,
-    open_ray_job,
-    pool_note,
-    ray_rows,
-    server_urls,
-)
 from .job.signals import Interrupts
 from .llm import loaded_llama, model_path, token_text_of_file
 
@@ -227,7 +217,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--quiet",
         help="no progress bar, summary or notes on stderr; warnings and errors only (default: off)",
     )
-    add_runner_options(p)
+    runners.add_options(p)
     p.set_defaults(func=run)
 
 
@@ -547,12 +537,12 @@ class _Job:
 
 def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    urls = server_urls(args)
+    urls = runners.server_urls(args)
     try:
         config = config_of(args, paged=bool(urls) or args.ray is not None)
     except ValueError as exc:
         raise usage_error(exc, args) from None
-    check_ray(args, urls)
+    runners.check_ray(args, urls)
     if args.keep_other_ids and not args.resume:
         raise UsageError("--keep-other-ids needs --resume")
     if args.allow_changed_options and not args.resume:
@@ -592,17 +582,17 @@ def _run(args: argparse.Namespace) -> int:
         if not any(isinstance(e, LineItem) for e in todo):
             return _finish_without_model(job, interrupts, entries)
         if urls:  # a pool of servers instead of a local model
-            pool = open_pool(args, urls, config)
-            return _generate(job, pool, job_items, lambda: pool_note(pool), interrupts)
+            pool = runners.open_pool(args, urls, config)
+            return _generate(job, pool, job_items, lambda: runners.pool_note(pool), interrupts)
         path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
         job.model, job.n_ctx = path.name, cast(int, config.n_ctx_seq)
         if args.ray is not None:  # Ray Data: the actors load the model and its template
-            ray_job = open_ray_job(args, path, config)
+            ray_job = runners.open_ray_job(args, path, config)
             with contextlib.ExitStack() as vocab:
                 if args.output_format == "openai" and any(s.logprobs for s in samplings):
                     # the actors send token ids; their text is the model file's vocabulary's
                     job.text_of = vocab.enter_context(token_text_of_file(path))
-                return _generate(job, ray_job, ray_rows, ray_job.note, interrupts)
+                return _generate(job, ray_job, runners.ray_rows, ray_job.note, interrupts)
         with loaded_llama(
             path,
             n_ctx=job.n_ctx,
@@ -614,7 +604,7 @@ def _run(args: argparse.Namespace) -> int:
             job.n_ctx = int(llm.n_ctx())  # llama.cpp may pad it
             job.todo = with_chat_prompts(llm, todo, args.prompts, skip_bad=args.skip_bad)
             interrupts.check()
-            gen = open_local(llm, config, args)
+            gen = runners.open_local(llm, config, args)
             if gen.slots_choice is not None:
                 note(args, gen.slots_choice.reason)
             job.text_of = token_text(llm, gen.backend.vocab)  # the logprobs' token texts (openai)
@@ -639,7 +629,7 @@ def reply_options(args: argparse.Namespace, config: BatchConfig) -> dict[str, An
         "system": args.system,
         "template": args.template,
         "raw": args.raw,
-        "server": sorted(server_urls(args)),
+        "server": sorted(runners.server_urls(args)),
     }
 
 
@@ -731,7 +721,7 @@ _Item = TypeVar("_Item")
 
 def _generate(
     job: _Job,
-    runner: JobRunner[_Item],
+    runner: runners.JobRunner[_Item],
     items_of: Callable[[list[LineItem]], Iterable[_Item]],
     summary: Callable[[], str],
     interrupts: Interrupts,

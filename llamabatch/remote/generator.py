@@ -7,6 +7,7 @@ so a signal reaches it at once and no event loop is needed.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import random
 import threading
@@ -162,16 +163,8 @@ class RemoteGenerator(Closing):
     def stats(self) -> RemoteStats:
         """Counters so far (a snapshot)."""
         with self._lock:
-            s = self._stats
-            return RemoteStats(
-                s.items,
-                s.items_failed,
-                s.requests,
-                s.retries,
-                s.prompt_tokens,
-                s.generated_tokens,
-                {k: dict(v) for k, v in s.servers.items()},
-            )
+            servers = {url: dict(counts) for url, counts in self._stats.servers.items()}
+            return dataclasses.replace(self._stats, servers=servers)
 
     @property
     def servers(self) -> list[Server]:

@@ -1,10 +1,6 @@
-"""Where a ``llamabatch complete`` job runs, and the contract the command writes it from
-(:class:`JobRunner`): the local engine (:class:`~llamabatch.BatchGenerator` on the loaded
-model), a pool of OpenAI-compatible servers (``--server``:
-:class:`~llamabatch.remote.RemoteGenerator`) or Ray Data (``--ray``:
-:class:`~llamabatch.ray.RayJob`); each runner's options and construction. The pool's and
-Ray's modules are imported only when their flag is given, so the command works without
-httpx or Ray installed."""
+"""Where a ``llamabatch complete`` job runs (:class:`JobRunner`): the local engine, a pool of
+servers (``--server``) or Ray Data (``--ray``); their options and construction. The pool's
+and Ray's modules are imported only when asked (the command works without httpx or Ray)."""
 
 from __future__ import annotations
 
@@ -16,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from ...completion import Completion
 from ...errors import RayJobError
+from ...generator import BatchGenerator
 from ...params import BatchConfig
 from .. import options
 from ..common import usage_error
@@ -23,7 +20,6 @@ from ..errors import UsageError
 from .input import LineItem
 
 if TYPE_CHECKING:
-    from ...generator import BatchGenerator
     from ...ray.job import RayJob
     from ...remote.generator import RemoteGenerator
 
@@ -34,39 +30,25 @@ API_KEY_ENV = "LLAMABATCH_API_KEY"
 
 
 class JobRunner(Protocol[_Item]):
-    """What a job runs on: its items in, pages of their completions out in input order,
-    every item's once; the command writes (and fsyncs) each page before it asks for the
-    next, so a job cut off anywhere loses only items not yet given back.
+    """What a job runs on: items in, pages of their completions out in input order (each
+    page written before the next is asked for); ``close()`` frees it, callable many times.
     :class:`~llamabatch.BatchGenerator` and :class:`~llamabatch.remote.RemoteGenerator`
-    take prompts, messages or item mappings (:func:`.input.job_items`),
-    :class:`~llamabatch.ray.RayJob` dataset rows (:func:`ray_rows`)."""
+    take :func:`.input.job_items`, :class:`~llamabatch.ray.RayJob` :func:`ray_rows`."""
 
-    def iter_groups(self, items: Iterable[_Item], /) -> Iterator[Sequence[Completion]]:
-        """The completions of ``items``, a page at a time, in input order."""
-        ...
+    def iter_groups(self, items: Iterable[_Item], /) -> Iterator[Sequence[Completion]]: ...
 
-    def close(self) -> None:
-        """Free what the runner holds (a context, connections, a cluster); callable many
-        times."""
-        ...
+    def close(self) -> None: ...
 
 
-# -- the local engine ---------------------------------------------------------------------
 def open_local(llm: Any, config: BatchConfig, args: argparse.Namespace) -> BatchGenerator:
-    """A :class:`~llamabatch.BatchGenerator` of ``config`` on the loaded ``llm``.
-
-    Raises:
-        UsageError: a value llama.cpp refuses, e.g. more slots than it allows (by flag).
-    """
-    from ...generator import BatchGenerator
-
+    """A :class:`~llamabatch.BatchGenerator` of ``config`` on ``llm``; UsageError for a
+    value llama.cpp refuses (e.g. more slots than it allows), named by its flag."""
     try:
         return BatchGenerator.from_config(config, llm)
     except ValueError as exc:
         raise usage_error(exc, args) from None
 
 
-# -- a pool of servers --------------------------------------------------------------------
 _POOL_GROUP = (
     "pool of servers",
     "complete on OpenAI-compatible servers (llama-server, llama-cpp-python's server, vLLM) "
@@ -99,12 +81,8 @@ _POOL_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
-    """The URLs of ``--server`` and ``--servers-file`` (empty: no pool).
-
-    Raises:
-        UsageError: the file cannot be read or holds no URL; ``--concurrency`` without a
-            server.
-    """
+    """The URLs of ``--server`` and ``--servers-file`` (empty: no pool); UsageError for
+    a file that cannot be read or holds none, or ``--concurrency`` without a server."""
     urls = list(getattr(args, "server", None) or [])
     path = getattr(args, "servers_file", None)
     if path is not None:
@@ -123,11 +101,8 @@ def server_urls(args: argparse.Namespace) -> list[str]:
 
 def open_pool(args: argparse.Namespace, urls: list[str], config: BatchConfig) -> RemoteGenerator:
     """A :class:`~llamabatch.remote.RemoteGenerator` on ``urls`` with ``config``'s
-    ``max_tokens`` and ``sampling`` and ``--page-size``.
-
-    Raises:
-        UsageError: httpx is missing, a bad URL or option (named).
-    """
+    ``max_tokens`` and ``sampling`` and ``--page-size``; UsageError without httpx, or for
+    a bad URL or option (named)."""
     try:
         from ...remote.generator import RemoteGenerator
     except ModuleNotFoundError as exc:
@@ -158,7 +133,6 @@ def pool_note(gen: RemoteGenerator) -> str:
     return note + (f"; down at the end: {', '.join(down)}" if down else "")
 
 
-# -- Ray Data -----------------------------------------------------------------------------
 _RAY_GROUP = (
     "Ray Data",
     "complete on a Ray cluster: one model per actor (the model file must be at the same "
@@ -187,12 +161,8 @@ _RAY_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 def check_ray(args: argparse.Namespace, urls: list[str]) -> None:
-    """Refuse ``--actors`` or ``--gpus-per-actor`` without ``--ray``, ``--ray`` with a
-    pool of servers, and a value of theirs out of range.
-
-    Raises:
-        UsageError: what is wrong.
-    """
+    """Raise UsageError for ``--actors`` or ``--gpus-per-actor`` without ``--ray`` or out
+    of range, and for ``--ray`` with a pool of servers."""
     if args.ray is None:
         for flag, value in (("--actors", args.actors), ("--gpus-per-actor", args.gpus_per_actor)):
             if value is not None:
@@ -209,12 +179,8 @@ def check_ray(args: argparse.Namespace, urls: list[str]) -> None:
 
 
 def open_ray_job(args: argparse.Namespace, model_path: Path, config: BatchConfig) -> RayJob:
-    """A :class:`~llamabatch.ray.RayJob` for the command's options and ``config`` (the
-    model's context: ``n_ctx_seq``).
-
-    Raises:
-        UsageError: Ray is missing or the cluster is unreachable.
-    """
+    """A :class:`~llamabatch.ray.RayJob` for the options and ``config`` (the model's
+    context: ``n_ctx_seq``); UsageError without Ray or when the cluster is unreachable."""
     try:
         from ...ray.job import RayJob
         from ...ray.processors import ProcessorConfig
@@ -245,7 +211,7 @@ def ray_rows(items: list[LineItem]) -> Iterator[dict[str, Any]]:
         yield job_row(position, prompt, item.messages, item.fields)
 
 
-def add_runner_options(parser: argparse.ArgumentParser) -> None:
+def add_options(parser: argparse.ArgumentParser) -> None:
     """Add the option groups of the pool of servers and of Ray to ``parser``."""
     for group, flags in ((_POOL_GROUP, _POOL_OPTIONS), (_RAY_GROUP, _RAY_OPTIONS)):
         options.add_group(parser, group, flags)
