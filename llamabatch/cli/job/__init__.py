@@ -1,1 +1,1 @@
-"""The parts of a ``llamabatch complete`` job: input, output, report, signals, resume."""
+"""The parts of a ``llamabatch complete`` job: input, output, report, signals, resume, runners."""
