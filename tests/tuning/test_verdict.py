@@ -159,9 +159,19 @@ def test_wall_far_above_cpu_on_a_cpu_device_is_told():
 # `llamabatch tune examples/tag_prompts.jsonl` on a 2-core CPU machine: two busy loops
 # switched on and off every 3 s, then nothing else running (s and CPU s per pass, 6 items)
 BURSTY = {1: [4.25, 1.42, 3.25], 2: [2.13, 2.64, 1.5], 4: [2.82, 1.56, 4.28], 8: [1.35, 4.22, 1.31]}
-BURSTY_CPU = {1: [5.17, 2.65, 3.69], 2: [3.05, 3.55, 2.92], 4: [3.67, 3.01, 5.47], 8: [2.62, 5.35, 2.54]}
+BURSTY_CPU = {
+    1: [5.17, 2.65, 3.69],
+    2: [3.05, 3.55, 2.92],
+    4: [3.67, 3.01, 5.47],
+    8: [2.62, 5.35, 2.54],
+}
 QUIET = {1: [1.29, 1.19, 1.15], 2: [1.47, 1.35, 1.35], 4: [1.64, 1.28, 1.17], 8: [1.68, 1.28, 1.2]}
-QUIET_CPU = {1: [2.41, 2.21, 2.08], 2: [2.85, 2.63, 2.63], 4: [3.18, 2.48, 2.3], 8: [3.27, 2.49, 2.31]}
+QUIET_CPU = {
+    1: [2.41, 2.21, 2.08],
+    2: [2.85, 2.63, 2.63],
+    4: [3.18, 2.48, 2.3],
+    8: [3.27, 2.49, 2.31],
+}
 
 
 def _judge_cpu(seconds, cpu, **kwargs):
