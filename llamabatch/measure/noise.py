@@ -19,6 +19,11 @@ from .stats import paired
 #: its best round was starved in some of them (the same work, so the same CPU share on a
 #: quiet machine).
 STARVED_SHARE = 0.5
+#: On a CPU device every pass of a quiet run gets about the same CPU seconds per wall
+#: second (each decoding thread keeps a core busy): a pass under this share of the run's
+#: best got the cores only part of the time (a quiet 2-core run here: 0.92 to 1; two busy
+#: loops switched on and off every 3 s: 0.53 to 0.6).
+UNEVEN_SHARE = 0.75
 #: Passes shorter than this (seconds) are left out of the CPU share: too short to tell.
 MIN_PASS_S = 0.5
 #: Paired ratios of one setting further apart than this factor (largest over smallest)
@@ -49,7 +54,9 @@ class Noise:
     Attributes:
         n_cores: the machine's cores (``os.cpu_count``), ``None`` when unknown.
         load_max: the highest 1-minute load average after any pass, ``None`` when unknown.
-        busy: ``load_max`` above 1.5 times ``n_cores`` (other work shared the cores).
+        busy: other work shared the cores: ``load_max`` above 1.5 times ``n_cores``, or
+            (on a CPU device) some pass got under :data:`UNEVEN_SHARE` of the CPU seconds
+            per wall second of the run's best pass.
         settings: per setting name, its :class:`SettingNoise`.
         warnings: what to tell the user, one line each (empty on a quiet run).
     """
@@ -111,6 +118,15 @@ def noise_of(
     if busy is not None:
         warnings.append(busy + "; the timings above are not this machine's own")
     every = [c for name in names for c in _cpu_per_wall(rounds, name) if c is not None]
+    uneven = bool(cpu_threads) and len(every) >= 2 and min(every) < UNEVEN_SHARE * max(every)
+    if uneven and busy is None:
+        warnings.append(
+            f"the CPU was busy in part of the measurement: its passes got {min(every):.2f} to "
+            f"{max(every):.2f} CPU seconds per wall second (on a quiet machine every pass "
+            "gets about the same): other work took the cores in some passes; run it when the "
+            "other work is done, or on a machine of its own; the timings above are not this "
+            "machine's own"
+        )
     if cpu_threads and every and statistics.median(every) < STARVED_SHARE * cpu_threads:
         warnings.append(
             f"this process got {statistics.median(every):.2f} CPU seconds per wall second "
@@ -140,7 +156,8 @@ def noise_of(
                         f"{max(ratio):.2f}: the rounds disagree"
                     )
         settings[name] = SettingNoise(shares, spread)
-    return Noise(n_cores, load_max, is_busy(load_max, n_cores), settings, tuple(warnings))
+    busy_now = is_busy(load_max, n_cores) or uneven
+    return Noise(n_cores, load_max, busy_now, settings, tuple(warnings))
 
 
 __all__ = ["Noise", "SettingNoise", "noise_of"]

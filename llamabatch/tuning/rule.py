@@ -110,6 +110,7 @@ def recommend(
     complete_args: Sequence[str] = ("PROMPTS",),
     items_per_round: int | None = None,
     busy: bool = False,
+    fresh_rounds_left: int | None = None,
 ) -> Recommendation:
     """Apply the rule (module doc) to the engine's ``settings`` (one at a time excluded).
 
@@ -117,6 +118,8 @@ def recommend(
     the command (the prompts file and the sampling options of the run).
     ``items_per_round``: the items each round held (``None``: every setting fits).
     ``busy``: other work shared the CPU (the advice of "cannot tell" names it first).
+    ``fresh_rounds_left``: the rounds of unused prompts the input still holds (``None``:
+    unknown); at 0, "cannot tell" asks for more prompts, not more rounds or items.
     """
     threshold = 1.0 - min_gain_pct / 100.0
 
@@ -179,7 +182,12 @@ def recommend(
         advice = []
         if busy:
             advice.append("run it on a quieter machine (other work shared the CPU)")
-        if unclear:
+        if unclear and fresh_rounds_left == 0:
+            advice.append(
+                "give it more prompts (these are used up: each round takes fresh ones), "
+                "then more rounds (--rounds, --budget)"
+            )
+        elif unclear:
             advice.append("run more rounds (--rounds, --budget) or more items per round (--items)")
         else:
             advice.append("give more items per round (--items) or fewer slots (--slots)")

@@ -254,6 +254,7 @@ def tune(
             complete_args=complete_args,
             items_per_round=per_round,
             busy=noise.busy,
+            fresh_rounds_left=max(0, (n - 1 - len(done) * per_round) // per_round),
         )
         return report_of, floor, noise, rec
 

@@ -154,3 +154,55 @@ def test_wall_far_above_cpu_on_a_cpu_device_is_told():
     assert noise_of(records, names, ONE_AT_A_TIME, n_cores=2, threads=1).warnings == ()
     quiet = recorded(seconds, cpu={1: [5.8, 5.9, 5.7], 2: [4.6, 4.7, 4.5]})
     assert noise_of(quiet, names, ONE_AT_A_TIME, n_cores=2, cpu_threads=1).warnings == ()
+
+
+# `llamabatch tune examples/tag_prompts.jsonl` on a 2-core CPU machine: two busy loops
+# switched on and off every 3 s, then nothing else running (s and CPU s per pass, 6 items)
+BURSTY = {1: [4.25, 1.42, 3.25], 2: [2.13, 2.64, 1.5], 4: [2.82, 1.56, 4.28], 8: [1.35, 4.22, 1.31]}
+BURSTY_CPU = {
+    1: [5.17, 2.65, 3.69],
+    2: [3.05, 3.55, 2.92],
+    4: [3.67, 3.01, 5.47],
+    8: [2.62, 5.35, 2.54],
+}
+QUIET = {1: [1.29, 1.19, 1.15], 2: [1.47, 1.35, 1.35], 4: [1.64, 1.28, 1.17], 8: [1.68, 1.28, 1.2]}
+QUIET_CPU = {
+    1: [2.41, 2.21, 2.08],
+    2: [2.85, 2.63, 2.63],
+    4: [3.18, 2.48, 2.3],
+    8: [3.27, 2.49, 2.31],
+}
+
+
+def _judge_cpu(seconds, cpu, **kwargs):
+    records = recorded(seconds, cpu=cpu, loads=[2.1, 2.1, 2.1])  # under 1.5 x 2 cores
+    settings = [
+        summarize(setting_name(k), k, records, n_prompts=20, has_labels=True) for k in (2, 4, 8)
+    ]
+    names = [ONE_AT_A_TIME, *(s.setting for s in settings)]
+    noise = noise_of(records, names, ONE_AT_A_TIME, n_cores=2, cpu_threads=2)
+    rec = recommend(
+        settings,
+        floor_of(records, True, (0, 1)),
+        items_per_round=6,
+        busy=noise.busy,
+        **kwargs,
+    )
+    return rec, noise
+
+
+def test_a_bursty_load_is_told_from_the_passes_cpu_share_when_the_load_average_misses_it():
+    rec, noise = _judge_cpu(BURSTY, BURSTY_CPU, fresh_rounds_left=0)
+    assert noise.busy and noise.load_max == 2.1  # the 1-minute mean missed the bursts
+    (uneven,) = [w for w in noise.warnings if w.startswith("the CPU was busy in part")]
+    assert "its passes got 1.14 to 1.95 CPU seconds per wall second" in uneven
+    assert rec.verdict == "cannot_tell" and rec.slots == 1
+    assert rec.advice.startswith("run it on a quieter machine")
+    assert "give it more prompts (these are used up" in rec.advice
+    assert "--items" not in rec.advice
+
+
+def test_the_quiet_runs_passes_are_not_flagged():
+    rec, noise = _judge_cpu(QUIET, QUIET_CPU)
+    assert not noise.busy and noise.warnings == ()
+    assert rec.verdict != "use"  # the quiet run: no setting 15 % faster
