@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "error"]
-Path = Literal["batch", "alone", "remote"]
+CompletionPath = Literal["batch", "alone", "remote"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +81,7 @@ class Completion:
     finish_reason: FinishReason
     error: str | None
     n_prompt_tokens: int
-    path: Path
+    path: CompletionPath
     logprobs: tuple[tuple[tuple[int, float], ...], ...] | None = None
     choice_logprobs: dict[str, float] | None = None
     choice_probs: dict[str, float] | None = None
