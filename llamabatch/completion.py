@@ -243,7 +243,6 @@ class StepSplit:
     sampling: float = 0.0
     other: float = 0.0
     backend_sampled_rows: int = 0
-    device_check: str | None = None
 
     @property
     def seconds(self) -> float:
