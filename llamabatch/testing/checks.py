@@ -1,6 +1,6 @@
 """Runs of a generator on a :class:`FakeBackend` and the checks of their results and log (for
 the property tests, :mod:`.machine` and programs checking their own configurations).
-hypothesis is imported by :func:`run` and :func:`check_item` when called."""
+hypothesis is imported by :func:`run_case` and :func:`check_item` when called."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class Case:
 
 @dataclass(slots=True)
 class CaseRun:
-    """What :func:`run` of a :class:`Case` gave: its pages, warnings logged, the generator."""
+    """What :func:`run_case` of a :class:`Case` gave: its pages, warnings logged, the generator."""
 
     pages: list[list[Completion]]
     n_warnings: int
@@ -82,7 +82,7 @@ def counting_warnings() -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
 
 
-def run(
+def run_case(
     case: Case,
     prompts: list | None = None,
     stop_after: int | None = None,
