@@ -11,11 +11,13 @@ loads no native library.
 """
 
 from .chat import ChatTemplate
-from .completion import Completion, KvEstimate, Sample, Stats
+from .completion import Completion, Sample
 from .errors import LlamaBatchError
 from .generator import BatchGenerator, create_chat_completions, create_completions
+from .kv_estimate import KvEstimate
 from .locks import llm_lock
 from .params import BatchConfig, SamplingParams
+from .stats import Stats
 from .tuning import TuneReport, tune
 
 __all__ = [

@@ -24,7 +24,7 @@ from .completion import Completion
 from .engine.backend import Backend, Vocab
 from .params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response
-from .sampling_map import CHAT_OFF, chat_logprobs, from_completion_kwargs, refused_arguments
+from .sampling_map import CHAT_OFF, chat_request_logprobs, from_completion_kwargs, refused_arguments
 
 #: The chat format ``Llama`` uses for the GGUF's own template.
 _GGUF_TEMPLATE = "chat_template.default"
@@ -45,7 +45,9 @@ def _sampling(kwargs: Mapping[str, Any], *, chat: bool) -> tuple[SamplingParams,
                 "leave it None (tools: or an empty list)"
             )
         response_format = kw.pop("response_format", None)
-        kw["logprobs"] = chat_logprobs(kw.pop("logprobs", None), kw.pop("top_logprobs", None))
+        kw["logprobs"] = chat_request_logprobs(
+            kw.pop("logprobs", None), kw.pop("top_logprobs", None)
+        )
         kw.setdefault("temperature", 0.2)
     else:
         kw.setdefault("max_tokens", 16)

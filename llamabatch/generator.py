@@ -23,7 +23,7 @@ from ._util import busy
 from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from ._util.pager import ordered_pages
-from .completion import Completion, KvEstimate, Stats
+from .completion import Completion
 from .create import chat_call, completion_call
 from .engine.auto_slots import SlotsChoice, choose_slots
 from .engine.backend import Backend, BatchLimits
@@ -31,6 +31,7 @@ from .engine.request import Request, prepare
 from .engine.scheduler import Scheduler
 from .errors import GeneratorBusy, GeneratorClosed, LlamaBatchError, ParameterError
 from .items import per_item_sampling, resolve_item
+from .kv_estimate import KvEstimate
 from .online import SubmitQueue, check_process
 from .params import (
     AUTO_SLOTS,
@@ -39,6 +40,7 @@ from .params import (
     BatchConfig,
     SamplingParams,
 )
+from .stats import Stats
 
 if TYPE_CHECKING:
     from .chat import ChatTemplate
@@ -255,8 +257,8 @@ class BatchGenerator(Closing):
             slots, n_ctx_seq: as for the generator (n_ctx_seq padded up to 256).
 
         Returns:
-            a :class:`~llamabatch.KvEstimate`; the formula and its
-            source (llama.cpp's ``llama_kv_cache`` constructor) are in that module.
+            a :class:`~llamabatch.KvEstimate`; the formula and its source (llama.cpp's
+            ``llama_kv_cache`` constructor) are in :mod:`llamabatch.llamacpp.kv_size`.
 
         Raises:
             ValueError: a size < 1 or a path llama.cpp cannot open.

@@ -44,7 +44,7 @@ def text_logprobs(reply: Completion | Sample, text_of: TokenText, offset: int) -
     }
 
 
-def chat_logprobs(layout: dict | None) -> dict | None:
+def text_to_chat_logprobs(layout: dict | None) -> dict | None:
     """``create_chat_completion``'s layout of :func:`text_logprobs`' (the binding's
     conversion: ``content`` entries of token, logprob, ``top_logprobs``)."""
     if layout is None:
@@ -84,7 +84,7 @@ def response(
         choice: dict[str, Any] = {"index": j}
         if chat:
             choice["message"] = {"role": "assistant", "content": r.text}
-            choice["logprobs"] = chat_logprobs(layout)
+            choice["logprobs"] = text_to_chat_logprobs(layout)
         else:
             choice = {"text": r.text, "index": j, "logprobs": layout}
         choice["finish_reason"] = r.finish_reason

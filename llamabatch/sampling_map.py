@@ -162,7 +162,7 @@ def _max_tokens(value: object) -> int | None:
     return number if number > 0 else None
 
 
-def chat_logprobs(logprobs: object, top_logprobs: object) -> Any:
+def chat_request_logprobs(logprobs: object, top_logprobs: object) -> Any:
     """The ``logprobs`` field of a chat's OpenAI ``logprobs`` (true or false) and
     ``top_logprobs`` (N): ``top_logprobs`` when ``logprobs`` is true, else ``None``, as
     llama-cpp-python's chat handler passes them to ``create_completion``; the one rule

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..completion import SPLIT_PARTS
 from ..measure.raw import RAW_COLUMNS, RawRow
 from ..measure.rounds import Round
 from ..measure.summary import SettingReport
+from ..stats import SPLIT_PARTS
 
 SCHEMA = "llamabatch.bench/1"
 

@@ -204,7 +204,7 @@ _RUN: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
 }
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     """The worker's arguments (the parent passes them; see :func:`command`)."""
     p = argparse.ArgumentParser(prog="python -m llamabatch.cli.doctor_steps")
     p.add_argument("step", choices=STEPS)
@@ -230,7 +230,7 @@ def command(step: str, args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one step; print its result line; 0 when it passed, 1 when it failed."""
-    args = parse(sys.argv[1:] if argv is None else argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         result = _RUN[args.step](args)
     except Exception as exc:  # the step's failure is its result, reported by the parent

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from ..completion import Completion, FinishReason, Path, cut_off_choice
+from ..completion import Completion, CompletionPath, FinishReason, cut_off_choice
 from ..errors import BackendError
 from ..params import SamplingParams
 from .step import SeqOutput, Span, Targets, TokenLogprobs
@@ -264,7 +264,7 @@ class Request:
         done again alone)."""
         self.error = None
         self.status = RequestStatus.WAITING
-        self.path: Path = "alone"
+        self.path: CompletionPath = "alone"
         self.reply = self.reply.fresh()
 
     def __repr__(self) -> str:

@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 
-from ..completion import Completion, Stats
+from ..completion import Completion
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
+from ..stats import Stats
 from .backend import Backend, BackendInfo, BatchLimits
 from .device_check import check_device
 from .features import Features

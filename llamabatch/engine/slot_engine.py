@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from time import perf_counter
 
-from ..completion import Stats
 from ..errors import DecodeError, GrammarError, decode_meaning
+from ..stats import Stats
 from .backend import Backend, BackendInfo, BatchLimits
 from .cache import HostCache, Placement, SavedState, Slot, SlotTable, common_prefix, reusable
 from .request import Request, RequestStatus

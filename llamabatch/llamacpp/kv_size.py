@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import _ffi
 from .._ffi.model_facts import KvFacts, kv_facts, kv_facts_of_file, kv_types_of, type_size
-from ..completion import KvEstimate
+from ..kv_estimate import KvEstimate
 
 #: llama.cpp pads n_ctx_seq of a non-unified cache to a multiple of this
 #: (``GGML_PAD(cparams.n_ctx_seq, 256)`` in llama-context.cpp).

@@ -20,13 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..completion import StepSplit
 from ..engine.backend import Backend, BatchLimits, Vocab
 from ..engine.request import Request
 from ..engine.scheduler import Scheduler
 from ..engine.step import Span, StepResult
 from ..errors import BackendError, BatchUnavailable
 from ..params import BatchConfig, SamplingParams
+from ..stats import StepSplit
 from .rounds import Clock, Progress, run_rounds
 
 #: The columns of llama-batched-bench's markdown table, in its order.

@@ -1,6 +1,6 @@
 """Runs of a generator on a :class:`FakeBackend` and the checks of their results and log (for
 the property tests, :mod:`.machine` and programs checking their own configurations).
-hypothesis is imported by :func:`run` and :func:`check_item` when called."""
+hypothesis is imported by :func:`run_case` and :func:`check_item` when called."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ class Case:
 
 
 @dataclass(slots=True)
-class Run:
-    """What a run gave: its pages, warnings logged, the generator."""
+class CaseRun:
+    """What :func:`run_case` of a :class:`Case` gave: its pages, warnings logged, the generator."""
 
     pages: list[list[Completion]]
     n_warnings: int
@@ -82,13 +82,13 @@ def counting_warnings() -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
 
 
-def run(
+def run_case(
     case: Case,
     prompts: list | None = None,
     stop_after: int | None = None,
     gen: BatchGenerator | None = None,
     sampling: Sequence[SamplingParams] | None = None,
-) -> Run:
+) -> CaseRun:
     """Run ``prompts`` (default: the case's) through ``iter_groups``, stopping after
     ``stop_after`` pages (``None``: all); AssertionError when the fake saw a broken rule."""
     from hypothesis import event
@@ -97,7 +97,7 @@ def run(
     items = case.prompts if prompts is None else prompts
     if sampling is None and prompts is None and case.sampling is not None:
         sampling = list(case.sampling)
-    out = Run([], 0, gen)
+    out = CaseRun([], 0, gen)
     with counting_warnings() as records:
         pages = gen.iter_groups(items, sampling)
         try:
@@ -153,7 +153,7 @@ def check_item(case: Case, k: int, prompt: object, c: Completion) -> None:
 
 
 def check_pages(
-    case: Case, result: Run, items: list | None = None, first: int = 0, complete: bool = True
+    case: Case, result: CaseRun, items: list | None = None, first: int = 0, complete: bool = True
 ) -> None:
     """Pages of ``slots`` items in input order, one completion per input item, each the
     reference reply or an error in its place."""
@@ -188,7 +188,7 @@ def check_log(case: Case) -> None:
         assert not fake.eog_ids & set(out[:-1]), "decoded after an EOG"
 
 
-def check_batched(case: Case, result: Run, items: list | None = None) -> None:
+def check_batched(case: Case, result: CaseRun, items: list | None = None) -> None:
     """Every batched completion came from one run of its own prompt in a slot."""
     items = case.prompts if items is None else items
     unused: list[SeqLog] = [

@@ -262,9 +262,9 @@ class FakeBackend:
         return (self._detokenizer or byte_text)(tokens)
 
     # -- the oracle ------------------------------------------------------------------
-    def reply_of(self, prompt: Sequence[int]) -> Tokens:
+    def configured_reply(self, prompt: Sequence[int]) -> Tokens:
         """The configured reply to the token ids ``prompt``, before the stop rule."""
-        return oracle.reply_of(self, prompt)
+        return oracle.configured_reply(self, prompt)
 
     def prompt_tokens(self, prompt: object) -> Tokens:
         """The token ids the scheduler should make of ``prompt`` (str, UTF-8 bytes, ids); ValueError
@@ -538,7 +538,7 @@ class FakeBackend:
             if not span.logits:
                 continue
             if seq.reply is None:
-                seq.reply = self.reply_of(self._seen(seq))
+                seq.reply = self.configured_reply(self._seen(seq))
             if self._is_dead_end(seq.sampling, seq.n_sampled):
                 error = str(self._dead_end(seq.n_sampled))
                 seq.is_done = True  # decoding it again is a violation
@@ -657,7 +657,7 @@ class FakeBackend:
                 call.error = f"fake: cannot complete alone ({problem})"
                 raise BackendError(call.error)
             self._grammar_fault(call.sampling)
-            reply, last = self.reply_of(prompt), None
+            reply, last = self.configured_reply(prompt), None
             while True:
                 i = call.n_pulled
                 if self._is_dead_end(call.sampling, i):

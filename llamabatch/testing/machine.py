@@ -15,7 +15,7 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from .checks import Case, check_batched, check_log, check_pages, run, tokens_or_none
+from .checks import Case, check_batched, check_log, check_pages, run_case, tokens_or_none
 from .faults import BACKEND_EXCEPTIONS, DECODE_FAULT_CODES, FaultPlan
 from .records import DecodeCall, StartSeqCall
 from .strategies import fake_backends, prefixed_prompts, prompts
@@ -69,7 +69,7 @@ class SlotEngineMachine(RuleBasedStateMachine):
     @rule(n_pages=st.integers(1, 4))
     def run_pages(self, n_pages: int) -> None:
         case = replace(self.case, prompts=self.pending)
-        result = run(case, stop_after=n_pages, gen=self.gen)
+        result = run_case(case, stop_after=n_pages, gen=self.gen)
         check_pages(case, result, complete=False)
         check_log(case)
         check_batched(case, result)

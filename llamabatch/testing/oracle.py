@@ -36,7 +36,7 @@ def _as_tokens(fake: FakeModel, value: str | Sequence[int]) -> Tokens:
     return tuple(fake.tokenize(value) if isinstance(value, str) else value)
 
 
-def reply_of(fake: FakeModel, prompt: Sequence[int]) -> Tokens:
+def configured_reply(fake: FakeModel, prompt: Sequence[int]) -> Tokens:
     """The configured reply to the token ids ``prompt``, before the stop rule."""
     key = tuple(prompt)
     reply = fake.reply
@@ -99,7 +99,7 @@ def expected(
     req = Request(0, list(tokens), sampling if sampling is not None else SamplingParams())
     req.max_tokens = min(max_tokens, fake.n_ctx - len(tokens))
     req.bind(fake.detokenize, fake.eog_ids)
-    reply = reply_of(fake, tokens)
+    reply = configured_reply(fake, tokens)
     i = 0
     while check_stop(req, token_at(fake, reply, i)) is None:
         i += 1

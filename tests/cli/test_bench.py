@@ -17,9 +17,9 @@ from llamabatch.bench.host import collect_header, quantization
 from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
 from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.cli.main import main
-from llamabatch.completion import SPLIT_PARTS
 from llamabatch.measure.raw import RAW_COLUMNS, raw_row
 from llamabatch.measure.stats import Interval
+from llamabatch.stats import SPLIT_PARTS
 from llamabatch.testing import FakeBackend
 
 SLOTS = (1, 2, 4, 8)

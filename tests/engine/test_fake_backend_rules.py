@@ -251,10 +251,10 @@ def test_run_alone_fails_when_iterated(tokens) -> None:
 
 def test_replies_by_mapping_text_or_function_agree() -> None:
     by_text = FakeBackend({"hi": "yo"})
-    assert by_text.reply_of(by_text.tokenize("hi")) == tuple(b"yo")
-    assert by_text.reply_of([1]) == ()
+    assert by_text.configured_reply(by_text.tokenize("hi")) == tuple(b"yo")
+    assert by_text.configured_reply([1]) == ()
     reply = HashReply(seed=3, max_len=5, n_vocab=260)
-    assert FakeBackend(reply).reply_of([1, 2]) == tuple(reply((1, 2)))
+    assert FakeBackend(reply).configured_reply([1, 2]) == tuple(reply((1, 2)))
 
 
 def test_fast_mode_logs_nothing_and_gives_the_same_replies() -> None:

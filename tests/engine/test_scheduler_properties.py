@@ -33,7 +33,7 @@ from llamabatch.testing import (
     prefixed_prompts,
     prompts,
 )
-from llamabatch.testing.checks import Case, check_batched, check_log, check_pages, run
+from llamabatch.testing.checks import Case, check_batched, check_log, check_pages, run_case
 from llamabatch.testing.machine import SlotEngineMachine
 
 ALONE_FAULTS = st.builds(
@@ -96,7 +96,7 @@ def cases(draw, faults=fault_plans(), min_slots=1, max_items=60, per_item=False)
 def test_results_in_order_match_the_reply_alone(case: Case) -> None:
     """One result per input, in pages in order, the reply alone or an error in place,
     whichever slot and cache each item got."""
-    result = run(case)
+    result = run_case(case)
     check_pages(case, result)
     check_log(case)
     check_batched(case, result)
@@ -106,7 +106,7 @@ def test_results_in_order_match_the_reply_alone(case: Case) -> None:
 def test_decode_plans_follow_llama_cpp_rules_whatever_fails(case: Case) -> None:
     """n_batch, seq ids, positions continuing each cache, logits placement, under decode
     codes, backend exceptions, failed copies, failures alone and recurrent memories."""
-    result = run(case)
+    result = run_case(case)
     check_pages(case, result)
     check_log(case)
     check_batched(case, result)
@@ -116,7 +116,7 @@ def test_decode_plans_follow_llama_cpp_rules_whatever_fails(case: Case) -> None:
 @given(cases(faults=ALONE_FAULTS, per_item=True))
 def test_per_item_sampling_and_max_tokens(case: Case) -> None:
     """Each item is started with its own SamplingParams and capped by its max_tokens."""
-    result = run(case)
+    result = run_case(case)
     check_pages(case, result)
     check_log(case)
     started = [s.sampling for s in case.fake.seqs() if s.prompt_end is not None]
@@ -128,7 +128,7 @@ def test_a_failure_in_the_batch_path_completes_the_items_alone(case: Case, data)
     """With ``max_batch_failures=1``, after a failed decode (any code or exception): the
     same results, the items in flight and after it alone, every cache emptied at once,
     batching off, one warning."""
-    clean = run(case)
+    clean = run_case(case)
     n_decodes = case.fake.num_decode_calls
     at = data.draw(st.integers(1, max(n_decodes, 1)), label="fail_decode_at")
     code = data.draw(st.sampled_from(DECODE_FAULT_CODES), label="fail_code")
@@ -138,7 +138,7 @@ def test_a_failure_in_the_batch_path_completes_the_items_alone(case: Case, data)
         fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc),
         max_batch_failures=1,
     )
-    result = run(faulty)
+    result = run_case(faulty)
     check_pages(faulty, result)
     check_log(faulty)
     assert [(c.token_ids, c.finish_reason, c.text, c.error) for c in result.completions] == [
@@ -165,7 +165,7 @@ def test_batch_unavailable_completes_everything_alone(case: Case) -> None:
     """The batch context cannot be created: all alone, same results; tried smaller
     (fewer slots, then shorter sequences) at one time only, never below 2 slots."""
     faulty = replace(case, fake=case.fake.copy(fail_open=True))
-    result = run(faulty)
+    result = run_case(faulty)
     check_pages(faulty, result)
     opens = faulty.fake.calls(OpenBatchCall)
     assert [(c.slots, c.n_ctx_seq) for c in opens[:1]] == [(case.slots, case.n_ctx_seq)][
@@ -185,11 +185,11 @@ def test_batch_unavailable_completes_everything_alone(case: Case) -> None:
 def test_a_recurrent_memory_gives_the_same_replies(case: Case) -> None:
     """A reply never depends on which cache it came from: the same case on a memory
     that refuses partial trims (declared or found out) gives the same completions."""
-    plain = run(replace(case, fake=case.fake.copy(recurrent=False)))
+    plain = run_case(replace(case, fake=case.fake.copy(recurrent=False)))
     for declares in (True, False):
         fake = case.fake.copy(recurrent=True, declares_recurrent=declares)
         other = replace(case, fake=fake)
-        result = run(other)
+        result = run_case(other)
         check_pages(other, result)
         check_log(other)
         assert [(c.token_ids, c.finish_reason) for c in result.completions] == [
@@ -212,7 +212,7 @@ def test_long_prompts_go_alone_in_place(data) -> None:
         HashReply(data.draw(st.integers(0, 99)), 30, 260, (256,)), max_tokens=max_tokens
     )
     case = Case(fake, items, slots, n_ctx_seq, 64, max_tokens)
-    result = run(case)
+    result = run_case(case)
     check_pages(case, result)
     for prompt, c in zip(items, result.completions):
         if len(prompt) + max_tokens > n_ctx_seq:
@@ -224,7 +224,7 @@ def test_long_prompts_go_alone_in_place(data) -> None:
 def test_closing_iter_groups_loses_and_repeats_nothing(case: Case, n_pages: int) -> None:
     """Stop after some pages: those items are done once, the rest can be resumed on the
     same generator (its slots keep their caches)."""
-    first = run(case, stop_after=n_pages)
+    first = run_case(case, stop_after=n_pages)
     done = first.completions
     assert [c.index for c in done] == list(range(len(done)))
     assert len(done) == min(len(case.prompts), n_pages * case.slots)
@@ -233,7 +233,7 @@ def test_closing_iter_groups_loses_and_repeats_nothing(case: Case, n_pages: int)
     check_pages(case, first, complete=False)
     check_log(case)
     rest = case.prompts[len(done) :]
-    second = run(case, rest, gen=first.generator)
+    second = run_case(case, rest, gen=first.generator)
     check_pages(case, second, rest)
     check_log(case)
 
@@ -247,7 +247,7 @@ def test_failures_in_the_batch_path_are_isolated(case: Case, data) -> None:
     """Any failed decodes (codes or exceptions) with the default max_batch_failures: the
     same results in input order, the items in flight retried alone, batching on while
     fewer than three failures came at all, off with one warning at most."""
-    clean = run(case)
+    clean = run_case(case)
     n_decodes = case.fake.num_decode_calls
     at = data.draw(
         st.frozensets(st.integers(1, max(n_decodes, 1) + 3), min_size=1, max_size=5),
@@ -256,7 +256,7 @@ def test_failures_in_the_batch_path_are_isolated(case: Case, data) -> None:
     code = data.draw(st.sampled_from(DECODE_FAULT_CODES), label="fail_code")
     exc = data.draw(st.sampled_from((None,) + BACKEND_EXCEPTIONS), label="fail_exc")
     faulty = replace(case, fake=case.fake.copy(fail_decode_at=at, fail_code=code, fail_exc=exc))
-    result = run(faulty)
+    result = run_case(faulty)
     check_pages(faulty, result)
     check_log(faulty)
     assert [(c.token_ids, c.finish_reason, c.text, c.error) for c in result.completions] == [

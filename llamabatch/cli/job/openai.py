@@ -10,7 +10,7 @@ template) or ``/v1/completions`` (``body.prompt``, a string). The body's samplin
 fields are the per-item fields of :mod:`.fields` (``max_completion_tokens`` is read as
 ``max_tokens``); ``model`` is ignored (the job's model answers); ``n`` gives that many
 ``choices[]``; a chat body's OpenAI ``logprobs: true`` with ``top_logprobs: N`` asks for
-``N`` (:func:`~llamabatch.sampling_map.chat_logprobs`). A field the binding's calls have
+``N`` (:func:`~llamabatch.sampling_map.chat_request_logprobs`). A field the binding's calls have
 but llamabatch cannot honour (``tools``, ``tool_choice``, ``logit_bias``, ``echo``,
 ``suffix``...) set to other than off makes the line an error naming it, as
 ``create_completions`` refuses it
@@ -39,7 +39,7 @@ from typing import Any
 
 from ...completion import Completion
 from ...responses import TokenText, response
-from ...sampling_map import OFF, chat_logprobs, refused_arguments
+from ...sampling_map import OFF, chat_request_logprobs, refused_arguments
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
@@ -105,7 +105,9 @@ def request_parts(
     if "max_completion_tokens" in body and "max_tokens" not in body:
         line["max_tokens"] = body["max_completion_tokens"]
     if url == CHAT_URL and ("top_logprobs" in body or isinstance(body.get("logprobs"), bool)):
-        line["logprobs"] = chat_logprobs(line.pop("logprobs", None), line.pop("top_logprobs", None))
+        line["logprobs"] = chat_request_logprobs(
+            line.pop("logprobs", None), line.pop("top_logprobs", None)
+        )
     line.pop("messages" if url == COMPLETIONS_URL else "prompt", None)
     line["id"] = custom_id
     unknown = {k for k in obj if k not in ("custom_id", "method", "url", "body")}
