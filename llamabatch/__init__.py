@@ -15,8 +15,9 @@ from .completion import Completion, KvEstimate, Sample, Stats
 from .errors import LlamaBatchError
 from .generator import BatchGenerator, create_chat_completions, create_completions
 from .locks import llm_lock
+from .measure.report import TuneReport
+from .measure.tune import tune
 from .params import BatchConfig, SamplingParams
-from .tuning import TuneReport, tune
 
 __all__ = [
     "BatchConfig",

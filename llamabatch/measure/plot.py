@@ -1,4 +1,4 @@
-"""The PNG of a :class:`~llamabatch.tuning.TuneReport`: s/item and agreement by slot count.
+"""The PNG of a :class:`~llamabatch.measure.report.TuneReport`: s/item and agreement by slot count.
 
 Left: the median seconds per item of each slot count, a bar from the fastest to the
 slowest round, and the one-at-a-time median as a horizontal line (below it: batching
