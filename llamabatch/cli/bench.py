@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ..measure.bench import PARTS, PROMPTS_WORKLOAD, SPREAD, BenchParams, bench, llama_setup
 from ..measure.host import cpu_count
-from ..measure.raw import ctx_per_seq
 from ..measure.workloads import WORKLOADS
 from ..params import DEFAULT_TEMPERATURE, SamplingParams
 from . import options
@@ -234,16 +232,9 @@ def _run(args: argparse.Namespace) -> int:
         raise usage_error(exc, args) from None
     path = model_path(args.model, quiet=args.quiet)
     threads = args.threads if args.threads is not None else cpu_count()
-    longest = math.ceil(params.prompt_tokens * (1 + SPREAD)) + 64
-    if params.workload in WORKLOADS:
-        longest = max(longest, 600)  # S: ~390 + up to 150 ticket tokens + rest
-    n_ctx = max(params.prompt_tokens + params.gen_tokens, longest + params.reply_cap)
-    n_ctx = ctx_per_seq(n_ctx)
-    if read is not None:  # one at a time runs in the Llama's context, as in tune
-        n_ctx = params.n_ctx_seq
-        if "raw" in params.parts:  # which also holds the raw bench's PP + TG
-            n_ctx = max(params.prompt_tokens + params.gen_tokens, n_ctx)
-    with loaded_llama(path, n_ctx=n_ctx, n_threads=threads, n_gpu_layers=args.n_gpu_layers) as llm:
+    with loaded_llama(
+        path, n_ctx=params.llama_n_ctx, n_threads=threads, n_gpu_layers=args.n_gpu_layers
+    ) as llm:
         file_items = None if read is None else read.work_items(llm)
         try:
             setup = llama_setup(llm, path, params, threads=threads, n_gpu_layers=args.n_gpu_layers)

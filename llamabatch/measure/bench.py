@@ -5,6 +5,7 @@ its tables and JSON document are :mod:`llamabatch.measure.report`'s."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +45,6 @@ PROMPTS_WORKLOAD = "prompts"
 #: ``BatchConfig``'s defaults: a file's context per sequence and reply cap are
 #: ``llamabatch complete``'s and ``llamabatch tune``'s.
 _BATCH_DEFAULTS = BatchConfig()
-#: Options that only say how the items of --prompts FILE are read and sampled.
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +92,19 @@ class BenchParams:
         if self.workload == PROMPTS_WORKLOAD:
             return _BATCH_DEFAULTS.max_tokens
         return WORKLOADS[self.workload].max_tokens if self.workload in WORKLOADS else 64
+
+    @property
+    def llama_n_ctx(self) -> int:
+        """Tokens of context the ``Llama`` needs (one at a time runs in it): a file's
+        ``n_ctx_seq``, else the longest synthetic prompt (S: ~390 + up to 150 ticket
+        tokens) and the reply cap, padded; at least the raw bench's PP + TG when it runs."""
+        raw = self.prompt_tokens + self.gen_tokens if "raw" in self.parts else 0
+        if self.workload == PROMPTS_WORKLOAD:
+            return max(raw, self.n_ctx_seq)
+        longest = math.ceil(self.prompt_tokens * (1 + SPREAD)) + 64
+        if self.workload in WORKLOADS:
+            longest = max(longest, 600)
+        return ctx_per_seq(max(self.prompt_tokens + self.gen_tokens, longest + self.reply_cap))
 
     def __post_init__(self) -> None:
         checks = [
