@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import PlotUnavailable
 from .report import TuneReport
 
-INSTALL_HINT = "pip install 'llamabatch[plot]'"
+PLOT_INSTALL = "pip install 'llamabatch[plot]'"
 
 
 def pyplot() -> Any:
@@ -36,7 +36,7 @@ def pyplot() -> Any:
     except ImportError as exc:
         raise PlotUnavailable(
             f"the plot needs matplotlib, which is not installed ({exc}); "
-            f"install it with: {INSTALL_HINT}"
+            f"install it with: {PLOT_INSTALL}"
         ) from None
     return plt
 
