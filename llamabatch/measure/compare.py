@@ -35,10 +35,6 @@ def setting_slots(setting: str) -> int:
     return int(setting.split("=", 1)[1]) if setting.startswith("slots=") else 1
 
 
-def pass_reply(item_id: str | int, c: Completion) -> PassReply:
-    return PassReply(item_id, c.text, c.finish_reason, c.error, c.n_tokens, c.path)
-
-
 def warmup_item(
     items: Sequence[WorkItem], rounds: Sequence[Sequence[int]]
 ) -> tuple[WorkItem, int | None]:
@@ -72,7 +68,10 @@ class EnginePath:
         done.sort(key=lambda c: c.index)
         batched = sum(c.path == "batch" for c in done)
         return PassReplies(
-            tuple(pass_reply(items[c.index].id, c) for c in done),
+            tuple(
+                PassReply(items[c.index].id, c.text, c.finish_reason, c.error, c.n_tokens, c.path)
+                for c in done
+            ),
             items_batched=batched,
             items_alone=len(done) - batched,
             batch_disabled_reason=gen.stats.batch_disabled_reason,
