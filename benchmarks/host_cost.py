@@ -51,8 +51,8 @@ from vs_batched_bench import wheel_lib_dir  # noqa: E402
 from vs_llama_server import Server  # noqa: E402
 
 from llamabatch import BatchGenerator, SamplingParams  # noqa: E402
-from llamabatch.bench.report import parse_raw_table  # noqa: E402
 from llamabatch.cli.options import script_parser  # noqa: E402
+from llamabatch.measure.report import parse_raw_table  # noqa: E402
 from llamabatch.measure.rounds import run_rounds  # noqa: E402
 from llamabatch.measure.stats import Spread  # noqa: E402
 from llamabatch.model import load_llama  # noqa: E402

@@ -52,9 +52,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from llamabatch.bench.report import parse_raw_table
 from llamabatch.cli.options import script_parser
 from llamabatch.measure.raw import RAW_COLUMNS, ctx_per_seq, run_raw
+from llamabatch.measure.report import parse_raw_table
 from llamabatch.measure.rounds import Pass, order, run_rounds
 
 BIN_NAME = "llama-batched-bench"

@@ -16,9 +16,10 @@ from .errors import LlamaBatchError
 from .generator import BatchGenerator, create_chat_completions, create_completions
 from .kv_estimate import KvEstimate
 from .locks import llm_lock
+from .measure.report import TuneReport
+from .measure.tune import tune
 from .params import BatchConfig, SamplingParams
 from .stats import Stats
-from .tuning import TuneReport, tune
 
 __all__ = [
     "BatchConfig",

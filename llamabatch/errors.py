@@ -180,4 +180,4 @@ class RayJobError(LlamaBatchError):
 
 class PlotUnavailable(LlamaBatchError, ImportError):
     """matplotlib is not installed; the message says how to get it
-    (:mod:`llamabatch.tuning.plot`)."""
+    (:mod:`llamabatch.measure.plot`)."""

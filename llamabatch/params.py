@@ -36,6 +36,9 @@ MAX_BATCH_FAILURES = 3
 
 #: Most KV cache tokens per sequence by default (``n_ctx_seq=None``: at most the model's).
 DEFAULT_N_CTX_SEQ = 4096
+#: Sampling temperature of the command line's items (``llamabatch complete``, ``tune``,
+#: ``bench --prompts``): low, taggers want the likeliest label.
+DEFAULT_TEMPERATURE = 0.1
 
 
 def _check(ok: bool, name: str, value: object, valid: str) -> None:

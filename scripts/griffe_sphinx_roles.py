@@ -28,7 +28,7 @@ from typing import Any
 import griffe
 
 #: function -> its keyword parameters that only tests pass
-TEST_HOOKS = {"llamabatch.tuning.run.tune": ("progress", "backend", "one_at_a_time", "clock")}
+TEST_HOOKS = {"llamabatch.measure.tune.tune": ("progress", "backend", "one_at_a_time", "clock")}
 
 SHARED = re.compile(r"^( +)(\w+(?:, \w+)+):(.*\n(?:\1 .+\n)*)", re.MULTILINE)
 

@@ -3,7 +3,7 @@
 
 For each workload, on one loaded ``Llama`` (every layer on the GPU by default):
 
-1. ``llamabatch bench``'s workload part (:func:`llamabatch.cli.bench.bench` with
+1. ``llamabatch bench``'s workload part (:func:`llamabatch.measure.bench.bench` with
    ``parts=("workload",)``): fresh prompts every round, greedy, seconds per item of
    ``Llama.create_completion`` one at a time and of ``BatchGenerator(slots=B)`` for each
    B, alternating in every round; ratio = s/item batched over s/item one at a time in
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    from llamabatch.cli.bench import BenchParams, bench, llama_setup
+    from llamabatch.measure.bench import BenchParams, bench, llama_setup
     from llamabatch.measure.raw import ctx_per_seq
     from llamabatch.measure.workloads import WORKLOADS
     from llamabatch.model import load_llama

@@ -51,7 +51,7 @@ from ..create import token_text
 from ..errors import LlamaBatchError
 from ..items import item_fields, with_fields
 from ..model import DEFAULT_MODEL
-from ..params import DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
+from ..params import DEFAULT_N_CTX_SEQ, DEFAULT_TEMPERATURE, BatchConfig, SamplingParams
 from . import options
 from .common import (
     EXIT_FAILURE,
@@ -88,8 +88,6 @@ from .llm import loaded_llama, model_path, token_text_of_file
 PROG = "llamabatch complete"
 _warn = warner(PROG)
 
-#: Sampling temperature of the command (low: taggers want the likeliest label).
-DEFAULT_TEMPERATURE = 0.1
 _SAMPLING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SamplingParams)}
 #: ``BatchConfig``'s defaults, with a number of tokens per sequence (the model is loaded
 #: with that context).

@@ -81,7 +81,7 @@ def subcommand(
     return p
 
 
-def per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int:
+def items_per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int:
     """Items per round of a measuring command (``--items``, else the default) for the
     ``n_prompts`` of ``args.prompts``, checked before any model work.
 
@@ -89,12 +89,16 @@ def per_round(n_prompts: int, args: argparse.Namespace, rounds_flag: str) -> int
         UsageError: the rounds (``rounds_flag``) and ``--items`` do not fit the file (the
             message says what would).
     """
-    from ..measure.rounds import items_per_round
+    from ..measure import rounds
 
-    rounds = getattr(args, rounds_flag[2:].replace("-", "_"))
+    n_rounds = getattr(args, rounds_flag[2:].replace("-", "_"))
     try:
-        return items_per_round(
-            n_prompts, rounds, args.items, names=(rounds_flag, "--items"), source=str(args.prompts)
+        return rounds.items_per_round(
+            n_prompts,
+            n_rounds,
+            args.items,
+            names=(rounds_flag, "--items"),
+            source=str(args.prompts),
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -24,12 +24,12 @@ would tell) and the llamabatch complete command to run. The run takes rounds x i
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any
 
+from ..measure.report import write_json
+from ..measure.tune import TUNE_SLOTS
+from ..measure.verdict import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from ..params import AUTO_SLOTS
-from ..tuning.rule import DEFAULT_MAX_AGREEMENT_DROP, DEFAULT_MIN_GAIN_PCT
 from . import options
 from .common import (
     EXIT_OK,
@@ -49,12 +49,11 @@ from .llm import loaded_llama, model_path
 PROG = "llamabatch tune"
 _warn = warner(PROG)
 DEFAULT_ROUNDS = 3
-DEFAULT_SLOTS = (2, 4, 8)
 
 
 def slot_list(text: str) -> tuple[int, ...] | str:
     """``"2,4"`` -> ``(2, 4)`` (an argparse ``type``): the engine's slot counts, each >= 2,
-    duplicates dropped; ``"auto"`` as it is (:func:`llamabatch.tuning.run.auto_slot_counts`).
+    duplicates dropped; ``"auto"`` as it is (:func:`llamabatch.measure.tune.auto_slot_counts`).
 
     Raises:
         argparse.ArgumentTypeError: not a comma-separated list of integers >= 2.
@@ -77,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--slots",
         type=slot_list,
-        default=DEFAULT_SLOTS,
+        default=TUNE_SLOTS,
         metavar="2,4,8",
         help="slot counts of the engine to try, comma-separated, each >= 2, or auto: 2, 4, 8 "
         "below the most whose KV cache fits half the free memory of the GPU (of the host on "
@@ -192,7 +191,7 @@ def complete_args(args: argparse.Namespace) -> list[str]:
 
 
 def _check_plot_available() -> None:
-    from ..tuning.plot import PlotUnavailable, pyplot
+    from ..measure.plot import PlotUnavailable, pyplot
 
     try:
         pyplot()
@@ -212,7 +211,7 @@ def _check_one_reply_flags(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..tuning import tune
+    from ..measure.tune import tune
 
     if args.plot is not None:
         _check_plot_available()  # before minutes of work, not after
@@ -236,7 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         warn=_warn,
     )
     samplings = read.samplings
-    per_round = options.per_round(len(read.items), args, "--rounds")
+    per_round = options.items_per_round(len(read.items), args, "--rounds")
     n_slots = 3 if args.slots == AUTO_SLOTS else len(args.slots)  # auto: at most 3 counts
     n_runs = 1 + n_slots + any(not s.is_greedy for s in samplings)
     path = model_path(args.model, quiet=args.quiet, note=lambda m: note(args, m))
@@ -274,19 +273,14 @@ def _run(args: argparse.Namespace) -> int:
             bar.close()
     print(report.format(), flush=True)
     if args.json is not None:
-        _write_json(args.json, report.to_json())
+        write_json(args.json, report.to_json(), indent=1)
         note(args, f"report with every round and reply written to {args.json}")
     if args.plot is not None:
-        from ..tuning.plot import plot_report
+        from ..measure.plot import plot_report
 
         plot_report(report, args.plot)
         note(args, f"plot written to {args.plot}")
     return EXIT_OK
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    text = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-    path.write_text(text, encoding="utf-8")
 
 
 __all__ = ["complete_args", "register", "run"]

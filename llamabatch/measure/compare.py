@@ -17,8 +17,8 @@ from .._util.busy import load_average
 from ..completion import Completion
 from ..generator import BatchGenerator
 from .one_at_a_time import OneAtATime
-from .records import PassReplies, Reply, WorkItem, seeded
-from .rounds import Clock, Path, Progress, Round, run_rounds
+from .records import PassReplies, PassReply, WorkItem, seeded
+from .rounds import Clock, PathFn, Progress, Round, run_rounds
 from .workloads import warmup_prompt
 
 ONE_AT_A_TIME = "one_at_a_time"
@@ -30,13 +30,9 @@ def setting_name(slots: int) -> str:
     return f"slots={slots}"
 
 
-def slots_of(setting: str) -> int:
+def setting_slots(setting: str) -> int:
     """The slots of a setting: K for ``"slots=K"``, 1 one at a time and for the floor."""
     return int(setting.split("=", 1)[1]) if setting.startswith("slots=") else 1
-
-
-def reply_of(item_id: str | int, c: Completion) -> Reply:
-    return Reply(item_id, c.text, c.finish_reason, c.error, c.n_tokens, c.path)
 
 
 def warmup_item(
@@ -72,7 +68,10 @@ class EnginePath:
         done.sort(key=lambda c: c.index)
         batched = sum(c.path == "batch" for c in done)
         return PassReplies(
-            tuple(reply_of(items[c.index].id, c) for c in done),
+            tuple(
+                PassReply(items[c.index].id, c.text, c.finish_reason, c.error, c.n_tokens, c.path)
+                for c in done
+            ),
             items_batched=batched,
             items_alone=len(done) - batched,
             batch_disabled_reason=gen.stats.batch_disabled_reason,
@@ -152,7 +151,7 @@ def compare(
             one_at_a_time if one_at_a_time is not None else EnginePath(partial(make_generator, 1))
         )
         stack.callback(base.close)
-        paths: dict[str, Path] = {ONE_AT_A_TIME: base}
+        paths: dict[str, PathFn] = {ONE_AT_A_TIME: base}
         if floor:
             paths[FLOOR] = lambda items, tick: base(seeded(items, 1), tick)
         paths.update(engines)
@@ -162,7 +161,7 @@ def compare(
             paths,
             lambda r, name: items(r),
             rounds,
-            warmup=lambda name: [warmup] * min(2, slots_of(name)),
+            warmup=lambda name: [warmup] * min(2, setting_slots(name)),
             failures=failures,
             clock=clock,
             cpu_clock=cpu_clock,
@@ -171,11 +170,11 @@ def compare(
             more=more,
             max_rounds=max_rounds,
         )
-        kv = {name: e.kv_bytes_per_slot(slots_of(name)) for name, e in engines.items()}
+        kv = {name: e.kv_bytes_per_slot(setting_slots(name)) for name, e in engines.items()}
     return Comparison(tuple(done), kv)
 
 
-def _labelled(path: Path, label: Callable[[str | None], Any]) -> Path:
+def _labelled(path: PathFn, label: Callable[[str | None], Any]) -> PathFn:
     def run(items: Sequence[Any], progress: Progress) -> PassReplies:
         out: PassReplies = path(items, progress)
         replies = tuple(replace(r, label=label(r.text if r.ok else None)) for r in out.replies)

@@ -19,7 +19,7 @@ from ..errors import LlamaBatchError
 from ..items import is_messages
 from ..params import SamplingParams
 from ..sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
-from .records import PassReplies, Reply, WorkItem
+from .records import PassReplies, PassReply, WorkItem
 from .rounds import Progress
 
 
@@ -77,7 +77,7 @@ class OneAtATime:
     """Items completed one after the other, ``one(item)`` each, as a path of
     :func:`~llamabatch.measure.rounds.run_rounds` (its result: the ``PassReplies``)."""
 
-    def __init__(self, one: Callable[[WorkItem], Reply]) -> None:
+    def __init__(self, one: Callable[[WorkItem], PassReply]) -> None:
         self.one = one
 
     def __call__(self, items: Sequence[WorkItem], progress: Progress) -> PassReplies:
@@ -125,7 +125,7 @@ class LlamaLoop(OneAtATime):
             self._grammars[text] = self._compile(text, verbose=False)
         return None if text is None else self._grammars[text]
 
-    def _complete(self, item: WorkItem) -> Reply:
+    def _complete(self, item: WorkItem) -> PassReply:
         chat = is_messages(item.prompt)
         path = "create_chat_completion" if chat else "create_completion"
         try:
@@ -141,9 +141,9 @@ class LlamaLoop(OneAtATime):
                     out = self._llm.create_completion(item.prompt, **kwargs)
                     text = out["choices"][0]["text"]
         except (ValueError, RuntimeError, LlamaBatchError) as exc:
-            return Reply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
+            return PassReply(item.id, "", "error", f"{type(exc).__name__}: {exc}", 0, path)
         finish = out["choices"][0].get("finish_reason") or "stop"
-        return Reply(item.id, text, finish, None, int(out["usage"]["completion_tokens"]), path)
+        return PassReply(item.id, text, finish, None, int(out["usage"]["completion_tokens"]), path)
 
     def close(self) -> None:
         """Put the ``Llama``'s settings and cache back as they were."""

@@ -43,7 +43,7 @@ def seeded(items: Sequence[WorkItem], offset: int = 0) -> list[WorkItem]:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class PassReply:
     """One item's reply in one pass.
 
     Attributes:
@@ -83,7 +83,7 @@ class PassReplies:
         batch_disabled_reason: the generator's ``stats.batch_disabled_reason`` after it.
     """
 
-    replies: tuple[Reply, ...]
+    replies: tuple[PassReply, ...]
     items_batched: int = 0
     items_alone: int = 0
     batch_disabled_reason: str | None = None

@@ -19,7 +19,7 @@ Clock = Callable[[], float]
 #: ``progress(n)``: ``n`` more items done.
 Progress = Callable[[int], None]
 #: ``path(items, progress)``: completes ``items``; what it measured.
-Path = Callable[[Sequence[Any], Progress], Any]
+PathFn = Callable[[Sequence[Any], Progress], Any]
 
 #: Items per round when none is asked for: the owner's "8 waiting items".
 DEFAULT_ITEMS = 8
@@ -94,7 +94,7 @@ def _why(exc: BaseException) -> str:
 
 
 def run_rounds(
-    paths: Mapping[str, Path],
+    paths: Mapping[str, PathFn],
     items: Callable[[int, str], Sequence[Any]],
     rounds: int,
     *,
@@ -171,7 +171,7 @@ def run_rounds(
 
 
 def _timed(
-    path: Path,
+    path: PathFn,
     name: str,
     items: tuple[Any, ...],
     failures: tuple[type[Exception], ...],

@@ -4,7 +4,6 @@ at a time (plain data, computed from the rounds' replies)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,7 +11,7 @@ from .agreement import Agreement, agreement
 from .compare import FLOOR, ONE_AT_A_TIME
 from .records import PassReplies
 from .rounds import Pass, Round
-from .stats import Interval, cpu_s_per_item, paired, per_round
+from .stats import Interval, Spread, cpu_s_per_item, paired, per_round
 
 MIB = 2**20
 
@@ -136,12 +135,13 @@ def summarize(
     """
     passes = [r.get(setting) for r in rounds]
     per_item = tuple(per_round(rounds, setting))
-    timed = [s for s in per_item if s is not None]
+    timed = Spread.of(per_item)
     ratio = tuple(paired(rounds, setting, ONE_AT_A_TIME))
-    median = statistics.median(timed) if timed else None
-    ratio_median = statistics.median(ratio) if ratio else None
+    median = timed.median if timed else None
+    ratios = Spread.of(ratio)
+    ratio_median = ratios.median if ratios else None
     cpu = tuple(per_round(rounds, setting, cpu_s_per_item))
-    cpu_timed = [c for c in cpu if c is not None]
+    cpu_timed = Spread.of(cpu)
     total = Agreement(0, 0, 0 if has_labels else None)
     for r in rounds:
         total = total + run_agreement(r.get(setting), r.get(against), has_labels)
@@ -155,13 +155,13 @@ def summarize(
         slots=slots,
         s_per_item=per_item,
         s_per_item_median=median,
-        s_per_item_min=min(timed) if timed else None,
-        s_per_item_max=max(timed) if timed else None,
+        s_per_item_min=timed.min if timed else None,
+        s_per_item_max=timed.max if timed else None,
         ratio=ratio,
         ratio_median=ratio_median,
         ratio_interval=Interval.of(ratio),
         cpu_s_per_item=cpu,
-        cpu_s_per_item_median=statistics.median(cpu_timed) if cpu_timed else None,
+        cpu_s_per_item_median=cpu_timed.median if cpu_timed else None,
         faster_pct=None if ratio_median is None else 100.0 * (1.0 - ratio_median),
         items_per_hour=3600.0 / median if median else None,
         eta_s=median * n_prompts if median is not None else None,

@@ -13,11 +13,12 @@ import pytest
 from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.bench.host import collect_header, quantization
-from llamabatch.bench.report import SCHEMA, document, format_raw_table, parse_raw_table
-from llamabatch.cli.bench import BenchParams, BenchSetup, bench
 from llamabatch.cli.main import main
+from llamabatch.measure.bench import BenchParams, BenchSetup, bench
+from llamabatch.measure.host import collect_header, quantization
 from llamabatch.measure.raw import RAW_COLUMNS, raw_row
+from llamabatch.measure.report import BENCH_SCHEMA as SCHEMA
+from llamabatch.measure.report import document, format_raw_table, parse_raw_table
 from llamabatch.measure.stats import Interval
 from llamabatch.stats import SPLIT_PARTS
 from llamabatch.testing import FakeBackend

@@ -17,8 +17,8 @@ from cli_util import MULTI_REPLY_LINES, run_cli, single_error_line, write_jsonl
 from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams, tune
-from llamabatch.bench.host import collect_header
-from llamabatch.cli.bench import BenchParams, BenchSetup, bench
+from llamabatch.measure.bench import BenchParams, BenchSetup, bench
+from llamabatch.measure.host import collect_header
 from llamabatch.measure.records import WorkItem
 from llamabatch.testing import FakeBackend, StartSeqCall
 

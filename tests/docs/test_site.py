@@ -151,8 +151,8 @@ def test_signatures_are_formatted_one_parameter_a_line(site):
 
 
 def _module_constants() -> dict[str, object]:
-    import llamabatch.model
-    import llamabatch.tuning  # noqa: F401
+    import llamabatch.measure.tune
+    import llamabatch.model  # noqa: F401
 
     return {
         name: value

@@ -7,12 +7,11 @@ import logging
 
 import pytest
 
-from llamabatch import BatchConfig, BatchGenerator
+from llamabatch import BatchConfig, BatchGenerator, tune
 from llamabatch.engine.auto_slots import AUTO_MAX_SLOTS, AUTO_MEMORY_SHARE
 from llamabatch.errors import ParameterError
 from llamabatch.params import default_lookahead
 from llamabatch.testing import FakeBackend
-from llamabatch.tuning import tune
 
 MIB = 1 << 20
 

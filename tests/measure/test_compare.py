@@ -8,9 +8,15 @@ import pytest
 from clocks import scripted
 
 from llamabatch import BatchGenerator, SamplingParams
-from llamabatch.measure.compare import ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
+from llamabatch.measure.compare import (
+    ONE_AT_A_TIME,
+    compare,
+    setting_name,
+    setting_slots,
+    warmup_item,
+)
 from llamabatch.measure.one_at_a_time import OneAtATime
-from llamabatch.measure.records import Reply, WorkItem, seeded
+from llamabatch.measure.records import PassReply, WorkItem, seeded
 from llamabatch.measure.summary import summarize
 from llamabatch.testing import FakeBackend
 
@@ -29,7 +35,9 @@ def work(prompts) -> list[WorkItem]:
 
 def settings(done, slots):
     names = [ONE_AT_A_TIME, *map(setting_name, slots)]
-    return [summarize(n, slots_of(n), done.rounds, n_prompts=4, has_labels=False) for n in names]
+    return [
+        summarize(n, setting_slots(n), done.rounds, n_prompts=4, has_labels=False) for n in names
+    ]
 
 
 def test_ratios_come_from_each_rounds_times():
@@ -58,9 +66,9 @@ def test_ratios_come_from_each_rounds_times():
 def test_one_at_a_time_is_the_callers_own_loop_when_one_is_given():
     seen: list[list[str]] = []
 
-    def one(item: WorkItem) -> Reply:
+    def one(item: WorkItem) -> PassReply:
         seen.append(item.prompt)
-        return Reply(item.id, "x", "stop", None, 5, "create_completion")
+        return PassReply(item.id, "x", "stop", None, 5, "create_completion")
 
     items = work("abcd")
     warm = WorkItem("w", "warm", GREEDY)
@@ -85,9 +93,9 @@ def test_one_at_a_time_is_the_callers_own_loop_when_one_is_given():
 def test_the_floor_runs_one_at_a_time_with_every_seed_plus_one():
     seeds: list[int | None] = []
 
-    def one(item: WorkItem) -> Reply:
+    def one(item: WorkItem) -> PassReply:
         seeds.append(item.sampling.seed)
-        return Reply(item.id, "x", "stop", None, 1, "create_completion")
+        return PassReply(item.id, "x", "stop", None, 1, "create_completion")
 
     items = seeded(work("ab"))
     done = compare(

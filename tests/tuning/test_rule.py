@@ -8,8 +8,9 @@ import pytest
 from tune_helpers import rounds, run, settings_and_floor, simple
 
 from llamabatch.measure.compare import ONE_AT_A_TIME, setting_name
-from llamabatch.measure.records import PassReplies, Reply
-from llamabatch.tuning import recommend, summarize
+from llamabatch.measure.records import PassReplies, PassReply
+from llamabatch.measure.summary import summarize
+from llamabatch.measure.verdict import recommend
 
 BASE = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 
@@ -131,7 +132,7 @@ def test_failed_items_count_as_disagreeing():
     records = simple({2: 5.0})
     good = records[0].get(setting_name(2))
     replies = good.result.replies
-    broken = Reply(0, "", "error", "boom", 0, "batch", None)
+    broken = PassReply(0, "", "error", "boom", 0, "batch", None)
     runs = {p.path: p for p in records[0].passes}
     runs[setting_name(2)] = dataclasses.replace(
         good, result=PassReplies((broken, *replies[1:]), items_batched=10)

@@ -12,7 +12,7 @@ import pytest
 
 from llamabatch import SamplingParams, tune
 from llamabatch.measure.agreement import label_of
-from llamabatch.measure.records import Reply
+from llamabatch.measure.records import PassReply
 from llamabatch.testing import FakeBackend
 
 PROMPTS = [f"ticket {k:02d}: something about item {k}" for k in range(20)]
@@ -209,7 +209,7 @@ def test_llm_or_backend():
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
-    from llamabatch.tuning.plot import plot_report
+    from llamabatch.measure.plot import plot_report
 
     def backend(slots: int) -> FakeBackend:
         return FakeBackend(reply=_reply_for(slots), fail_open=slots == 4)
@@ -221,7 +221,7 @@ def test_plot_writes_a_png(tmp_path):
 
 
 def test_plot_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
-    from llamabatch.tuning.plot import PlotUnavailable, plot_report
+    from llamabatch.measure.plot import PlotUnavailable, plot_report
 
     report, _ = _run()
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -236,7 +236,7 @@ def _one_by_seed(prompt, sampling):
     engine's fake replies ignore the seed."""
     k = int(re.search(r"ticket (\d+)", prompt).group(1))
     label = LABELS[(k + (k % 2) * sampling.seed) % 3]
-    return Reply(k, f"label: {label}, because plain", "stop", None, 3, "create_completion")
+    return PassReply(k, f"label: {label}, because plain", "stop", None, 3, "create_completion")
 
 
 def test_agreement_compares_like_with_like_at_random_sampling():

@@ -11,7 +11,8 @@ from tune_helpers import recorded
 from llamabatch.measure.compare import ONE_AT_A_TIME, setting_name
 from llamabatch.measure.noise import noise_of
 from llamabatch.measure.stats import Interval
-from llamabatch.tuning import floor_of, recommend, summarize
+from llamabatch.measure.summary import floor_of, summarize
+from llamabatch.measure.verdict import recommend
 
 
 def _judge(records, slots, *, items=6, threads=None, n_cores=2, **kwargs):

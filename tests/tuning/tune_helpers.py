@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llamabatch.measure.compare import FLOOR, ONE_AT_A_TIME, setting_name
-from llamabatch.measure.records import PassReplies, Reply
+from llamabatch.measure.records import PassReplies, PassReply
 from llamabatch.measure.rounds import Pass, Round
-from llamabatch.tuning import floor_of, summarize
+from llamabatch.measure.summary import floor_of, summarize
 
 
 def run(
@@ -27,7 +27,7 @@ def run(
     if error is not None:
         return Pass(setting, items, None, error=error)
     replies = tuple(
-        Reply(k, t, "stop", None, 1, "batch" if batched and slots > 1 else "alone", t)
+        PassReply(k, t, "stop", None, 1, "batch" if batched and slots > 1 else "alone", t)
         for k, t in enumerate(texts)
     )
     n = len(texts)

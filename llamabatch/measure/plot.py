@@ -1,4 +1,4 @@
-"""The PNG of a :class:`~llamabatch.tuning.TuneReport`: s/item and agreement by slot count.
+"""The PNG of a :class:`~llamabatch.measure.report.TuneReport`: s/item and agreement by slot count.
 
 Left: the median seconds per item of each slot count, a bar from the fastest to the
 slowest round, and the one-at-a-time median as a horizontal line (below it: batching
@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import PlotUnavailable
 from .report import TuneReport
 
-INSTALL_HINT = "pip install 'llamabatch[plot]'"
+PLOT_INSTALL = "pip install 'llamabatch[plot]'"
 
 
 def pyplot() -> Any:
@@ -36,7 +36,7 @@ def pyplot() -> Any:
     except ImportError as exc:
         raise PlotUnavailable(
             f"the plot needs matplotlib, which is not installed ({exc}); "
-            f"install it with: {INSTALL_HINT}"
+            f"install it with: {PLOT_INSTALL}"
         ) from None
     return plt
 

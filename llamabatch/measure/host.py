@@ -2,7 +2,7 @@
 (through :mod:`llamabatch._ffi.sysinfo`), the model file's quantization and size.
 
 :func:`collect_header` gives the ``"header"`` of the JSON document (its keys are listed
-in :mod:`llamabatch.bench.report`).
+in :mod:`llamabatch.measure.report`).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def collect_header(
     n_batch: int = 512,
     with_library: bool = True,
 ) -> dict[str, Any]:
-    """The header of the JSON document (see :mod:`llamabatch.bench.report`).
+    """The header of the JSON document (see :mod:`llamabatch.measure.report`).
 
     Args:
         model_path: the GGUF file.

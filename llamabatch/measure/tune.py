@@ -1,6 +1,8 @@
-"""``tune``: one at a time against the slot engine at each slot count, on the caller's
-own items, in alternating rounds of fresh items (:func:`llamabatch.measure.compare.compare`);
-see :func:`tune`."""
+"""Which slot count pays on the user's own device, model and items, and whether the
+replies still agree: :func:`tune` runs one at a time against the slot engine at each slot
+count, in alternating rounds of fresh items (:func:`llamabatch.measure.compare.compare`),
+and returns a :class:`~llamabatch.measure.report.TuneReport` with the verdict
+(:mod:`llamabatch.measure.verdict`)."""
 
 from __future__ import annotations
 
@@ -17,16 +19,16 @@ from ..engine.backend import Backend, BackendInfo
 from ..errors import LlamaBatchError, ParameterError
 from ..generator import BatchGenerator
 from ..items import is_messages, per_item_sampling
-from ..measure.agreement import compile_label_regex, label_of, label_rule
-from ..measure.compare import FLOOR, ONE_AT_A_TIME, compare, setting_name, slots_of, warmup_item
-from ..measure.noise import Noise, noise_of
-from ..measure.one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
-from ..measure.records import Reply, WorkItem, seeded
-from ..measure.rounds import Clock, Progress, Round, items_per_round, sample_rounds
-from ..measure.summary import Floor, SettingReport, floor_of, summarize
 from ..params import AUTO_SLOTS, DEFAULT_N_CTX_SEQ, BatchConfig, SamplingParams
-from .report import TuneReport
-from .rule import (
+from .agreement import compile_label_regex, label_of, label_rule
+from .compare import FLOOR, ONE_AT_A_TIME, compare, setting_name, setting_slots, warmup_item
+from .noise import Noise, noise_of
+from .one_at_a_time import LlamaLoop, OneAtATime, check_one_reply
+from .records import PassReply, WorkItem, seeded
+from .report import TuneReport, json_ready
+from .rounds import Clock, Progress, Round, items_per_round, sample_rounds
+from .summary import Floor, SettingReport, floor_of, summarize
+from .verdict import (
     CANNOT_TELL,
     DEFAULT_MAX_AGREEMENT_DROP,
     DEFAULT_MIN_GAIN_PCT,
@@ -34,14 +36,15 @@ from .rule import (
     recommend,
 )
 
-#: The slot counts ``slots="auto"`` tries below the count that fits.
-AUTO_STEPS = (2, 4, 8)
+#: The slot counts tune tries (``slots``' default); ``slots="auto"`` tries those below
+#: the count that fits, then that count.
+TUNE_SLOTS = (2, 4, 8)
 
 
 def auto_slot_counts(
     info: BackendInfo, n_ctx_seq: int, n_batch: int
 ) -> tuple[tuple[int, ...], str]:
-    """``slots="auto"``: :data:`AUTO_STEPS` below the count whose KV cache fits
+    """``slots="auto"``: :data:`TUNE_SLOTS` below the count whose KV cache fits
     (:func:`~llamabatch.engine.auto_slots.choose_slots`), then that count; and its reason.
 
     Raises:
@@ -50,7 +53,7 @@ def auto_slot_counts(
     choice = choose_slots(info, n_ctx_seq, n_batch)
     if choice.slots < 2:
         raise ParameterError("slots", AUTO_SLOTS, f"slot counts >= 2 that fit: {choice.reason}")
-    return (*(k for k in AUTO_STEPS if k < choice.slots), choice.slots), choice.reason
+    return (*(k for k in TUNE_SLOTS if k < choice.slots), choice.slots), choice.reason
 
 
 def _slot_counts(slots: Sequence[int]) -> tuple[int, ...]:
@@ -86,7 +89,7 @@ def tune(
     model: str | None = None,
     progress: Progress | None = None,
     backend: Callable[[int], Backend] | None = None,
-    one_at_a_time: Callable[[object, SamplingParams], Reply] | None = None,
+    one_at_a_time: Callable[[object, SamplingParams], PassReply] | None = None,
     budget_s: float | None = None,
     threads: int | None = None,
     threads_as: str = "Llama(n_threads={})",
@@ -131,7 +134,7 @@ def tune(
         ids: an id per prompt for the report (default: the 0-based index).
         items_seed: seed of the sample of items.
         min_gain_pct, max_agreement_drop: the recommendation's thresholds
-            (:mod:`llamabatch.tuning.rule`).
+            (:mod:`llamabatch.measure.verdict`).
         complete_args: what the recommended ``llamabatch complete`` command holds
             before ``--slots K``.
         model: the model's name for the report.
@@ -152,7 +155,7 @@ def tune(
         n_cores: the machine's cores, for the busy rule (``None``: ``os.cpu_count()``).
 
     Returns:
-        a :class:`~llamabatch.tuning.TuneReport`.
+        a :class:`~llamabatch.measure.report.TuneReport`.
 
     Raises:
         ValueError: before any model work: a parameter out of range (named), too few
@@ -226,7 +229,7 @@ def tune(
         report_of = {
             name: summarize(
                 name,
-                slots_of(name),
+                setting_slots(name),
                 done,
                 n_prompts=n,
                 has_labels=has_labels,
@@ -294,7 +297,7 @@ def tune(
         items_per_round=per_round,
         n_rounds=len(done.rounds),
         slots=counts,
-        sampling=_sampling_dict(work[0].sampling if work else SamplingParams()),
+        sampling=json_ready(work[0].sampling if work else SamplingParams()),
         max_tokens=max_tokens,
         label_rule=rule,
         label_regex=label_regex,
@@ -329,7 +332,7 @@ def _llama_backend(llm: Any) -> Backend:
 
 
 def _one_at_a_time(
-    llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], Reply] | None
+    llm: Any, max_tokens: int, one: Callable[[object, SamplingParams], PassReply] | None
 ) -> OneAtATime | None:
     if one is not None:
         return OneAtATime(lambda it: dataclasses.replace(one(it.prompt, it.sampling), id=it.id))
@@ -347,11 +350,3 @@ def _llama_kv_bytes(llm: Any) -> int | None:
         return estimate(llm, slots=1, n_ctx_seq=int(llm.n_ctx())).bytes_per_slot
     except (ValueError, LlamaBatchError, AttributeError):
         return None
-
-
-def _sampling_dict(s: SamplingParams) -> dict[str, Any]:
-    d = dataclasses.asdict(s)
-    for k, v in d.items():
-        if isinstance(v, tuple):
-            d[k] = list(v)
-    return d

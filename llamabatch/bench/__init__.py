@@ -1,1 +1,0 @@
-"""Benchmarks that drive the engine: raw tokens/s, a tagging workload, host facts, report."""
