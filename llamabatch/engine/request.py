@@ -52,13 +52,13 @@ MAX_CHARS_PER_TOKEN = 1024
 
 
 class RequestStatus(IntEnum):
-    """Where a request stands; ordered so ``status >= FINISHED`` means done."""
+    """What a request wants fed next, wherever it runs; ordered so ``status >= FINISHED``
+    means done. Whether it runs in a slot, and waits there for another slot's prefix, is
+    the slot table's (:class:`~llamabatch.engine.cache.Placement`)."""
 
-    WAITING = 0  # not in a slot
-    COPYING = 1  # in a slot, waiting for a prefix of another slot's cache
-    PREFILL = 2  # feeding its goal's tokens
-    DECODE = 3  # feeding back its last sampled token, one per step
-    FINISHED = 4
+    PREFILL = 0  # its run's tokens (its prompt first)
+    DECODE = 1  # its last sampled token, one per step
+    FINISHED = 2
 
 
 class Reply:
@@ -224,7 +224,8 @@ class Request:
         max_tail: most tokens past ``max_tokens`` that may finish a UTF-8 character (set by
             the scheduler where the vocabulary gives bytes, from the room the context or
             the slot it runs in has left past :meth:`need`, which does not count it).
-        status: where it stands; path: ``"batch"`` once placed in a slot, else ``"alone"``.
+        status: what it wants fed next (:class:`RequestStatus`); path: ``"batch"`` once
+            placed in a slot, else ``"alone"``.
         reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
 
@@ -263,7 +264,7 @@ class Request:
         """Forget the reply and its errors (a request that ran in the batch, before it is
         done again alone)."""
         self.error = None
-        self.status = RequestStatus.WAITING
+        self.status = RequestStatus.PREFILL
         self.path: CompletionPath = "alone"
         self.reply = self.reply.fresh()
 

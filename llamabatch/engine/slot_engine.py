@@ -21,7 +21,7 @@ from .cache import HostCache, Placement, SavedState, Slot, SlotTable, common_pre
 from .request import Request, RequestStatus
 from .step import PrefillTokens, SeqOutput, Span, StepResult, plan_step
 
-WAITING, COPYING, PREFILL, DECODE, FINISHED = RequestStatus
+PREFILL, DECODE, FINISHED = RequestStatus
 
 
 class BatchFailed(Exception):
@@ -79,7 +79,6 @@ class SlotEngine:
         self.partial_trim = info.partial_trim
         self.running = self.table.placed  # seq id -> placement, in placement order
         self.dirty = False
-        self._n_waiting = 0  # requests waiting for a copy
         self._rotate = 0
 
     # -- backend calls -------------------------------------------------------------------
@@ -112,7 +111,6 @@ class SlotEngine:
         them in input order."""
         reqs = self.in_flight()
         self.running.clear()
-        self._n_waiting = 0
         return reqs
 
     def reset(self) -> list[Request]:
@@ -142,7 +140,7 @@ class SlotEngine:
         if best is None:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
-        req.path, req.status = "batch", PREFILL
+        req.path = "batch"
         run = req.first_run(self._checkpoints(len(prompt)))
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
@@ -150,16 +148,13 @@ class SlotEngine:
                 self.backend.start_seq(slot.seq_id, req.sampling)
         except GrammarError:
             del self.running[slot.seq_id]
-            req.status, req.path = WAITING, "alone"
+            req.path = "alone"
             raise
-        planned: dict[int, Sequence[int]] = {
-            sid: q.req.prompt
+        planned: dict[int, Sequence[int]] = {  # a copy's cache is not its own yet: no source
+            sid: q.req.prompt if q.copy is None else ()
             for sid, q in self.running.items()
             if q.req.status == PREFILL and q is not p
         }
-        for sid, q in self.running.items():
-            if q.req.status == COPYING:
-                planned[sid] = ()  # its cache is not its own yet: no source
         copy = self.table.copy_source(
             prompt, slot, n_own, planned, self.min_copy_tokens, self._holds
         )
@@ -173,12 +168,11 @@ class SlotEngine:
         elif copy is None:
             self._keep(p, n_own)
         else:
-            p.copy, req.status = copy, COPYING
+            p.copy = copy
             src = self.running.get(copy.src)
             if not self.partial_trim and src is not None:
                 src.breaks.add(copy.n_tokens)
-            if not self._try_copy(p):
-                self._n_waiting += 1
+            self._try_copy(p)
 
     def _checkpoints(self, n_prompt: int) -> bool:
         """A cache cut back to the end of a prompt of ``n_prompt`` tokens comes back from a
@@ -259,7 +253,7 @@ class SlotEngine:
                 if not self._trim(slot, 0):
                     raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
             del slot.cached[n:]
-        p.fed, p.req.status = n, PREFILL
+        p.fed = n
         self.stats.prompt_tokens_cached += n
 
     def _learn_no_partial_trim(self) -> None:
@@ -277,15 +271,14 @@ class SlotEngine:
             ok = self.backend.trim(slot.seq_id, n)
         return ok
 
-    def _try_copy(self, p: Placement) -> bool:
+    def _try_copy(self, p: Placement) -> None:
         """Copy the source's cache into ``p``'s slot if it holds the prefix now."""
         plan, prompt = p.copy, p.req.prompt
         if plan is None:
-            return True
+            return
         dst, src = p.slot, self.table.slots[plan.src]
-        have = len(src.cached)
-        if have < plan.n_tokens:
-            return False
+        if len(src.cached) < plan.n_tokens:
+            return
         p.copy = None
         n = plan.n_tokens
         if src.cached[:n] != prompt[:n] or not self._holds(src, n):
@@ -296,7 +289,6 @@ class SlotEngine:
             dst.cached[:] = src.cached
             self.stats.prefix_copies += 1
             self._keep(p, n)
-        return True
 
     # -- one step ------------------------------------------------------------------------
     def step(self) -> list[Request]:
@@ -343,10 +335,8 @@ class SlotEngine:
         self.dirty = False
         for p in [q for q in running.values() if not q.run.samples and q.req.status == PREFILL]:
             self._advance(p)
-        if self._n_waiting:  # running is in placement order (a dict)
-            for p in [q for q in running.values() if q.req.status == COPYING and q.copy]:
-                if self._try_copy(p):
-                    self._n_waiting -= 1
+        for p in [q for q in running.values() if q.copy is not None]:  # in placement order
+            self._try_copy(p)
         done = [q for q in running.values() if q.req.status == FINISHED]
         for p in done:
             del running[p.slot.seq_id]
@@ -420,7 +410,7 @@ class SlotEngine:
             if status == DECODE:
                 span = Span(sid, len(p.slot.cached), (req.reply.token_ids[-1],), True, step=True)
                 steps.append(span if p.run.rows is None else self._outputs(span))
-            elif status == PREFILL:
+            elif status == PREFILL and p.copy is None:  # (a copy waits for its source)
                 n = len(p.slot.cached)
                 later = [b - n for b in p.breaks if b > n] if p.fed < len(req.prompt) else ()
                 run = p.run
