@@ -225,7 +225,7 @@ class Request:
             the scheduler where the vocabulary gives bytes, from the room the context or
             the slot it runs in has left past :meth:`need`, which does not count it).
         status: what it wants fed next (:class:`RequestStatus`); path: ``"batch"`` once
-            placed in a slot, else ``"alone"``.
+            completed in a slot, else ``"alone"``.
         reply: the reply so far (:class:`Reply`); error: its error, or ``None``.
     """
 
@@ -253,6 +253,7 @@ class Request:
         self.sample, self.group = sample, group
         self.max_tokens = 1
         self.max_tail = 0
+        self.path: CompletionPath = "alone"
         self.reply = Reply(_unbound)
         self.error: str | None = None
         self.reset()
@@ -261,11 +262,10 @@ class Request:
             self.status = RequestStatus.FINISHED
 
     def reset(self) -> None:
-        """Forget the reply and its errors (a request that ran in the batch, before it is
-        done again alone)."""
+        """Forget the reply and its errors (a request in flight at a failure of the batch
+        path, before it is done again alone)."""
         self.error = None
         self.status = RequestStatus.PREFILL
-        self.path: CompletionPath = "alone"
         self.reply = self.reply.fresh()
 
     def __repr__(self) -> str:

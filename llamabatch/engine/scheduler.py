@@ -354,6 +354,8 @@ class Scheduler:
         engine = self.engine
         n = len(engine.running) if engine is not None else 0
         reqs = engine.reset() if engine is not None else []
+        for req in reqs:
+            req.reset()  # its reply so far is dropped: it starts again alone
         self._retry.extend(reqs)
         self.stats.batch_failures += 1
         self.stats.items_retried += len(reqs)
@@ -380,8 +382,6 @@ class Scheduler:
     # -- one at a time -------------------------------------------------------------------
     def run_alone(self, req: Request) -> Request:
         """Complete ``req`` outside the batch context; failures become its error."""
-        if req.path == "batch":  # in flight at a failure: start again
-            req.reset()
         if req.error is not None:
             self._refuse(req)
             return req

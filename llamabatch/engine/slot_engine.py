@@ -140,7 +140,6 @@ class SlotEngine:
         if best is None:
             raise ValueError("no free slot: check has_free_slot first")
         slot, n_own = best
-        req.path = "batch"
         run = req.first_run(self._checkpoints(len(prompt)))
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
@@ -148,7 +147,6 @@ class SlotEngine:
                 self.backend.start_seq(slot.seq_id, req.sampling)
         except GrammarError:
             del self.running[slot.seq_id]
-            req.path = "alone"
             raise
         planned: dict[int, Sequence[int]] = {  # a copy's cache is not its own yet: no source
             sid: q.req.prompt if q.copy is None else ()
@@ -340,6 +338,7 @@ class SlotEngine:
         done = [q for q in running.values() if q.req.status == FINISHED]
         for p in done:
             del running[p.slot.seq_id]
+            p.req.path = "batch"
         stats.backend_sampled_rows += result.backend_sampled
         times = result.times
         if times is not None:
