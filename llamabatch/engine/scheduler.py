@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import fields
 
 from ..completion import Completion
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
@@ -31,7 +32,7 @@ from .backend import Backend, BackendInfo, BatchLimits
 from .device_check import check_device
 from .features import Features
 from .request import MAX_CHAR_TAIL, Request
-from .slot_engine import BatchFailed, SlotEngine
+from .slot_engine import BatchFailed, EngineCounts, SlotEngine
 
 log = logging.getLogger("llamabatch")
 
@@ -146,7 +147,6 @@ class Scheduler:
         self.engine = SlotEngine(
             self.backend,
             lim,
-            self.stats,
             self.config.min_copy_tokens,
             self.config.cache_ram_mib << 20,
             self.info,
@@ -278,7 +278,11 @@ class Scheduler:
     def step(self) -> list[Completion]:
         """One step: what fits starts, one request alone or one batch step runs; the
         completions that ended (in the order they finished)."""
-        done = self._step()
+        try:
+            done = self._step()
+        finally:
+            if self.engine is not None:
+                self._add_counts(self.engine.take_counts())
         if all(r.group is None for r in done):  # no reply of n > 1 among them
             return [r.result() for r in done]
         return self.features.merge(done)
@@ -341,6 +345,12 @@ class Scheduler:
         if finished and any(r.error is None for r in finished):
             self._failures = 0  # an item completed in the batch: the failures are not in a row
         return done + finished
+
+    def _add_counts(self, counts: EngineCounts) -> None:
+        """Add what the slot engine did to :attr:`stats` (their one writer is the scheduler)."""
+        s = self.stats
+        for name in _ENGINE_COUNTS:
+            setattr(s, name, getattr(s, name) + getattr(counts, name))
 
     def _longest_need(self) -> int | None:
         """The longest need of a waiting request that fits a slot, or ``None``."""
@@ -451,6 +461,10 @@ class Scheduler:
             s.labels_scored += c.choice_logprobs is not None
             s.items_batched += c.path == "batch"
             s.items_alone += c.path != "batch"
+
+
+#: The :class:`~llamabatch.stats.Stats` fields the slot engine counts.
+_ENGINE_COUNTS = tuple(f.name for f in fields(EngineCounts))
 
 
 def _featured(req: Request) -> bool:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 
 from ..errors import DecodeError, GrammarError, decode_meaning
-from ..stats import Stats
 from .backend import Backend, BackendInfo, BatchLimits
 from .cache import HostCache, Placement, SavedState, Slot, SlotTable, common_prefix, reusable
 from .request import Request, RequestStatus
@@ -44,6 +44,27 @@ def _failed(what: str, exc: Exception) -> BatchFailed:
     return BatchFailed(f"{what} raised {type(exc).__name__}: {exc}")
 
 
+@dataclass(slots=True)
+class EngineCounts:
+    """What the slot engine did since the scheduler last took its counts
+    (:meth:`SlotEngine.take_counts`), each under the name of the
+    :class:`~llamabatch.stats.Stats` field it adds to (the scheduler writes them
+    there)."""
+
+    prompt_tokens_cached: int = 0
+    prompt_tokens_prefilled: int = 0
+    label_tokens_decoded: int = 0
+    prefix_copies: int = 0
+    cache_ram_saves: int = 0
+    cache_ram_loads: int = 0
+    decode_calls: int = 0
+    backend_sampled_rows: int = 0
+    step_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    logits_seconds: float = 0.0
+    sampling_seconds: float = 0.0
+
+
 class SlotEngine:
     """Runs requests in the slots of the open batch context (``limits``).
 
@@ -53,6 +74,7 @@ class SlotEngine:
         cache_ram_bytes: most bytes of states kept in host memory (0: none).
 
     Attributes:
+        counts: what it did since :meth:`take_counts` was last called.
         partial_trim: the memory takes cuts to a position > 0 (False when declared so, or
             learned from a refused trim: caches are then reused only up to their very end).
         dirty: a backend call that changes caches is in progress (an exception escaping
@@ -63,12 +85,12 @@ class SlotEngine:
         self,
         backend: Backend,
         limits: BatchLimits,
-        stats: Stats,
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
         info: BackendInfo | None = None,
     ) -> None:
-        self.backend, self.limits, self.stats = backend, limits, stats
+        self.backend, self.limits = backend, limits
+        self.counts = EngineCounts()
         self.info = info = backend.info if info is None else info
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
@@ -98,6 +120,11 @@ class SlotEngine:
         self.dirty = False
 
     # -- state ---------------------------------------------------------------------------
+    def take_counts(self) -> EngineCounts:
+        """What it did since the last call (:attr:`counts`, which starts again from 0)."""
+        counts, self.counts = self.counts, EngineCounts()
+        return counts
+
     @property
     def has_free_slot(self) -> bool:
         return len(self.running) < len(self.table)
@@ -223,14 +250,14 @@ class SlotEngine:
         with self._calling("save_seq", changes=False):
             state = self.backend.save_seq(slot.seq_id)
         if self.host.add(slot.cached, state, n if floor is None else floor):
-            self.stats.cache_ram_saves += 1
+            self.counts.cache_ram_saves += 1
 
     def _load(self, p: Placement, saved: SavedState, n: int) -> None:
         slot = p.slot
         with self._calling("load_seq"):
             self.backend.load_seq(slot.seq_id, saved.state)
         slot.cached[:] = saved.tokens
-        self.stats.cache_ram_loads += 1
+        self.counts.cache_ram_loads += 1
         self._keep(p, n)
 
     # -- cutting caches ------------------------------------------------------------------
@@ -252,7 +279,7 @@ class SlotEngine:
                     raise BatchFailed(f"the cache of seq {slot.seq_id} could not be emptied")
             del slot.cached[n:]
         p.fed = n
-        self.stats.prompt_tokens_cached += n
+        self.counts.prompt_tokens_cached += n
 
     def _learn_no_partial_trim(self) -> None:
         """The memory cannot be cut back (a refused trim): prefixes are reused whole from
@@ -285,7 +312,7 @@ class SlotEngine:
             with self._calling("copy_seq"):
                 self.backend.copy_seq(src.seq_id, dst.seq_id)
             dst.cached[:] = src.cached
-            self.stats.prefix_copies += 1
+            self.counts.prefix_copies += 1
             self._keep(p, n)
 
     # -- one step ------------------------------------------------------------------------
@@ -304,8 +331,8 @@ class SlotEngine:
             raise _failed("run", exc) from exc
         if not isinstance(result, StepResult) or len(result.decoded) != len(spans):
             raise BatchFailed(f"run returned {result!r} for {len(spans)} spans")
-        stats = self.stats
-        stats.decode_calls += 1
+        counts = self.counts
+        counts.decode_calls += 1
         outputs = result.outputs
         running = self.running
         for span, n in zip(spans, result.decoded):
@@ -339,13 +366,13 @@ class SlotEngine:
         for p in done:
             del running[p.slot.seq_id]
             p.req.path = "batch"
-        stats.backend_sampled_rows += result.backend_sampled
+        counts.backend_sampled_rows += result.backend_sampled
         times = result.times
         if times is not None:
-            stats.decode_seconds += times.decode
-            stats.logits_seconds += times.logits
-            stats.sampling_seconds += times.sampling
-        stats.step_seconds += perf_counter() - start
+            counts.decode_seconds += times.decode
+            counts.logits_seconds += times.logits
+            counts.sampling_seconds += times.sampling
+        counts.step_seconds += perf_counter() - start
         return [p.req for p in done]
 
     @staticmethod
@@ -359,8 +386,8 @@ class SlotEngine:
         """Count ``n`` tokens fed in a prefill span: prompt tokens, then others."""
         k = max(0, min(n, len(p.req.prompt) - p.fed))
         p.fed += k
-        self.stats.prompt_tokens_prefilled += k
-        self.stats.label_tokens_decoded += n - k
+        self.counts.prompt_tokens_prefilled += k
+        self.counts.label_tokens_decoded += n - k
         p.breaks.discard(p.fed)
 
     def _advance(self, p: Placement) -> None:
