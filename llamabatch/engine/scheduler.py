@@ -61,7 +61,8 @@ def smaller_tries(
 
 class Scheduler:
     """Runs requests on a backend, batched when it can, alone when it must, as ``config``
-    says (its ``n_ctx_seq`` set)."""
+    says (its ``n_ctx_seq`` set). Its :attr:`stats` are written here alone, the slot
+    engine's counts (:class:`~llamabatch.engine.slot_engine.EngineCounts`) after each step."""
 
     def __init__(self, backend: Backend, config: BatchConfig, info: BackendInfo | None = None):
         self.backend = backend
@@ -244,7 +245,7 @@ class Scheduler:
             return sum(r.error is None for r in self._queue) < 2
         if engine is None or not batching:
             return not self._queue
-        free = len(engine.table) - len(engine.running)
+        free = engine.n_free
         if free <= 0:
             return False
         for r in self._queue:
@@ -312,7 +313,7 @@ class Scheduler:
         if engine is None or not self.batching:
             return [self.run_alone(queue.popleft())] if queue else []
         done: list[Request] = []
-        while engine.has_free_slot and queue:
+        while engine.n_free and queue:
             req = queue.popleft()
             if req.error is not None:
                 self._refuse(req)

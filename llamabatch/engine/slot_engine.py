@@ -4,8 +4,10 @@
 its prompt, or plans a copy of a longer prefix from another slot, or loads one from host
 memory; :meth:`SlotEngine.step` plans one call, has the backend run it and hands each
 request what its rows gave. What a request wants is the request's own
-(:class:`~llamabatch.engine.request.Request`): the engine places, plans and runs. Any
-exception of a backend call becomes :class:`BatchFailed`.
+(:class:`~llamabatch.engine.request.Request`); where it runs (its slot, a copy it waits
+for) is the slot table's (:class:`~llamabatch.engine.cache.Placement`): the engine places,
+plans and runs. What it did is counted in :class:`EngineCounts`, which the scheduler adds
+to ``Stats``. Any exception of a backend call becomes :class:`BatchFailed`.
 """
 
 from __future__ import annotations
@@ -126,8 +128,9 @@ class SlotEngine:
         return counts
 
     @property
-    def has_free_slot(self) -> bool:
-        return len(self.running) < len(self.table)
+    def n_free(self) -> int:
+        """Slots with no request running."""
+        return len(self.table) - len(self.running)
 
     def in_flight(self) -> list[Request]:
         """The requests running now, in input order."""
@@ -165,7 +168,7 @@ class SlotEngine:
         prompt = req.prompt
         best = self.table.best_free(prompt, self._holds)
         if best is None:
-            raise ValueError("no free slot: check has_free_slot first")
+            raise ValueError("no free slot: check n_free first")
         slot, n_own = best
         run = req.first_run(self._checkpoints(len(prompt)))
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
