@@ -84,7 +84,8 @@ class Placement:
     Attributes:
         req: the request; slot: its slot; run: what it wants of the slot now.
         fed: prompt tokens the cache has held (reused, copied or prefilled).
-        copy: a copy of another slot's prefix to wait for, or ``None``.
+        copy: the copy of another slot's prefix it waits for (nothing of its run is decoded
+            meanwhile), or ``None``.
         breaks: prompt lengths where a prefill call must stop (so another slot can copy
             exactly there).
         checkpoint: a saved state ``(state, tokens)`` to come back to, or ``None``.
@@ -104,7 +105,8 @@ class SlotTable:
     request runs in it.
 
     Attributes:
-        placed: seq id -> the placement running there, in placement order.
+        placed: seq id -> the placement running there, in placement order (a request is in
+            a slot exactly while its placement is here).
     """
 
     def __init__(self, n_slots: int) -> None:

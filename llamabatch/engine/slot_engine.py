@@ -132,14 +132,10 @@ class SlotEngine:
         """Slots with no request running."""
         return len(self.table) - len(self.running)
 
-    def in_flight(self) -> list[Request]:
-        """The requests running now, in input order."""
-        return sorted((p.req for p in self.running.values()), key=lambda r: (r.index, r.sample))
-
     def release(self) -> list[Request]:
         """Stop every running request (a run ends early; caches stay valid) and return
         them in input order."""
-        reqs = self.in_flight()
+        reqs = sorted((p.req for p in self.running.values()), key=lambda r: (r.index, r.sample))
         self.running.clear()
         return reqs
 
@@ -343,10 +339,7 @@ class SlotEngine:
             p = running[sid]
             req, cached = p.req, p.slot.cached
             if span.step:
-                out = outputs.get(sid)
-                if out is None:
-                    raise BatchFailed(f"run returned no output for seq {sid}")
-                req.take(out, span, cached)
+                req.take(self._output(outputs, sid), span, cached)
                 cached.extend(span.tokens)
                 continue
             if n != len(span.tokens):
