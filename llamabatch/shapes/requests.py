@@ -142,10 +142,9 @@ class BindingCall:
         the generator's, named when there is no ``Llama`` and no ``model``)."""
         name = self.model or getattr(self.llm, "model_path", None) or type(backend).__name__
         text_of = token_text(self.llm, backend.vocab)
-        prompts = [None] * len(done) if self.chat else self.items
         return [
-            response(c, model=name, chat=self.chat, text_of=text_of, prompt=prompt)
-            for c, prompt in zip(done, prompts, strict=True)
+            response(c, model=name, chat=self.chat, text_of=text_of, prompt=item)
+            for c, item in zip(done, self.items, strict=True)
         ]
 
 

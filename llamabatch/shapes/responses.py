@@ -133,7 +133,7 @@ def custom_id_of(item_id: str | int) -> str:
     """The ``custom_id`` of an item's batch output line: its id as text (OpenAI's batch
     output types ``custom_id`` as a string; an integer id, such as a line number, as its
     digits)."""
-    return item_id if isinstance(item_id, str) else str(item_id)
+    return str(item_id)
 
 
 def batch_line(
@@ -154,22 +154,22 @@ def batch_line(
     for key in ("choice_probs", "votes"):
         if getattr(completion, key) is not None:
             body[key] = getattr(completion, key)
-    return {
-        "id": f"batch_req_{uuid.uuid4().hex}",
-        "custom_id": custom_id_of(item_id),
-        "response": {"status_code": 200, "request_id": uuid.uuid4().hex, "body": body},
-        "error": None,
-    }
+    reply = {"status_code": 200, "request_id": uuid.uuid4().hex, "body": body}
+    return _envelope(item_id, reply, None)
 
 
 def batch_error_line(item_id: str | int, code: str, message: str) -> dict[str, Any]:
     """The batch output line of an item that got no reply: ``response`` null, ``error``
     set."""
+    return _envelope(item_id, None, {"code": code, "message": message})
+
+
+def _envelope(item_id: str | int, reply: object, error: object) -> dict[str, Any]:
     return {
         "id": f"batch_req_{uuid.uuid4().hex}",
         "custom_id": custom_id_of(item_id),
-        "response": None,
-        "error": {"code": code, "message": message},
+        "response": reply,
+        "error": error,
     }
 
 
