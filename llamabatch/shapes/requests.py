@@ -57,6 +57,8 @@ from .sampling_map import (
 
 COMPLETIONS_URL = "/v1/completions"
 CHAT_URL = "/v1/chat/completions"
+#: The body key of each endpoint's prompt.
+BODY_PROMPT_KEY = {CHAT_URL: "messages", COMPLETIONS_URL: "prompt"}
 
 #: The chat format ``Llama`` uses for the GGUF's own template.
 _GGUF_TEMPLATE = "chat_template.default"
@@ -194,8 +196,7 @@ def chat_call(llm: Any, conversations: Iterable[object], kwargs: Mapping[str, An
     return BindingCall(items, _per_prompt(llm, sampling, len(items)), llm, model, chat=True)
 
 
-#: Batch body keys read besides the sampling fields, and those accepted without effect.
-_BODY_PROMPTS = {CHAT_URL: "messages", COMPLETIONS_URL: "prompt"}
+#: Batch body keys accepted without effect.
 _BODY_IGNORED = frozenset({"model", "stream", "user", "max_completion_tokens"})
 
 
@@ -225,8 +226,8 @@ def request_parts(
     if method != "POST":
         raise ValueError(f'"method" is {method!r}; batch requests are "POST"')
     url = obj.get("url")
-    if url not in _BODY_PROMPTS:
-        raise ValueError(f'"url" is {url!r}; llamabatch answers {" and ".join(_BODY_PROMPTS)}')
+    if url not in BODY_PROMPT_KEY:
+        raise ValueError(f'"url" is {url!r}; llamabatch answers {" and ".join(BODY_PROMPT_KEY)}')
     if "body" not in obj:
         raise ValueError(
             f'has no "body": a {url} request needs one, a JSON object with the request'
@@ -236,7 +237,7 @@ def request_parts(
         raise ValueError('"body" must be a JSON object')
     if body.get("stream"):
         raise ValueError('"body"."stream" is true; batch replies are not streamed')
-    prompt_key = _BODY_PROMPTS[url]
+    prompt_key = BODY_PROMPT_KEY[url]
     if prompt_key not in body:
         raise ValueError(f'"body" of a {url} request needs "{prompt_key}"')
     refused = refused_arguments({k: v for k, v in body.items() if k not in _BODY_IGNORED})
@@ -272,23 +273,23 @@ class ServerRequest:
     sampling: SamplingParams = _DEFAULT
 
 
-def _prompt(value: object) -> tuple[str, str, object]:
-    """(endpoint, body key, JSON value) of a prompt or a list of messages."""
+def _prompt(value: object) -> tuple[str, object]:
+    """(endpoint, JSON value) of a prompt or a list of messages."""
     if isinstance(value, (bytes, bytearray)):
         try:
             value = bytes(value).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BadItem(f"prompt is not valid UTF-8: {exc}") from None
     if isinstance(value, str):
-        return COMPLETIONS_URL, "prompt", value
+        return COMPLETIONS_URL, value
     if is_messages(value):
-        return CHAT_URL, "messages", [dict(m) for m in value]  # type: ignore[attr-defined]
+        return CHAT_URL, [dict(m) for m in value]  # type: ignore[attr-defined]
     if (
         isinstance(value, Sequence)
         and value
         and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
     ):
-        return COMPLETIONS_URL, "prompt", list(value)  # llama-server reads token ids
+        return COMPLETIONS_URL, list(value)  # llama-server reads token ids
     raise BadItem(
         f"prompt is {type(value).__name__}: expected a str, UTF-8 bytes, a "
         "non-empty list of token ids or a non-empty list of chat messages"
@@ -313,5 +314,6 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Se
     except ValueError as exc:  # GrammarError too
         raise BadItem(str(exc)) from None
     prompt = resolved.messages if resolved.messages is not None else resolved.prompt
-    endpoint, key, value = _prompt(prompt)
-    return ServerRequest(endpoint, {key: value, "stream": False, **fields}, resolved.sampling)
+    endpoint, value = _prompt(prompt)
+    body = {BODY_PROMPT_KEY[endpoint]: value, "stream": False, **fields}
+    return ServerRequest(endpoint, body, resolved.sampling)

@@ -67,7 +67,7 @@ CHAT_OFF: dict[str, tuple[Any, ...]] = {
 OFF = {**_OFF, **CHAT_OFF}
 
 
-def is_off(name: str, value: object) -> bool:
+def _is_off(name: str, value: object) -> bool:
     """True when ``value`` of :data:`OFF`'s ``name`` means off (so it changes nothing)."""
     return any(value is off or (off is not None and value == off) for off in OFF[name])
 
@@ -76,7 +76,7 @@ def refused_arguments(kwargs: Mapping[str, Any], names: Collection[str] = OFF) -
     """The keys of ``kwargs`` among ``names`` (of :data:`OFF`) set to other than off, in
     ``kwargs``' order: the one rule for ``create_*`` calls and OpenAI batch bodies, which
     refuse them by name."""
-    return [k for k, v in kwargs.items() if k in names and k in OFF and not is_off(k, v)]
+    return [k for k, v in kwargs.items() if k in names and k in OFF and not _is_off(k, v)]
 
 
 def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]:
@@ -171,7 +171,7 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     refused = []
     for name, value in kwargs.items():
         if name in _OFF:
-            if not is_off(name, value):
+            if not _is_off(name, value):
                 refused.append(name)
         elif name == "grammar" and not (value is None or isinstance(value, str)):
             refused.append("grammar (give its GBNF text, not a LlamaGrammar)")
