@@ -90,3 +90,13 @@ def test_a_server_gets_llama_servers_name_of_penalty_last_n():
     )
     assert body["repeat_last_n"] == 32 and body["grammar"] == "root ::= x"
     assert "seed" not in body and body["max_tokens"] == 200
+
+
+@pytest.mark.parametrize("sampling", [TUNED, SamplingParams(penalty_last_n=32)])
+def test_a_server_request_carries_the_bindings_keywords(sampling):
+    """One mapping for both: a request body is the binding's keywords that hold a value,
+    plus llama-server's name of the penalty window."""
+    kwargs = completion_kwargs(sampling, 200, grammar="root ::= x")
+    body = completion_kwargs(sampling, 200, grammar="root ::= x", server=True)
+    expected = {k: v for k, v in kwargs.items() if v is not None}
+    assert body == {**expected, "repeat_last_n": sampling.penalty_last_n}
