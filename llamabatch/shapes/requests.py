@@ -206,11 +206,9 @@ def is_request(obj: Mapping[str, Any]) -> bool:
     return "custom_id" in obj
 
 
-def request_parts(
-    obj: Mapping[str, Any],
-) -> tuple[str, Mapping[str, Any], dict[str, Any], set[str]]:
-    """Split an OpenAI batch request line into (url, body, the body as a plain line,
-    unknown keys).
+def request_parts(obj: Mapping[str, Any]) -> tuple[str, dict[str, Any], set[str]]:
+    """Split an OpenAI batch request line into (url, the body as a plain line, unknown
+    keys).
 
     The plain line has ``id`` (= ``custom_id``), ``prompt`` or ``messages``, and the body's
     sampling fields, so the rest of the reader treats it like any JSONL line.
@@ -256,7 +254,7 @@ def request_parts(
     line.pop("messages" if url == COMPLETIONS_URL else "prompt", None)
     line["id"] = custom_id
     unknown = {k for k in obj if k not in ("custom_id", "method", "url", "body")}
-    return url, body, line, unknown
+    return url, line, unknown
 
 
 _DEFAULT = SamplingParams()

@@ -168,7 +168,7 @@ def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> 
     url = None
     if is_request(obj):
         try:
-            url, _, obj, extra = request_parts(obj)
+            url, obj, extra = request_parts(obj)
         except ValueError as exc:
             raise _Bad(str(exc)) from None
         for key in extra:
