@@ -43,7 +43,6 @@ from ..completion import Completion
 from ..engine.backend import Backend
 from ..errors import BadItem
 from ..items import is_messages, resolve_item
-from ..llamacpp.constraints import grammar_of
 from ..params import LLAMA_DEFAULT_SEED, SamplingParams
 from .responses import response, token_text
 from .sampling_map import (
@@ -304,6 +303,8 @@ def build_request(item: object, sampling: SamplingParams, max_tokens: int) -> Se
             is bad, a ``json_schema`` the converter refuses, or a field set that a server
             request cannot carry (each named).
     """
+    from ..llamacpp.constraints import grammar_of  # pure; `import llamabatch` loads no llamacpp
+
     try:
         resolved = resolve_item(item, sampling)
         fields = completion_kwargs(
