@@ -37,7 +37,7 @@ import dataclasses
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..completion import Completion
 from ..engine.backend import Backend
@@ -280,7 +280,7 @@ def _prompt(value: object) -> tuple[str, object]:
     if isinstance(value, str):
         return COMPLETIONS_URL, value
     if is_messages(value):
-        return CHAT_URL, [dict(m) for m in value]  # type: ignore[attr-defined]
+        return CHAT_URL, [dict(m) for m in cast("Sequence[Mapping[str, Any]]", value)]
     if (
         isinstance(value, Sequence)
         and value
