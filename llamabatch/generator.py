@@ -2,7 +2,7 @@
 (:mod:`llamabatch.items`), run by the :class:`~llamabatch.engine.scheduler.Scheduler` and
 given back in input order, a page of ``slots`` items at a time; and
 :func:`create_completions` / :func:`create_chat_completions`, llama-cpp-python's calls
-(:mod:`llamabatch.create`) on a generator opened for one call."""
+(:mod:`llamabatch.shapes.requests`) on a generator opened for one call."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from ._util.closing import Closing
 from ._util.interrupts import callback_interrupts
 from ._util.pager import ordered_pages
 from .completion import Completion
-from .create import chat_call, completion_call
 from .engine.auto_slots import SlotsChoice, choose_slots
 from .engine.backend import Backend, BatchLimits
 from .engine.request import Request, prepare
@@ -40,6 +39,7 @@ from .params import (
     BatchConfig,
     SamplingParams,
 )
+from .shapes.requests import chat_call, completion_call
 from .stats import Stats
 
 if TYPE_CHECKING:
@@ -582,7 +582,7 @@ class BatchGenerator(Closing):
     def create_completions(self, prompts: Iterable[object], **kwargs: Any) -> list[dict]:
         """``[llm.create_completion(p, **kwargs) for p in prompts]``, batched: one response
         dict per prompt, in order, field for field as ``Llama.create_completion``'s;
-        ``n`` gives ``n`` choices. The keyword rules are in :mod:`llamabatch.create`.
+        ``n`` gives ``n`` choices. The keyword rules are in :mod:`llamabatch.shapes.requests`.
 
         Raises:
             ValueError: a keyword the batch path cannot honour (named), a bad value.

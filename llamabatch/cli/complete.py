@@ -47,11 +47,12 @@ from typing import Any, TypeVar, cast
 
 from .._util.busy import BUSY_MIN_S, busy_cpu_warning, load_average
 from ..completion import Completion
-from ..create import token_text
 from ..errors import LlamaBatchError
 from ..items import item_fields, with_fields
 from ..model import DEFAULT_MODEL
 from ..params import DEFAULT_N_CTX_SEQ, DEFAULT_TEMPERATURE, BatchConfig, SamplingParams
+from ..shapes.requests import CHAT_URL
+from ..shapes.responses import batch_error_line, batch_line, custom_id_of, token_text
 from . import options
 from .common import (
     EXIT_FAILURE,
@@ -78,7 +79,6 @@ from .job.input import (
     with_chat_prompts,
     with_text_template,
 )
-from .job.openai import CHAT_URL, COMPLETIONS_URL, custom_id_of, error_response, response_record
 from .job.output import Output, completion_record, error_record, open_output
 from .job.report import JobTally, batching_note, progress_bar, summary_line
 from .job.resume import check_resume, write_fingerprint
@@ -438,16 +438,16 @@ class _Job:
                     "max_tokens",
                 )
         if self.args.output_format == "openai":
-            url = item.url or (CHAT_URL if item.messages is not None else COMPLETIONS_URL)
-            # text_offset counts from the prompt's length, as create_completion's
-            offset = len(item.prompt) if url == COMPLETIONS_URL and item.prompt else 0
-            return response_record(item.id, url, completion, self.model, self.text_of, offset)
+            chat = item.url == CHAT_URL if item.url else item.messages is not None
+            return batch_line(
+                item.id, completion, self.model, chat=chat, text_of=self.text_of, prompt=item.prompt
+            )
         return completion_record(item, completion)
 
     def bad_record(self, bad: Any) -> dict[str, Any]:
         """The output line of a bad input line, in the chosen --output-format."""
         if self.args.output_format == "openai":
-            return error_response(bad.id, "invalid_request", bad.error)
+            return batch_error_line(bad.id, "invalid_request", bad.error)
         return error_record(bad)
 
     def records(

@@ -66,7 +66,7 @@ def loaded_llama(
 @contextlib.contextmanager
 def token_text_of_file(path: Path) -> Iterator[Callable[[Sequence[int]], str]]:
     """Token ids -> text as a ``Llama`` of ``path`` shows them in logprobs
-    (:func:`llamabatch.create.token_text`: ``detokenize``, bad bytes dropped), from the
+    (:func:`llamabatch.shapes.responses.token_text`), from the
     file's vocabulary alone (no weights read), freed when the block ends.
 
     Raises:
@@ -75,12 +75,13 @@ def token_text_of_file(path: Path) -> Iterator[Callable[[Sequence[int]], str]]:
     """
     from .._ffi.vocab_file import VocabFile
     from ..errors import ModelFileError
+    from ..shapes.responses import token_text
 
     try:
         vocab = VocabFile(path)
     except ValueError as exc:
         raise ModelFileError(f"llama.cpp cannot read the vocabulary of {path}: {exc}") from exc
     try:
-        yield lambda ids: vocab.detokenize(ids).decode("utf-8", errors="ignore")
+        yield token_text(vocab)
     finally:
         vocab.close()

@@ -29,7 +29,7 @@ from ..completion import Completion
 from ..generator import BatchGenerator
 from ..model import DEFAULT_N_GPU_LAYERS
 from ..params import SamplingParams
-from .generation import generation_sampling
+from ..shapes.sampling_map import generation_sampling
 
 #: The model's name in lm-evaluation-harness's registry (``--model llamabatch``).
 MODEL_NAME = "llamabatch"

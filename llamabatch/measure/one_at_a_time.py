@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import LlamaBatchError
 from ..items import is_messages
 from ..params import SamplingParams
-from ..sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
+from ..shapes.sampling_map import COMPLETION_FIELDS, completion_kwargs, llama_settings, unsupported
 from .records import PassReplies, PassReply, WorkItem
 from .rounds import Progress
 

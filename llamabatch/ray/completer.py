@@ -18,8 +18,8 @@ from typing import Any
 from ..completion import Completion
 from ..errors import ModelFileError
 from ..model import DEFAULT_N_GPU_LAYERS
-from ..outputs import OUTPUT_FIELDS, extra_output_names, output_record
 from ..params import DEFAULT_N_CTX_SEQ, BatchConfig
+from ..shapes.responses import OUTPUT_FIELDS, extra_output_names, output_record
 from .columns import batch_rows, result_columns, row_item
 
 
@@ -50,7 +50,7 @@ class BatchCompleter:
         field columns; the result has ``id_column`` (when given), then ``text``,
         ``finish_reason``, ``error``, ``n_prompt_tokens``, ``n_tokens``, ``path`` and
         each optional output that some row holds (``logprobs`` ...,
-        :mod:`llamabatch.outputs`; and any key a subclass's :meth:`record` adds) as JSON
+        :mod:`llamabatch.shapes.responses`; and any key a subclass's :meth:`record` adds) as JSON
         text (``None`` in the rows without it: their nested shapes have no single Arrow
         type), one row per input row, in order. A row that cannot be completed (no
         prompt, a bad field, messages the chat template refuses) gets ``finish_reason``
@@ -116,7 +116,7 @@ class BatchCompleter:
         return columns
 
     def record(self, completion: Completion) -> dict[str, Any]:
-        """The output record of one row (:func:`llamabatch.outputs.output_record`); a
+        """The output record of one row (:func:`llamabatch.shapes.responses.output_record`); a
         subclass may add keys, each written as a column (JSON text) of the batches in which
         some row holds it."""
         return output_record(completion)

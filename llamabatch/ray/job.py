@@ -23,8 +23,8 @@ from typing import Any
 from .._util.closing import Closing
 from ..completion import Completion
 from ..errors import RayJobError
-from ..outputs import extra_output_names, from_json
 from ..remote.completion import RemoteCompletion
+from ..shapes.responses import extra_output_names, from_json
 from .columns import SAMPLING_PARAMS_COLUMN, batch_rows
 from .completer import BatchCompleter
 from .processors import ProcessorConfig, processor

@@ -20,7 +20,7 @@ _NAMES = {
     "Server": "pool",
     "ServerPool": "pool",
     "normalize_url": "pool",
-    "build_request": "request",
+    "build_request": "llamabatch.shapes.requests",
 }
 
 __all__ = sorted(_NAMES)
@@ -30,4 +30,5 @@ def __getattr__(name: str) -> object:
     module = _NAMES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    where = module if "." in module else f"{__name__}.{module}"
+    return getattr(importlib.import_module(where), name)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from ..errors import ItemRejected, ServerFault
-from .request import ServerRequest
+from ..shapes.requests import ServerRequest
 
 #: HTTP statuses that say "not now" rather than "never": retried on another server
 #: (RFC 9110 408 Request Timeout; RFC 6585 429 Too Many Requests; every 5xx).

@@ -19,13 +19,13 @@ import httpx
 from .._util.closing import Closing
 from .._util.pager import ordered_pages
 from ..completion import cut_off_choice
-from ..errors import GeneratorClosed, ParameterError
+from ..errors import BadItem, GeneratorClosed, ParameterError
 from ..items import per_item_sampling
 from ..params import BatchConfig, SamplingParams
+from ..shapes.requests import ServerRequest, build_request
 from .client import ItemRejected, ServerFault, ServerReply, probe, send
 from .completion import RemoteCompletion, RemoteStats, error_completion
 from .pool import Server, ServerPool
-from .request import BadItem, ServerRequest, build_request
 
 #: Completions per page by default (``page_size=None``).
 DEFAULT_PAGE_SIZE = 16
@@ -35,7 +35,7 @@ class RemoteGenerator(Closing):
     """Complete many prompts on a pool of OpenAI-compatible servers, in input order.
 
     Each item goes to one server (``/v1/completions`` for a prompt, ``/v1/chat/completions``
-    for a list of messages; see :mod:`llamabatch.remote.request` for items with their own
+    for a list of messages; see :mod:`llamabatch.shapes.requests` for items with their own
     fields); each server has as many requests in flight as it has slots (llama-server's
     ``/props`` ``total_slots``, else ``concurrency``). A server that refuses, times out,
     answers 408/429/5xx or breaks off is put in a cool-down and the item is sent to another

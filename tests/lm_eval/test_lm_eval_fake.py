@@ -16,8 +16,8 @@ pytest.importorskip("lm_eval")
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from llamabatch.lm_eval import LlamaBatchLM  # noqa: E402
-from llamabatch.lm_eval.generation import generation_sampling  # noqa: E402
 from llamabatch.lm_eval.model import move_trailing_whitespace, slots_of  # noqa: E402
+from llamabatch.shapes.sampling_map import generation_sampling  # noqa: E402
 
 
 def make(**kwargs) -> tuple[LlamaBatchLM, FakeBackend]:

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from llamabatch import SamplingParams
+from llamabatch.errors import BadItem
 from llamabatch.llamacpp.constraints import choices_grammar
 from llamabatch.remote import build_request
-from llamabatch.remote.request import BadItem
 
 
 def test_a_prompt_goes_to_completions_with_the_generators_sampling():

@@ -1,5 +1,6 @@
 """Reading the input of ``llamabatch complete`` (the formats: its ``--help``, from
-:mod:`llamabatch.cli.complete`): JSONL, OpenAI batch requests (:mod:`.openai`) or text, ``-``
+:mod:`llamabatch.cli.complete`): JSONL, OpenAI batch requests
+(:mod:`llamabatch.shapes.requests`) or text, ``-``
 for standard input. A bad line is a :class:`~llamabatch.cli.common.UsageError` naming it,
 or, with ``skip_bad``, a :class:`BadLine` in its place. Each entry keeps its id and the
 digest of its line: :func:`id_key` is how ids compare, :func:`line_digest` what
@@ -21,8 +22,8 @@ from typing import Any
 from ...chat import ChatTemplate, ChatTemplateError, chat_prompt, check_messages
 from ...items import ITEM_FIELDS, item_fields, with_fields
 from ...params import SamplingParams
+from ...shapes.requests import is_request, request_parts
 from ..common import UsageError
-from . import openai
 
 #: The path that stands for standard input.
 STDIN = Path("-")
@@ -140,7 +141,7 @@ def _check_text(name: str, value: object) -> None:
 def _readable_id(obj: Mapping[str, Any]) -> str | int | None:
     """The line's own id when it is a valid one: a request's ``custom_id`` (non-empty
     text), else its ``id`` (text or an integer); ``None`` when it has none."""
-    if openai.is_request(obj):
+    if is_request(obj):
         value = obj["custom_id"]
         return value if isinstance(value, str) and value and _is_encodable(value) else None
     value = obj.get("id")
@@ -165,9 +166,9 @@ def _jsonl_item(number: int, text: str, unknown: dict[str, int]) -> LineItem:
 
 def _jsonl_object(number: int, obj: dict[str, Any], unknown: dict[str, int]) -> LineItem:
     url = None
-    if openai.is_request(obj):
+    if is_request(obj):
         try:
-            url, _, obj, extra = openai.request_parts(obj)
+            url, obj, extra = request_parts(obj)
         except ValueError as exc:
             raise _Bad(str(exc)) from None
         for key in extra:

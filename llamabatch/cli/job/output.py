@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ...completion import Completion
-from ...outputs import output_record
+from ...shapes.responses import output_record
 from ..common import UsageError
 from ..errors import OutputWriteError
 from .input import BadLine, LineItem
@@ -48,7 +48,7 @@ WINDOWS_LOCK_OFFSET = 2**40
 def completion_record(item: LineItem, completion: Completion) -> dict[str, Any]:
     """The output object of one item: id, text, finish_reason, error, token counts,
     path, then the optional outputs it holds (``logprobs`` ...:
-    :func:`llamabatch.outputs.output_record`)."""
+    :func:`llamabatch.shapes.responses.output_record`)."""
     return {"id": item.id, **output_record(completion)}
 
 

@@ -11,11 +11,10 @@ from llama_cpp import Llama
 
 from llamabatch import SamplingParams
 from llamabatch.params import PENALTY_FIELDS, STAGES
-from llamabatch.sampling_map import (
+from llamabatch.shapes.sampling_map import (
     CHAIN,
     completion_kwargs,
     from_completion_kwargs,
-    request_fields,
 )
 
 #: Every field of the chain off its default, and the reply's limits.
@@ -51,7 +50,7 @@ def test_xtc_is_refused_where_only_the_bindings_arguments_go():
     with pytest.raises(ValueError, match="xtc_probability has no Llama.create_completion"):
         completion_kwargs(xtc, 200, grammar=None)
     with pytest.raises(ValueError, match="xtc_probability cannot be sent to a server"):
-        request_fields(xtc, 200, grammar=None)
+        completion_kwargs(xtc, 200, grammar=None, server=True)
 
 
 def test_create_completions_keywords_come_back_as_the_same_sampling():
@@ -82,10 +81,22 @@ def test_a_field_no_call_carries_is_named_not_dropped(field, value):
     with pytest.raises(ValueError, match=f"{field} has no Llama.create_completion argument"):
         completion_kwargs(sampling, 200, grammar=None)
     with pytest.raises(ValueError, match=f"{field} cannot be sent to a server"):
-        request_fields(sampling, 200, grammar=None)
+        completion_kwargs(sampling, 200, grammar=None, server=True)
 
 
 def test_a_server_gets_llama_servers_name_of_penalty_last_n():
-    body = request_fields(SamplingParams(penalty_last_n=32), 200, grammar="root ::= x")
+    body = completion_kwargs(
+        SamplingParams(penalty_last_n=32), 200, grammar="root ::= x", server=True
+    )
     assert body["repeat_last_n"] == 32 and body["grammar"] == "root ::= x"
     assert "seed" not in body and body["max_tokens"] == 200
+
+
+@pytest.mark.parametrize("sampling", [TUNED, SamplingParams(penalty_last_n=32)])
+def test_a_server_request_carries_the_bindings_keywords(sampling):
+    """One mapping for both: a request body is the binding's keywords that hold a value,
+    plus llama-server's name of the penalty window."""
+    kwargs = completion_kwargs(sampling, 200, grammar="root ::= x")
+    body = completion_kwargs(sampling, 200, grammar="root ::= x", server=True)
+    expected = {k: v for k, v in kwargs.items() if v is not None}
+    assert body == {**expected, "repeat_last_n": sampling.penalty_last_n}

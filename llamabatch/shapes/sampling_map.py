@@ -1,6 +1,6 @@
 """:class:`~llamabatch.SamplingParams` as llama-cpp-python's keyword arguments and as an
-OpenAI request's fields, and ``create_completion``'s keyword arguments back as
-:class:`~llamabatch.SamplingParams`.
+OpenAI request's fields, and ``create_completion``'s keyword arguments (and
+lm-evaluation-harness's ``gen_kwargs``) back as :class:`~llamabatch.SamplingParams`.
 
 Derived from the sampler chain's table (:data:`llamabatch.params.STAGES`): the fields of
 the stages llama-cpp-python builds from its keywords are passed under their own names, so a
@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from .errors import ParameterError
-from .params import PENALTY_FIELDS, STAGES, SamplingParams, as_int, as_real
+from ..errors import ParameterError
+from ..params import PENALTY_FIELDS, STAGES, SamplingParams, as_int, as_real
 
 _DEFAULT = SamplingParams()
 
@@ -32,12 +32,11 @@ CHAIN = tuple(
     )
 )
 #: What ``create_completion`` honours (a constraint as its ``grammar``; ``penalty_last_n``
-#: as the ``Llama``'s ``last_n_tokens_size``).
+#: as the ``Llama``'s ``last_n_tokens_size``), and a server request (``penalty_last_n`` as
+#: ``repeat_last_n``).
 COMPLETION_FIELDS = frozenset(
     CHAIN + ("seed", "penalty_last_n", "max_tokens", "stop", "grammar", "json_schema", "choices")
 )
-#: What a server request carries: the same (``penalty_last_n`` as ``repeat_last_n``).
-SERVER_FIELDS = COMPLETION_FIELDS
 #: Fields that act only when labels are scored (``SamplingParams.scores_labels``).
 _SCORING = ("score_choices", "choice_leading_space")
 
@@ -68,7 +67,7 @@ CHAT_OFF: dict[str, tuple[Any, ...]] = {
 OFF = {**_OFF, **CHAT_OFF}
 
 
-def is_off(name: str, value: object) -> bool:
+def _is_off(name: str, value: object) -> bool:
     """True when ``value`` of :data:`OFF`'s ``name`` means off (so it changes nothing)."""
     return any(value is off or (off is not None and value == off) for off in OFF[name])
 
@@ -77,7 +76,7 @@ def refused_arguments(kwargs: Mapping[str, Any], names: Collection[str] = OFF) -
     """The keys of ``kwargs`` among ``names`` (of :data:`OFF`) set to other than off, in
     ``kwargs``' order: the one rule for ``create_*`` calls and OpenAI batch bodies, which
     refuse them by name."""
-    return [k for k, v in kwargs.items() if k in names and k in OFF and not is_off(k, v)]
+    return [k for k, v in kwargs.items() if k in names and k in OFF and not _is_off(k, v)]
 
 
 def unsupported(sampling: SamplingParams, carried: Collection[str]) -> list[str]:
@@ -98,48 +97,36 @@ def llama_settings(sampling: SamplingParams) -> dict[str, Any]:
     return {"last_n_tokens_size": sampling.penalty_last_n}
 
 
-def completion_kwargs(sampling: SamplingParams, max_tokens: int, grammar: Any) -> dict[str, Any]:
-    """``create_completion``'s (and ``create_chat_completion``'s) keyword arguments:
-    the chain, ``seed``, ``max_tokens`` (``sampling.max_tokens`` or ``max_tokens``),
-    ``stop`` and ``grammar`` (the compiled constraint, or ``None``); set
-    :func:`llama_settings` on the ``Llama`` too.
+def completion_kwargs(
+    sampling: SamplingParams, max_tokens: int, grammar: Any, *, server: bool = False
+) -> dict[str, Any]:
+    """``create_completion``'s (and ``create_chat_completion``'s) keyword arguments: the
+    chain, ``seed``, ``max_tokens`` (``sampling.max_tokens`` or ``max_tokens``), ``stop``
+    and ``grammar`` (the compiled constraint, or ``None``); set :func:`llama_settings` on
+    the ``Llama`` too. With ``server``, an OpenAI-compatible request's fields
+    (llama-server's and llama-cpp-python's server's names): the same without those that
+    are ``None``, ``grammar`` as GBNF text, plus ``repeat_last_n``.
 
     Raises:
-        ValueError: a field ``create_completion`` cannot honour (named).
+        ValueError: a field the call (or a request) cannot carry (named).
     """
     refused = unsupported(sampling, COMPLETION_FIELDS)
     if refused:
-        raise ValueError(
-            f"{', '.join(refused)} has no Llama.create_completion argument: leave it unset"
+        why = (
+            "cannot be sent to a server of the pool (no request field carries it); leave it "
+            "unset for --server, or run locally or with --ray"
+            if server
+            else "has no Llama.create_completion argument: leave it unset"
         )
+        raise ValueError(f"{', '.join(refused)} {why}")
     kwargs = {name: getattr(sampling, name) for name in (*CHAIN, "seed")}
     kwargs.update(max_tokens=sampling.max_tokens or max_tokens, stop=list(sampling.stop) or None)
     if grammar is not None:
         kwargs["grammar"] = grammar
+    if server:
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        kwargs["repeat_last_n"] = sampling.penalty_last_n
     return kwargs
-
-
-def request_fields(sampling: SamplingParams, max_tokens: int, grammar: str | None) -> dict:
-    """An OpenAI-compatible request's sampling fields (llama-server's and
-    llama-cpp-python's server's names): the chain, ``seed`` when set, ``max_tokens``,
-    ``repeat_last_n``, ``stop`` when set and ``grammar`` (GBNF text) when given.
-
-    Raises:
-        ValueError: a field no request field carries (named).
-    """
-    refused = unsupported(sampling, SERVER_FIELDS)
-    if refused:
-        raise ValueError(
-            f"{', '.join(refused)} cannot be sent to a server of the pool (no request field "
-            "carries it); leave it unset for --server, or run locally or with --ray"
-        )
-    body = {n: v for n in (*CHAIN, "seed") if (v := getattr(sampling, n)) is not None}
-    body.update(max_tokens=sampling.max_tokens or max_tokens, repeat_last_n=sampling.penalty_last_n)
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
-    if grammar is not None:
-        body["grammar"] = grammar
-    return body
 
 
 def _max_tokens(value: object) -> int | None:
@@ -184,7 +171,7 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     refused = []
     for name, value in kwargs.items():
         if name in _OFF:
-            if not is_off(name, value):
+            if not _is_off(name, value):
                 refused.append(name)
         elif name == "grammar" and not (value is None or isinstance(value, str)):
             refused.append("grammar (give its GBNF text, not a LlamaGrammar)")
@@ -197,3 +184,49 @@ def from_completion_kwargs(kwargs: Mapping[str, Any]) -> SamplingParams:
     if refused:
         raise ValueError(f"cannot honour {', '.join(refused)}: no SamplingParams field does it")
     return SamplingParams(**values)
+
+
+#: lm-evaluation-harness's ``generate_until`` keys honoured by :func:`generation_sampling`.
+GEN_KWARGS = (
+    "until", "max_gen_toks", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed",
+)  # fmt: skip
+
+#: Hugging Face's temperature when ``do_sample`` is true and none is given.
+SAMPLE_TEMPERATURE = 1.0
+
+
+def generation_sampling(gen_kwargs: Mapping[str, Any], max_gen_toks: int) -> SamplingParams:
+    """The sampling of one lm-evaluation-harness ``generate_until`` request: greedy unless
+    ``do_sample`` or a ``temperature`` > 0 (as the harness's ``hf`` and ``vllm`` models read
+    them); only the stages of :data:`GEN_KWARGS`; ``max_gen_toks`` is ``max_tokens`` when
+    ``gen_kwargs`` has none.
+
+    Raises:
+        ValueError: a key that cannot be honoured (named, with the keys that can), or a
+            value out of range (``SamplingParams``' message).
+    """
+    if not isinstance(gen_kwargs, Mapping):
+        raise ValueError(f"gen_kwargs is {type(gen_kwargs).__name__}; expected a dict")
+    unknown = sorted(set(gen_kwargs) - set(GEN_KWARGS))
+    if unknown:
+        raise ValueError(
+            f"gen_kwargs {', '.join(map(repr, unknown))} cannot be honoured by llamabatch; "
+            f"valid keys are {', '.join(GEN_KWARGS)}"
+        )
+    until = gen_kwargs.get("until") or ()
+    stop = (until,) if isinstance(until, str) else tuple(s for s in until if s)
+    do_sample = gen_kwargs.get("do_sample")
+    temperature = gen_kwargs.get("temperature")
+    if do_sample is False or (do_sample is None and not temperature):
+        temperature = 0.0
+    elif temperature is None:
+        temperature = SAMPLE_TEMPERATURE
+    return SamplingParams(
+        temperature=float(temperature),
+        top_k=int(gen_kwargs.get("top_k") or 0),
+        top_p=float(gen_kwargs.get("top_p") or 1.0),
+        min_p=float(gen_kwargs.get("min_p") or 0.0),
+        seed=gen_kwargs.get("seed"),
+        max_tokens=int(gen_kwargs.get("max_gen_toks") or max_gen_toks),
+        stop=stop,
+    )
