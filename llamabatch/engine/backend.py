@@ -94,6 +94,10 @@ class BackendInfo:
             are checked against one at a time by default (``BatchConfig.check_device``).
         slot_memory: ``(n_ctx_seq) -> SlotMemory``, the room for slots of that size
             (``slots="auto"``); ``None``: unknown.
+        backend_sampling: plain chains started with ``host=False`` sample on ``device``
+            (llama.cpp's backend sampling): ``True`` as asked; ``None`` may, and the engine
+            asks for it only once the device check verified it (else it starts every chain
+            with ``host=True``); ``False``: every chain samples on the host.
     """
 
     n_ctx: int
@@ -108,6 +112,7 @@ class BackendInfo:
     check_batch_params: Callable[[int, int, int], None] | None = None
     device: str | None = None
     slot_memory: Callable[[int], SlotMemory] | None = None
+    backend_sampling: bool | None = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)

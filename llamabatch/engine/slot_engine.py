@@ -51,6 +51,8 @@ class SlotEngine:
         min_copy_tokens: copy another slot's cache (or load a saved state) only when it
             saves at least this many more tokens than the slot's own cache (>= 1).
         cache_ram_bytes: most bytes of states kept in host memory (0: none).
+        host_sampling: start every chain with ``host=True`` (backend sampling not
+            verified on this device: :attr:`BackendInfo.backend_sampling`).
 
     Attributes:
         partial_trim: the memory takes cuts to a position > 0 (False when declared so, or
@@ -67,8 +69,10 @@ class SlotEngine:
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
         info: BackendInfo | None = None,
+        host_sampling: bool = False,
     ) -> None:
         self.backend, self.limits, self.stats = backend, limits, stats
+        self.host_sampling = host_sampling
         self.info = info = backend.info if info is None else info
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
@@ -147,7 +151,10 @@ class SlotEngine:
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
-                self.backend.start_seq(slot.seq_id, req.sampling)
+                if self.host_sampling:
+                    self.backend.start_seq(slot.seq_id, req.sampling, host=True)
+                else:
+                    self.backend.start_seq(slot.seq_id, req.sampling)
         except GrammarError:
             del self.running[slot.seq_id]
             req.status, req.path = WAITING, "alone"

@@ -94,9 +94,10 @@ class LlamaBackend:
         llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
         backend_sampling: sample the rows of plain chains on the model's device
-            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default) where
-            it is measured to pay: when the ``Llama``'s output layer is on a GPU
-            (docs/performance.md).
+            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default): where
+            it pays, when the ``Llama``'s output layer is on a GPU (docs/performance.md), and
+            only once the generator's device check verified it there (``info.backend_sampling``
+            ``None``: :func:`~llamabatch.engine.device_check.check_sampling`).
 
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
@@ -128,9 +129,11 @@ class LlamaBackend:
         if backend_sampling:
             lib.symbols.require("set_sampler", "sampler_copy")
         device = _ffi.output_device(llm)
+        asked = backend_sampling
         if backend_sampling is None:
             backend_sampling = lib.samplers.can_attach() and device is not None
-        #: Plain chains sample on the model's device (resolved from ``backend_sampling``).
+        #: Plain chains started with ``host=False`` sample on the model's device (resolved
+        #: from ``backend_sampling``; ``None`` where it may: ``info.backend_sampling``).
         self.backend_sampling = backend_sampling
         self._llm, self._hook = llm, decode_hook
         self.vocab = LlamaVocab(llm, lib.eog_ids(lib.vocab(_ffi.model_of(llm))))
@@ -150,6 +153,7 @@ class LlamaBackend:
             check_batch_params=self.check_batch_params,
             device=device,
             slot_memory=self.slot_memory,
+            backend_sampling=None if asked is None and backend_sampling else asked is True,
         )
         self._ctx: BatchContext | None = None
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state

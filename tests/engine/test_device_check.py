@@ -12,10 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llamabatch import BatchConfig, BatchGenerator, SamplingParams
-from llamabatch.engine.device_check import PROBE_TOLERANCE, check_device
-from llamabatch.errors import ParameterError
+from llamabatch.engine.device_check import (
+    PROBE_TOLERANCE,
+    STEPS,
+    check_device,
+    check_sampling,
+    probe_n_batch,
+)
+from llamabatch.errors import BatchUnavailable, ParameterError
 from llamabatch.testing import FakeBackend
-from llamabatch.testing.records import OpenBatchCall
+from llamabatch.testing.records import DecodeCall, OpenBatchCall, StartSeqCall
 
 PROMPTS = [f"item {i}" for i in range(10)]
 
@@ -29,10 +35,11 @@ def run(backend: FakeBackend, **kwargs):
 def test_on_a_device_the_check_runs_by_default_and_a_good_device_batches():
     backend = FakeBackend(device="Fake0")
     done, stats = run(backend)
-    opened = backend.calls(OpenBatchCall)  # the probe's context, then a fresh one
-    assert len(opened) == 2 and opened[0].limits == opened[1].limits
+    opened = backend.calls(OpenBatchCall)  # the batch context, the probe's, a fresh one
+    assert len(opened) == 3 and opened[0].limits == opened[2].limits
+    assert (opened[1].slots, opened[1].n_batch) == (4, probe_n_batch(4, 512)) == (4, 16)
     assert stats.device_check is not None
-    assert "on Fake0 agree" in stats.device_check and "4 sequences" in stats.device_check
+    assert "on Fake0 agree" in stats.device_check and "2, 4 sequences" in stats.device_check
     assert stats.batching_enabled and stats.items_batched == len(PROMPTS)
     assert all(c.ok for c in done)
 
@@ -43,7 +50,9 @@ def test_a_device_that_corrupts_mixed_steps_completes_every_item_alone_with_the_
         done, stats = run(FakeBackend(device="Fake0", corrupt_mixed=3.0))
     assert not stats.batching_enabled and stats.items_batched == 0
     reason = stats.batch_disabled_reason
-    assert "on Fake0 disagree" in reason and "3.000 nats" in reason and "mixed step" in reason
+    assert "on Fake0 disagree" in reason and "3.000 nats" in reason
+    assert "first failed step: mixed step (seq 0, mixed step, 2 sequences)" in reason
+    assert "#28537" in reason and "#15006" in reason
     assert "flash attention" in reason and "check_device=False" in reason
     assert reason in caplog.text
     assert [c.path for c in done] == ["alone"] * len(PROMPTS)
@@ -64,11 +73,109 @@ def test_differences_within_the_tolerance_pass():
     assert stats.batching_enabled and "agree" in stats.device_check
 
 
-def test_a_decode_that_fails_during_the_check_turns_batching_off_not_the_items():
+@pytest.mark.parametrize(
+    ("fault", "step", "report"),
+    [
+        ({"corrupt_long_prefill": 3.0}, "long prefill", "#28211"),
+        ({"corrupt_refill": 3.0}, "refill", "#28056"),
+    ],
+)
+def test_each_defect_shape_is_caught_and_named(fault, step, report, caplog):
+    """A device wrong only for a prompt past n_ubatch beside other sequences' decode, or
+    only for a refill into a slot just emptied: the check names that step, its public
+    report and what to try; every item is completed alone, nothing lost or moved."""
+    good, _ = run(FakeBackend(), slots=1)
+    with caplog.at_level(logging.WARNING, logger="llamabatch"):
+        done, stats = run(FakeBackend(device="Fake0", **fault))
+    reason = stats.batch_disabled_reason
+    assert reason is not None and f"first failed step: {step} (seq " in reason
+    assert report in reason and STEPS[[s.name for s in STEPS].index(step)].remedy in reason
+    assert "mixed step" not in reason.split("first failed step:")[1].split(";")[0]
+    assert reason in caplog.text
+    assert [c.text for c in done] == [c.text for c in good]
+    assert {c.path for c in done} == {"alone"}
+
+
+def test_the_steps_run_with_2_4_and_all_the_slots():
+    backend = FakeBackend()
+    limits = backend.open(8, 256, probe_n_batch(8, 512))
+    check = check_device(backend, limits)
+    assert check.ok and check.counts == (2, 4, 8)
+    assert "2, 4, 8 sequences" in check.describe("Fake0")
+    long_calls = [
+        c for c in backend.calls(DecodeCall)
+        if any(len(s.tokens) > 1 and s.pos + len(s.tokens) > limits.n_batch for s in c.spans)
+        and any(len(s.tokens) == 1 for s in c.spans)
+    ]  # fmt: skip
+    assert long_calls  # a prompt past n_batch (= n_ubatch) beside other sequences' steps
+    assert not backend.violations
+
+
+def test_a_check_that_cannot_run_is_not_read_as_wrong_logits():
+    """A decode failure inside the check says the check could not run; batching goes on
+    (its own failure isolation handles a device whose decodes fail)."""
     backend = FakeBackend(device="Fake0", fail_decode_at=2)
     done, stats = run(backend)
-    assert all(c.ok and c.path == "alone" for c in done)
-    assert "the device check failed to run on Fake0" in stats.batch_disabled_reason
+    assert all(c.ok for c in done)
+    assert stats.batching_enabled and stats.items_batched == len(PROMPTS)
+    assert "the device check could not run on Fake0" in stats.device_check
+    assert "disagree" not in stats.device_check
+
+
+def test_a_backend_that_overrides_open_with_three_arguments_still_batches():
+    """As tests/gpu_path's SmallDevice: open(slots, n_ctx_seq, n_batch) refusing sizes;
+    the probe opens with the same three arguments."""
+
+    class SmallDevice(FakeBackend):
+        def open(self, slots, n_ctx_seq, n_batch):
+            if slots > 2:
+                raise BatchUnavailable(f"cannot hold {slots} sequences (stand-in)")
+            return super().open(slots, n_ctx_seq, n_batch)
+
+    done, stats = run(SmallDevice(device="Fake0"), slots=8)
+    assert stats.batching_enabled and stats.batch_slots == 2
+    assert "on Fake0 agree" in stats.device_check
+    assert {c.path for c in done} == {"batch"}
+
+
+def test_backend_sampling_is_on_only_once_verified():
+    _, stats = run(FakeBackend(device="Fake0", backend_sampling=None))
+    assert stats.backend_sampling.startswith("on: greedy tokens sampled on the device equal")
+    assert stats.backend_sampled_rows > 0
+
+
+def test_backend_sampling_that_differs_from_the_host_is_turned_off_not_batching(caplog):
+    good, _ = run(FakeBackend(), slots=1)
+    backend = FakeBackend(device="Fake0", backend_sampling=None, backend_tokens_differ=True)
+    with caplog.at_level(logging.WARNING, logger="llamabatch"):
+        done, stats = run(backend)
+    assert stats.backend_sampling.startswith("off: seq 0: greedy on the device sampled")
+    assert stats.backend_sampling in caplog.text
+    assert stats.batching_enabled and stats.items_batched == len(PROMPTS)
+    assert stats.backend_sampled_rows == 0
+    assert [c.text for c in done] == [c.text for c in good]
+
+
+def test_backend_sampling_unchecked_is_off_and_asked_for_is_on():
+    differ = {"device": "Fake0", "backend_tokens_differ": True}
+    _, stats = run(FakeBackend(backend_sampling=None, **differ), check_device=False)
+    assert stats.backend_sampling.startswith("off: not verified")
+    assert stats.backend_sampled_rows == 0
+    _, stats = run(FakeBackend(backend_sampling=True, **differ))
+    assert stats.backend_sampling.startswith("on: asked for") and stats.backend_sampled_rows
+    _, stats = run(FakeBackend(device="Fake0"))  # the host only: nothing to say
+    assert stats.backend_sampling is None
+
+
+def test_check_sampling_attaches_before_the_first_decode_and_leaves_seqs_empty():
+    backend = FakeBackend(backend_sampling=None)
+    limits = backend.open(3, 64, 16)
+    check = check_sampling(backend, limits)
+    assert check.ok, check.detail
+    first_run = backend.log.index(backend.calls(DecodeCall)[0])
+    starts = [c for c in backend.log[:first_run] if isinstance(c, StartSeqCall)]
+    assert sorted(c.seq_id for c in starts) == [0, 1, 2]
+    assert backend.kv_lengths == (0, 0, 0) and not backend.violations
 
 
 @settings(max_examples=40, deadline=None)
@@ -80,7 +187,7 @@ def test_the_probe_keeps_llama_cpp_rules_at_any_size(slots, extra, n_ctx_seq):
     limits = backend.open(slots, n_ctx_seq, slots + extra)
     check = check_device(backend, limits)
     assert check.ok and check.deviation == 0.0 and check.slots == slots
-    assert check.rows == 3 * slots - 1  # prompts, the mixed step, a reply step
+    assert check.rows >= 3 * slots - 1  # prompts, the mixed step, a reply step at least
     assert backend.kv_lengths == (0,) * slots
     assert not backend.violations
 
