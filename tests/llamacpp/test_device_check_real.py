@@ -54,10 +54,24 @@ CORRUPTED_RUN = """
 """
 
 
-def test_a_build_that_corrupts_mixed_steps_is_caught_and_items_complete_alone(model_path):
+@pytest.mark.parametrize(
+    ("mode", "step", "report"),
+    [
+        ("mixed", "mixed step", "#28537"),
+        ("long", "long prefill", "#28211"),
+        ("refill", "refill", "#28056"),
+    ],
+)
+def test_a_build_that_corrupts_a_defect_shape_is_caught_named_and_items_complete_alone(
+    model_path, mode, step, report
+):
+    """The stand-in binding (``tests/cli/corrupting_binding``) wrong only for one shape:
+    a prompt beside other sequences' steps, a prompt past ``n_ubatch`` beside them, or a
+    refill into a sequence just removed; the check names that step first."""
     env = dict(
         os.environ,
         MODEL=str(model_path),
+        LLAMABATCH_CORRUPT=mode,
         PYTHONPATH=os.pathsep.join([str(CORRUPTING), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     )
     run = subprocess.run(
@@ -71,6 +85,7 @@ def test_a_build_that_corrupts_mixed_steps_is_caught_and_items_complete_alone(mo
     line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
     got = json.loads(line[len("RESULT ") :])
     assert "logits on the CPU disagree" in got["check"]
+    assert f"first failed step: {step} (seq " in got["check"] and report in got["check"]
     assert got["check"] in got["reason"] and "every item is completed alone" in got["reason"]
     assert got["paths"] == ["alone"] * 3
     assert got["texts"] == got["alone"]  # alone: single-sequence decodes are not corrupted
