@@ -204,8 +204,7 @@ def _agree_notes(check: DeviceCheck, where: str) -> list[str]:
     report it matches and what to try."""
     notes = [f"device {where}: " + AGREE_HINTS[0]]
     step = check.failed
-    if step is not None:
-        notes.append(f"failed step: {step.name} ({step.shape}), as {step.reports}")
+    if step is not None:  # the detail names it and its reports
         notes.append(f"try: {step.remedy}, or --slots 1 (one at a time)")
     else:
         notes.append(AGREE_HINTS[1])

@@ -124,7 +124,7 @@ STEPS = (
         "a prompt longer than n_ubatch, split over several ubatches, beside other "
         "sequences' decode",
         "llama.cpp #28211 (HIP), #28056 (a missing sync on integrated GPUs)",
-        "another backend (Vulkan instead of HIP), a smaller n_batch, fewer slots",
+        "another backend (Vulkan instead of HIP), fewer slots",
     ),
 )
 
