@@ -78,9 +78,12 @@ def test_prefix_copies_and_host_memory_states_on_device_buffers(llm, reference):
 
 
 def test_backend_sampling_is_the_default_and_agrees_with_the_host_chain(llm, reference):
-    """With the output layer on the GPU, plain chains sample on the device by default;
-    greedy replies agree with the host chain's, and a seed repeats on the device."""
+    """With the output layer on the GPU, plain chains sample on the device by default once
+    the device check verified it there (its outcome in ``Stats.backend_sampling``); greedy
+    replies agree with the host chain's, and a seed repeats on the device."""
     on_device, stats = complete(llm, PROMPTS[:3], slots=3)
+    assert stats.backend_sampling is not None, stats
+    assert stats.backend_sampling.startswith("on: greedy tokens sampled on the device"), stats
     on_host, host_stats = complete(llm, PROMPTS[:3], slots=3, backend_sampling=False)
     assert stats.backend_sampled_rows > 0 and host_stats.backend_sampled_rows == 0
     assert_completions_agree(reference, llm, PROMPTS[:3], on_device, on_host)
@@ -150,11 +153,13 @@ def test_a_failed_decode_on_the_device_retries_its_items_alone(llm, reference):
 
 
 def test_the_device_check_runs_by_default_and_passes(llm, gpu_device):
-    """On a device the generator checks a mixed step against one at a time before its
-    first batch (``check_device`` default), and lavapipe passes it."""
+    """On a device the generator runs every probe step (mixed step, refill, a prompt past
+    n_ubatch; 2 and 3 sequences) against one at a time before its first batch
+    (``check_device`` default), and lavapipe passes every step."""
     done, stats = complete(llm, PROMPTS[:3], slots=3)
     assert stats.device_check is not None, stats
     assert f"logits on {gpu_device.name} agree" in stats.device_check, stats.device_check
+    assert "2, 3 sequences" in stats.device_check and "failed" not in stats.device_check
     assert stats.batching_enabled and {c.path for c in done} == {"batch"}
 
 
