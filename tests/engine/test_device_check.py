@@ -139,9 +139,17 @@ def test_a_backend_that_overrides_open_with_three_arguments_still_batches():
 
 
 def test_backend_sampling_is_on_only_once_verified():
-    _, stats = run(FakeBackend(device="Fake0", backend_sampling=None))
+    """Verified on the probe's context with the generator's own slot count, its chains
+    started for the device before that context's first decode."""
+    backend = FakeBackend(device="Fake0", backend_sampling=None)
+    _, stats = run(backend, slots=3)
     assert stats.backend_sampling.startswith("on: greedy tokens sampled on the device equal")
+    assert "of 3 sequences" in stats.backend_sampling
     assert stats.backend_sampled_rows > 0
+    probe = backend.log.index(backend.calls(OpenBatchCall)[1])
+    first_decode = next(i for i, c in enumerate(backend.log) if isinstance(c, DecodeCall))
+    starts = [c for c in backend.log[probe:first_decode] if isinstance(c, StartSeqCall)]
+    assert sorted(c.seq_id for c in starts) == [0, 1, 2]
 
 
 def test_backend_sampling_that_differs_from_the_host_is_turned_off_not_batching(caplog):
