@@ -165,8 +165,9 @@ class Scheduler:
         it: caches, outputs, samplers). Backend sampling that needs verifying
         (``info.backend_sampling is None``) is checked there first. Its limits, or ``None``
         with batching off and the backend closed when the device fails the check (or the
-        fresh context cannot be made). A check that cannot run is said so and batching
-        goes on: the engine's own failure isolation handles a device whose calls fail."""
+        fresh context cannot be made). A check that cannot run is no verdict on the logits
+        but leaves them unverified: batching is off with that reason (``check_device=False``
+        batches anyway)."""
         device, want = self.info.device, self.config.check_device
         run = (device is not None if want is None else want) and limits.n_seq_max >= 2
         if run and not self.info.can_score:
@@ -191,9 +192,14 @@ class Scheduler:
                 f"the device check could not run on {on} ({_said(exc)}); batched steps "
                 "were not compared with one at a time"
             )
-            log.warning("llamabatch: %s", self.stats.device_check)
         finally:
             self.backend.close()
+        if check is None:
+            self._disable(
+                f"{self.stats.device_check}, so batched replies are unverified: every item "
+                "is completed alone (check_device=False batches anyway)"
+            )
+            return None
         if check is not None:
             self.stats.device_check = verdict = check.describe(device)
             if not check.ok:
@@ -206,7 +212,7 @@ class Scheduler:
                 )
                 return None
             log.info("llamabatch: %s", verdict)
-        self._sampling_verdict(sampling, "the device check could not run")
+        self._sampling_verdict(sampling, "the sampling check could not run")
         try:
             return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
         except Exception as exc:  # noqa: BLE001 - as a failed open

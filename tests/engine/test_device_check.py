@@ -111,15 +111,18 @@ def test_the_steps_run_with_2_4_and_all_the_slots():
     assert not backend.violations
 
 
-def test_a_check_that_cannot_run_is_not_read_as_wrong_logits():
-    """A decode failure inside the check says the check could not run; batching goes on
-    (its own failure isolation handles a device whose decodes fail)."""
+def test_a_check_that_cannot_run_leaves_batching_off_and_says_it_could_not_run():
+    """A decode failure inside the check is no verdict on the logits, but they are not
+    verified either: every item is completed alone, with that reason."""
     backend = FakeBackend(device="Fake0", fail_decode_at=2)
     done, stats = run(backend)
     assert all(c.ok for c in done)
-    assert stats.batching_enabled and stats.items_batched == len(PROMPTS)
+    assert not stats.batching_enabled and stats.items_batched == 0
     assert "the device check could not run on Fake0" in stats.device_check
     assert "disagree" not in stats.device_check
+    assert stats.batch_disabled_reason is not None
+    assert "unverified" in stats.batch_disabled_reason
+    assert "other logits" not in stats.batch_disabled_reason
 
 
 def test_a_backend_that_overrides_open_with_three_arguments_still_batches():
