@@ -36,7 +36,7 @@ sample against itself.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..params import SamplingParams
@@ -432,7 +432,9 @@ def _sample(
     return tokens, on_device
 
 
-def check_sampling(backend: Backend, limits: BatchLimits) -> SamplingCheck:
+def check_sampling(
+    backend: Backend, limits: BatchLimits, reopen: Callable[[], BatchLimits] | None = None
+) -> SamplingCheck:
     """Check backend (on-device) sampling on ``backend``'s open batch context of ``limits``,
     with all its sequences: even sequences greedy, odd ones seeded (temperature 1). The
     chains are attached to the device before the context's first decode; the same run is
@@ -442,7 +444,10 @@ def check_sampling(backend: Backend, limits: BatchLimits) -> SamplingCheck:
     - the repeated run must give the same tokens (a seeded sample repeats);
     - greedy sequences must give the host chain's tokens (its argmax).
 
-    Every sequence is empty again afterwards.
+    Every sequence is empty again afterwards. ``reopen`` (closes the context and opens a
+    fresh one of the same size) runs before the host pass: on the software Vulkan device a
+    sequence whose device chain is replaced by a host chain after device-sampled decodes
+    aborts the process in its next decode, so the host pass takes a context of its own.
 
     Raises:
         ValueError: fewer than 2 sequences or too few tokens per sequence; as ``Backend.run``.
@@ -461,6 +466,8 @@ def check_sampling(backend: Backend, limits: BatchLimits) -> SamplingCheck:
     try:
         first, on_device = _sample(backend, limits, prompts, chains, host=False)
         again, _ = _sample(backend, limits, prompts, chains, host=False)
+        if reopen is not None:
+            limits = reopen()
         host, _ = _sample(backend, limits, prompts, chains, host=True)
     finally:
         backend.clear()

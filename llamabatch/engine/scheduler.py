@@ -180,12 +180,9 @@ class Scheduler:
         self.backend.close()
         check, sampling = None, None
         try:
+            if self.info.backend_sampling is None:
+                sampling = self._check_sampling(slots, n_ctx_seq)
             probe = self.backend.open(slots, n_ctx_seq, probe_n_batch(slots, self.config.n_batch))
-            if self.info.backend_sampling is None:  # before the context's first decode
-                try:
-                    sampling = check_sampling(self.backend, probe)
-                except Exception as exc:  # noqa: BLE001 - it could not run: not verified
-                    sampling = SamplingCheck(False, f"the check could not run: {_said(exc)}")
             check = check_device(self.backend, probe)
         except Exception as exc:  # noqa: BLE001 - it could not run: not a verdict on logits
             self.stats.device_check = (
@@ -218,6 +215,25 @@ class Scheduler:
         except Exception as exc:  # noqa: BLE001 - as a failed open
             self._disable(f"the batch context could not be created again: {exc}")
             return None
+
+    def _check_sampling(self, slots: int, n_ctx_seq: int) -> SamplingCheck:
+        """:func:`check_sampling` on a context of the engine's own size (its ``n_batch``:
+        backend sampling on the device check's small-``n_batch`` probe context crashed the
+        software Vulkan device), its host pass on a fresh one, closed afterwards; a check
+        that cannot run fails."""
+
+        def reopen() -> BatchLimits:
+            self.backend.close()
+            return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
+
+        try:
+            return check_sampling(
+                self.backend, self.backend.open(slots, n_ctx_seq, self.config.n_batch), reopen
+            )
+        except Exception as exc:  # noqa: BLE001 - it could not run: not verified
+            return SamplingCheck(False, f"the check could not run: {_said(exc)}")
+        finally:
+            self.backend.close()
 
     def _sampling_verdict(self, check: SamplingCheck | None, unchecked: str) -> None:
         """Decide backend sampling (:attr:`BackendInfo.backend_sampling`): ``None`` is on only
