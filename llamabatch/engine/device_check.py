@@ -36,7 +36,7 @@ sample against itself.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from ..params import SamplingParams
@@ -48,7 +48,9 @@ __all__ = [
     "PROBE_PROMPT_TOKENS",
     "PROBE_TARGETS",
     "PROBE_TOLERANCE",
+    "CHECKS",
     "STEPS",
+    "CheckMemo",
     "DeviceCheck",
     "ProbeStep",
     "SamplingCheck",
@@ -491,3 +493,31 @@ def check_sampling(
         f"greedy tokens sampled on the device equal the host chain's and seeded samples "
         f"repeat, over {rows} rows of {s} sequences",
     )
+
+
+class CheckMemo:
+    """The verdicts of the device check (and of :func:`check_sampling`) made in this
+    process, by what decides them: the backend's ``info.compute_key`` (model, device, the
+    settings that choose the kernels), the context's size and ``n_batch``. A generator that
+    finds its key here reuses the verdict instead of probing again (on a slow device the
+    probe takes minutes). A check that could not run is not kept."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[Hashable, tuple[DeviceCheck, SamplingCheck | None]] = {}
+
+    def get(self, key: Hashable | None) -> tuple[DeviceCheck, SamplingCheck | None] | None:
+        """The verdicts kept for ``key`` (``None``: never kept), or ``None``."""
+        return None if key is None else self._verdicts.get(key)
+
+    def put(self, key: Hashable | None, check: DeviceCheck, sampling: SamplingCheck | None) -> None:
+        """Keep ``check`` and ``sampling`` for ``key`` (``None``: nothing is kept)."""
+        if key is not None:
+            self._verdicts[key] = (check, sampling)
+
+    def clear(self) -> None:
+        """Forget every verdict: the next generator checks its device again."""
+        self._verdicts.clear()
+
+
+#: The checks made in this process (:class:`CheckMemo`); ``CHECKS.clear()`` forgets them.
+CHECKS = CheckMemo()

@@ -27,7 +27,14 @@ from ..completion import Completion, Stats
 from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from .backend import Backend, BackendInfo, BatchLimits
-from .device_check import SamplingCheck, check_device, check_sampling, probe_n_batch
+from .device_check import (
+    CHECKS,
+    DeviceCheck,
+    SamplingCheck,
+    check_device,
+    check_sampling,
+    probe_n_batch,
+)
 from .features import Features
 from .request import MAX_CHAR_TAIL, Request
 from .slot_engine import BatchFailed, SlotEngine
@@ -55,6 +62,10 @@ def smaller_tries(
         c = max(floor, c)
         tries.append((s, c))
     return tries
+
+
+#: How a sampling check that could not run begins its detail (it is not kept in CHECKS).
+_COULD_NOT_RUN = "the check could not run"
 
 
 def _said(exc: BaseException) -> str:
@@ -163,10 +174,12 @@ class Scheduler:
         a probe context of its own (the same sequences, :func:`probe_n_batch`), then open a
         fresh one of ``limits``' size for the engine (nothing of the probe's steps stays in
         it: caches, outputs, samplers). Backend sampling that needs verifying
-        (``info.backend_sampling is None``) is checked there first. Its limits, or ``None``
-        with batching off and the backend closed when the device fails the check (or the
-        fresh context cannot be made). A check that cannot run is no verdict on the logits
-        but leaves them unverified: batching is off with that reason (``check_device=False``
+        (``info.backend_sampling is None``) is checked on the probe context first. A verdict
+        made earlier in this process for the same ``info.compute_key`` and size is reused
+        (:data:`~.device_check.CHECKS`) and ``limits`` kept. Its limits, or ``None`` with
+        batching off and the backend closed when the device fails the check (or the fresh
+        context cannot be made). A check that cannot run is no verdict on the logits but
+        leaves them unverified: batching is off with that reason (``check_device=False``
         batches anyway)."""
         device, want = self.info.device, self.config.check_device
         run = (device is not None if want is None else want) and limits.n_seq_max >= 2
@@ -177,10 +190,19 @@ class Scheduler:
             self._sampling_verdict(None, "the device check did not run (check_device)")
             return limits
         on = device or "the CPU"
+        wants_sampling = self.info.backend_sampling is None
+        key = self.info.compute_key
+        memo = None if key is None else (key, slots, n_ctx_seq, self.config.n_batch)
+        known = CHECKS.get(memo)
+        if known is not None and (known[1] is not None or not wants_sampling):
+            if not self._judge(*known, " (the check made earlier in this process)"):
+                self.backend.close()
+                return None
+            return limits
         self.backend.close()
         check, sampling = None, None
         try:
-            if self.info.backend_sampling is None:
+            if wants_sampling:
                 sampling = self._check_sampling(slots, n_ctx_seq)
             probe = self.backend.open(slots, n_ctx_seq, probe_n_batch(slots, self.config.n_batch))
             check = check_device(self.backend, probe)
@@ -197,24 +219,33 @@ class Scheduler:
                 "is completed alone (check_device=False batches anyway)"
             )
             return None
-        if check is not None:
-            self.stats.device_check = verdict = check.describe(device)
-            if not check.ok:
-                self._disable(
-                    f"{verdict}. This device gives other logits to a sequence decoded beside "
-                    "others than alone, so batched replies would be wrong: every item is "
-                    "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
-                    "fewer slots, another backend or driver, or check_device=False to batch "
-                    "anyway"
-                )
-                return None
-            log.info("llamabatch: %s", verdict)
-        self._sampling_verdict(sampling, "the sampling check could not run")
+        if sampling is None or not sampling.detail.startswith(_COULD_NOT_RUN):
+            CHECKS.put(memo, check, sampling)
+        if not self._judge(check, sampling, ""):
+            return None
         try:
             return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
         except Exception as exc:  # noqa: BLE001 - as a failed open
             self._disable(f"the batch context could not be created again: {exc}")
             return None
+
+    def _judge(self, check: DeviceCheck, sampling: SamplingCheck | None, reused: str) -> bool:
+        """Act on the verdicts (``reused``: said after them when made earlier): True when
+        batching may go on; else it is off with the first failed step in the reason."""
+        device = self.info.device
+        self.stats.device_check = verdict = check.describe(device) + reused
+        if not check.ok:
+            self._disable(
+                f"{verdict}. This device gives other logits to a sequence decoded beside "
+                "others than alone, so batched replies would be wrong: every item is "
+                "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
+                "fewer slots, another backend or driver, or check_device=False to batch "
+                "anyway"
+            )
+            return False
+        log.info("llamabatch: %s", verdict)
+        self._sampling_verdict(sampling, "the sampling check could not run")
+        return True
 
     def _check_sampling(self, slots: int, n_ctx_seq: int) -> SamplingCheck:
         """:func:`check_sampling` on a context of the engine's own size (its ``n_batch``:
@@ -231,7 +262,7 @@ class Scheduler:
                 self.backend, self.backend.open(slots, n_ctx_seq, self.config.n_batch), reopen
             )
         except Exception as exc:  # noqa: BLE001 - it could not run: not verified
-            return SamplingCheck(False, f"the check could not run: {_said(exc)}")
+            return SamplingCheck(False, f"{_COULD_NOT_RUN}: {_said(exc)}")
         finally:
             self.backend.close()
 
@@ -240,6 +271,8 @@ class Scheduler:
         where ``check`` passed; the outcome goes to ``Stats.backend_sampling`` and the log."""
         asked = self.info.backend_sampling
         if asked is False:
+            if self.info.backend_sampling_off is not None:
+                self.stats.backend_sampling = f"off: {self.info.backend_sampling_off}"
             return
         if asked is True:
             self.stats.backend_sampling = "on: asked for (backend_sampling=True), not verified"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from ..engine.backend import BackendInfo, BatchLimits, SeqState, SlotMemory
@@ -119,6 +119,9 @@ class FakeBackend:
             counts their rows; ``False``: none do).
         backend_tokens_differ: a row sampled on the device gives the next token id instead
             of the reply's, as a device whose sampling differs from the host chain's.
+        compute_key: ``info.compute_key`` (device checks reused in the process for an equal
+            key; ``None``: never).
+        backend_sampling_off: ``info.backend_sampling_off`` (why it is off, for ``Stats``).
         free_bytes, kv_bytes_per_token: with ``free_bytes``, ``info.slot_memory`` reports
             that much free memory on ``device`` (or the host) and ``kv_bytes_per_token`` per
             cached token of a slot (``slots="auto"``); ``None``: not reported.
@@ -173,6 +176,8 @@ class FakeBackend:
         corrupt_refill: float = 0.0,
         backend_sampling: bool | None = False,
         backend_tokens_differ: bool = False,
+        compute_key: Hashable | None = None,
+        backend_sampling_off: str | None = None,
         free_bytes: int | None = None,
         kv_bytes_per_token: int = 1024,
     ) -> None:
@@ -213,6 +218,8 @@ class FakeBackend:
         self.corrupt_refill = corrupt_refill
         self.backend_sampling = backend_sampling
         self.backend_tokens_differ = backend_tokens_differ
+        self.compute_key = compute_key
+        self.backend_sampling_off = backend_sampling_off
         self._refilled: set[int] = set()  # emptied by trim(seq, 0) beside other caches
         self._on_device: set[int] = set()  # seqs whose chain samples "on the device"
         self.free_bytes = free_bytes
@@ -246,6 +253,8 @@ class FakeBackend:
             device=self.device,
             slot_memory=None if self.free_bytes is None else self._slot_memory,
             backend_sampling=self.backend_sampling,
+            compute_key=self.compute_key,
+            backend_sampling_off=self.backend_sampling_off,
         )
 
     def _slot_memory(self, n_ctx_seq: int) -> SlotMemory:

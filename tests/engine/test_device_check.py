@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.engine.device_check import (
+    CHECKS,
     PROBE_TOLERANCE,
     STEPS,
     check_device,
@@ -24,6 +25,16 @@ from llamabatch.testing import FakeBackend
 from llamabatch.testing.records import DecodeCall, OpenBatchCall, StartSeqCall
 
 PROMPTS = [f"item {i}" for i in range(10)]
+#: Only greedy chains sample on the device (``FakeBackend`` as ``LlamaBackend``).
+GREEDY = SamplingParams(temperature=0)
+
+
+@pytest.fixture(autouse=True)
+def no_checks_kept():
+    """Each test starts with no device check made earlier in the process."""
+    CHECKS.clear()
+    yield
+    CHECKS.clear()
 
 
 def run(backend: FakeBackend, **kwargs):
@@ -145,7 +156,7 @@ def test_backend_sampling_is_on_only_once_verified():
     """Verified on the probe's context with the generator's own slot count, its chains
     started for the device before that context's first decode."""
     backend = FakeBackend(device="Fake0", backend_sampling=None)
-    _, stats = run(backend, slots=3)
+    _, stats = run(backend, slots=3, sampling=GREEDY)
     assert stats.backend_sampling.startswith("on: greedy tokens sampled on the device equal")
     assert "of 3 sequences" in stats.backend_sampling
     assert stats.backend_sampled_rows > 0
@@ -172,7 +183,7 @@ def test_backend_sampling_unchecked_is_off_and_asked_for_is_on():
     _, stats = run(FakeBackend(backend_sampling=None, **differ), check_device=False)
     assert stats.backend_sampling.startswith("off: not verified")
     assert stats.backend_sampled_rows == 0
-    _, stats = run(FakeBackend(backend_sampling=True, **differ))
+    _, stats = run(FakeBackend(backend_sampling=True, **differ), sampling=GREEDY)
     assert stats.backend_sampling.startswith("on: asked for") and stats.backend_sampled_rows
     _, stats = run(FakeBackend(device="Fake0"))  # the host only: nothing to say
     assert stats.backend_sampling is None
@@ -216,3 +227,68 @@ def test_items_alone_after_a_failed_check_keep_their_own_sampling():
     with BatchGenerator(backend=backend, slots=2) as gen:
         done = gen.complete_many(PROMPTS[:3], sampling)
     assert [len(c.token_ids) <= k for c, k in zip(done, (1, 2, 3))] == [True] * 3
+
+
+def probe_calls(backend: FakeBackend) -> int:
+    """Decode calls of the device check: those on the probe's context (``n_batch`` 16)."""
+    n_batch = 0
+    calls = 0
+    for call in backend.log:
+        if isinstance(call, OpenBatchCall):
+            n_batch = call.n_batch
+        elif isinstance(call, DecodeCall) and n_batch == probe_n_batch(4, 512):
+            calls += 1
+    return calls
+
+
+def test_a_second_generator_with_the_same_settings_reuses_the_check():
+    """The verdict is a fact of the model, device and kernel settings (``compute_key``) and
+    the context's size: a second generator on them probes nothing and says it reused it;
+    another ``n_batch``, slot count or key checks again."""
+    first = FakeBackend(device="Fake0", backend_sampling=None, compute_key="model A")
+    _, stats = run(first, sampling=GREEDY)
+    assert probe_calls(first) > 0
+    again = FakeBackend(device="Fake0", backend_sampling=None, compute_key="model A")
+    done, reused = run(again, sampling=GREEDY)
+    assert probe_calls(again) == 0 and len(again.calls(OpenBatchCall)) == 1
+    assert reused.device_check == stats.device_check + " (the check made earlier in this process)"
+    assert reused.backend_sampling == stats.backend_sampling and reused.backend_sampled_rows
+    assert reused.batching_enabled and {c.path for c in done} == {"batch"}
+    for other, kwargs in [
+        ("model A", {"n_batch": 64}),
+        ("model A", {"slots": 3}),
+        ("model B", {}),
+    ]:
+        backend = FakeBackend(device="Fake0", compute_key=other)
+        _, stats = run(backend, **kwargs)
+        assert len(backend.calls(OpenBatchCall)) == 3, (other, kwargs)
+        assert not stats.device_check.endswith("earlier in this process)")
+
+
+def test_a_failed_check_is_reused_and_one_that_could_not_run_is_not():
+    bad = {"device": "Fake0", "corrupt_refill": 4.0, "compute_key": "bad device"}
+    _, stats = run(FakeBackend(**bad))
+    backend = FakeBackend(**bad)
+    done, again = run(backend)
+    assert probe_calls(backend) == 0
+    assert again.batch_disabled_reason.startswith(stats.device_check)
+    assert "first failed step: refill" in again.batch_disabled_reason
+    assert [c.path for c in done] == ["alone"] * len(PROMPTS)
+    broken = {"device": "Fake0", "compute_key": "flaky", "fail_decode_at": 1, "fail_code": -3}
+    _, stats = run(FakeBackend(**broken))
+    assert "could not run" in stats.device_check
+    backend = FakeBackend(device="Fake0", compute_key="flaky")
+    _, stats = run(backend)
+    assert probe_calls(backend) > 0 and "agree" in stats.device_check
+
+
+def test_backend_sampling_a_backend_turns_off_says_why_and_batches():
+    """As ``LlamaBackend`` on a Vulkan device: no check of sampling, the reason in
+    ``Stats.backend_sampling``, batching on."""
+    backend = FakeBackend(
+        device="Fake0", backend_sampling=False, backend_sampling_off="chains changed crash"
+    )
+    done, stats = run(backend, sampling=GREEDY)
+    assert stats.backend_sampling == "off: chains changed crash"
+    assert stats.backend_sampled_rows == 0
+    assert stats.batching_enabled and {c.path for c in done} == {"batch"}
