@@ -36,6 +36,28 @@ def test_batched_equals_alone_on_the_cpu(llm, slots):
     assert all(c.ok for c in done)
 
 
+def test_a_second_generator_on_the_same_settings_reuses_the_check(llm):
+    """The verdict is kept for the process by the ``Llama``'s model file, offload, context
+    settings and the batch context's size: the second generator probes nothing and says so;
+    a backend with a decode hook (it may decode otherwise) checks again."""
+    from llamabatch.engine.device_check import CHECKS
+    from llamabatch.llamacpp.backend import LlamaBackend
+
+    CHECKS.clear()
+    said = []
+    for backend in (None, None, LlamaBackend(llm, decode_hook=lambda n: None)):
+        kwargs = {"llm": llm} if backend is None else {"backend": backend}
+        with BatchGenerator(**kwargs, slots=3, n_ctx_seq=256, check_device=True) as gen:
+            done = gen.complete_many(PROMPTS[:3], GREEDY)
+            said.append(gen.stats.device_check)
+        assert all(c.ok and c.path == "batch" for c in done)
+    reused = " (the check made earlier in this process)"
+    assert "logits on the CPU agree" in said[0] and not said[0].endswith(reused)
+    assert said[1] == said[0] + reused
+    assert not said[2].endswith(reused)
+    CHECKS.clear()
+
+
 CORRUPTED_RUN = """
     import json, os, llama_cpp
     from llamabatch import BatchGenerator, SamplingParams
