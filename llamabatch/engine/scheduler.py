@@ -174,7 +174,8 @@ class Scheduler:
         a probe context of its own (the same sequences, :func:`probe_n_batch`), then open a
         fresh one of ``limits``' size for the engine (nothing of the probe's steps stays in
         it: caches, outputs, samplers). Backend sampling that needs verifying
-        (``info.backend_sampling is None``) is checked on the probe context first. A verdict
+        (``info.backend_sampling is None``) is checked first, on a context of its own
+        (:meth:`_check_sampling`). A verdict
         made earlier in this process for the same ``info.compute_key`` and size is reused
         (:data:`~.device_check.CHECKS`) and ``limits`` kept. Its limits, or ``None`` with
         batching off and the backend closed when the device fails the check (or the fresh
