@@ -116,13 +116,17 @@ class BatchGenerator(Closing):
         backend_sampling: with ``llm``, sample plain chains (no grammar, active penalties,
             logprobs or label scores) on the model's device, llama.cpp's backend sampling:
             the same chain and seed (``Stats.backend_sampled_rows`` counts its rows).
-            ``None``: when the model's output layer is on a GPU; True / False: always / never
-            (docs/performance.md).
-        check_device: before the first batch, run a mixed step (a prompt prefilled
-            beside other sequences' reply steps) and compare its logits with the same
-            tokens one sequence at a time (:mod:`~llamabatch.engine.device_check`); if
-            they disagree, batching is off and every item is completed alone, with a
-            warning saying why (``Stats.batch_disabled_reason``, ``Stats.device_check``).
+            ``None``: when the model's output layer is on a GPU and the device check showed
+            that greedy tokens sampled there equal the host chain's and a seeded sample
+            repeats, with the generator's slots (else off: ``Stats.backend_sampling`` says
+            why); True / False: always / never (docs/performance.md).
+        check_device: before the first batch, run the shapes of known multi-sequence GPU
+            defects (a prompt beside other sequences' reply steps, a refill into a slot
+            just freed, a prompt longer than ``n_ubatch``; with 2, 4 and ``slots``
+            sequences) and compare their logits with the same tokens one sequence at a
+            time (:mod:`~llamabatch.engine.device_check`); if they disagree, batching is
+            off and every item is completed alone, with a warning naming the step that
+            failed (``Stats.batch_disabled_reason``, ``Stats.device_check``).
             ``None``: where the logits come from a GPU (``BackendInfo.device``); True /
             False: always / never.
 

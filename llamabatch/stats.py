@@ -59,6 +59,10 @@ class Stats:
         device_check: the result of the check that batched logits equal one-at-a-time
             ones on the device (``BatchGenerator(check_device=)``), one sentence; ``None``
             when it did not run.
+        backend_sampling: whether plain chains sample on the model's device and why, one
+            sentence (``"on: ..."`` or ``"off: ..."``; on a GPU it is on only once the device
+            check showed that greedy tokens sampled there equal the host chain's and a
+            seeded sample repeats); ``None`` where the backend samples on the host only.
     """
 
     items_batched: int = 0
@@ -88,6 +92,7 @@ class Stats:
     sampling_seconds: float = 0.0
     backend_sampled_rows: int = 0
     device_check: str | None = None
+    backend_sampling: str | None = None
 
     @property
     def batching_enabled(self) -> bool:

@@ -10,6 +10,7 @@ from .library import FALLBACK_MAX_PARALLEL_SEQUENCES, Library, load
 from .llm import (
     SHARED_CONTEXT_FIELDS,
     LlmSnapshot,
+    compute_key,
     context_of,
     context_params_of,
     cut_llm_cache,
@@ -43,6 +44,7 @@ __all__ = [
     "SamplerHandle",
     "VocabHandle",
     "context_of",
+    "compute_key",
     "context_params_of",
     "cut_llm_cache",
     "is_loaded",

@@ -118,6 +118,31 @@ def free_memory(llm: Any) -> tuple[str, int | None]:
     return device, None if None in free else sum(f for f in free if f is not None)
 
 
+def compute_key(llm: Any) -> tuple[object, ...] | None:
+    """What decides how a batch context on the ``Llama``'s model computes, besides its size:
+    the model file (path, size, modification time), where its layers run (``n_gpu_layers``,
+    ``split_mode``, ``main_gpu``), the output device, the context fields a batch context
+    copies (:data:`SHARED_CONTEXT_FIELDS`: flash attention, KV types, ...) and the threads.
+    ``None`` when the ``Llama`` has no model file to name."""
+    import os
+
+    path = getattr(llm, "model_path", None)
+    if not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    st = os.stat(path)
+    model = getattr(llm, "model_params", None)
+    ctx = context_params_of(llm)
+    return (
+        os.path.realpath(path),
+        st.st_size,
+        st.st_mtime_ns,
+        *(repr(getattr(model, f, None)) for f in ("n_gpu_layers", "split_mode", "main_gpu")),
+        output_device(llm),
+        *(repr(getattr(ctx, f, None)) for f in SHARED_CONTEXT_FIELDS),
+        threads_of(llm),
+    )
+
+
 def context_params_of(llm: Any) -> Any:
     """The ``Llama``'s ``llama_context_params`` (or ``None``)."""
     return getattr(llm, "context_params", None)

@@ -29,7 +29,10 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..engine.device_check import DeviceCheck
 
 #: Prompt tokens of the ``decode`` step.
 DECODE_TOKENS = 64
@@ -170,7 +173,7 @@ AGREE_HINTS = (
 def step_agree(args: argparse.Namespace) -> dict[str, Any]:
     """Batched equals alone on the device (:func:`~llamabatch.engine.device_check.check_device`)."""
     from .._ffi import output_device
-    from ..engine.device_check import check_device
+    from ..engine.device_check import check_device, probe_n_batch
     from ..llamacpp.backend import LlamaBackend
 
     llm = _load(args)
@@ -178,7 +181,7 @@ def step_agree(args: argparse.Namespace) -> dict[str, Any]:
         device = output_device(llm)
         backend = LlamaBackend(llm, backend_sampling=False)
         try:
-            limits = backend.open(args.slots, args.n_ctx_seq, max(512, args.slots))
+            limits = backend.open(args.slots, args.n_ctx_seq, probe_n_batch(args.slots, 512))
             check = check_device(backend, limits)
         finally:
             backend.close()
@@ -191,8 +194,21 @@ def step_agree(args: argparse.Namespace) -> dict[str, Any]:
         "device": where,
         "deviation": check.deviation,
         "tolerance": check.tolerance,
-        "notes": [] if check.ok else [f"device {where}: " + AGREE_HINTS[0], AGREE_HINTS[1]],
+        "failed_step": None if check.failed is None else check.failed.name,
+        "notes": [] if check.ok else _agree_notes(check, where),
     }
+
+
+def _agree_notes(check: DeviceCheck, where: str) -> list[str]:
+    """What to print under a failed ``agree`` step: the step that failed, the public
+    report it matches and what to try."""
+    notes = [f"device {where}: " + AGREE_HINTS[0]]
+    step = check.failed
+    if step is not None:  # the detail names it and its reports
+        notes.append(f"try: {step.remedy}, or --slots 1 (one at a time)")
+    else:
+        notes.append(AGREE_HINTS[1])
+    return notes
 
 
 _RUN: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {

@@ -11,7 +11,7 @@ cache is a :class:`SeqState`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -94,6 +94,17 @@ class BackendInfo:
             are checked against one at a time by default (``BatchConfig.check_device``).
         slot_memory: ``(n_ctx_seq) -> SlotMemory``, the room for slots of that size
             (``slots="auto"``); ``None``: unknown.
+        backend_sampling: plain chains started with ``host=False`` sample on ``device``
+            (llama.cpp's backend sampling): ``True`` as asked; ``None`` may, and the engine
+            asks for it only once the device check verified it (else it starts every chain
+            with ``host=True``); ``False``: every chain samples on the host.
+        compute_key: what decides how a batch context computes, besides its size: the
+            model, the device and the settings that choose its kernels (llama.cpp: the
+            model file, offloaded layers, flash attention, KV types). The device check's
+            verdict for an equal key and size is reused in this process
+            (:data:`~llamabatch.engine.device_check.CHECKS`); ``None``: never reused.
+        backend_sampling_off: why ``backend_sampling`` is False on a device that could sample
+            (said in ``Stats.backend_sampling``); ``None``: nothing to say.
     """
 
     n_ctx: int
@@ -108,6 +119,9 @@ class BackendInfo:
     check_batch_params: Callable[[int, int, int], None] | None = None
     device: str | None = None
     slot_memory: Callable[[int], SlotMemory] | None = None
+    backend_sampling: bool | None = False
+    compute_key: Hashable | None = None
+    backend_sampling_off: str | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

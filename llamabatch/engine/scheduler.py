@@ -29,7 +29,14 @@ from ..errors import BackendError, BatchUnavailable, GrammarError, LibraryError
 from ..params import BatchConfig
 from ..stats import Stats
 from .backend import Backend, BackendInfo, BatchLimits
-from .device_check import check_device
+from .device_check import (
+    CHECKS,
+    DeviceCheck,
+    SamplingCheck,
+    check_device,
+    check_sampling,
+    probe_n_batch,
+)
 from .features import Features
 from .request import MAX_CHAR_TAIL, Request
 from .slot_engine import BatchFailed, EngineCounts, SlotEngine
@@ -59,6 +66,14 @@ def smaller_tries(
     return tries
 
 
+#: How a sampling check that could not run begins its detail (it is not kept in CHECKS).
+_COULD_NOT_RUN = "the check could not run"
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class Scheduler:
     """Runs requests on a backend, batched when it can, alone when it must, as ``config``
     says (its ``n_ctx_seq`` set). Its :attr:`stats` are written here alone, the slot
@@ -79,6 +94,7 @@ class Scheduler:
         self.engine: SlotEngine | None = None
         self.features = Features(self.vocab, self.info)
         self._open_tried = False
+        self._host_sampling = False  # backend sampling not verified (_sampling_verdict)
         self._failures = 0  # failures of the batch path since an item completed in it
         self._queue: deque[Request] = deque()  # added, not started
         self._retry: deque[Request] = deque()  # requests in flight at a failure: alone, once
@@ -151,45 +167,131 @@ class Scheduler:
             self.config.min_copy_tokens,
             self.config.cache_ram_mib << 20,
             self.info,
+            self._host_sampling,
         )
         return True
 
     def _device_agrees(self, limits: BatchLimits, slots: int, n_ctx_seq: int) -> BatchLimits | None:
-        """Run the device check where ``config.check_device`` asks (``None``: on a device)
-        on the batch context just opened, then open a fresh one of the same size for the
-        engine (nothing of the probe's steps stays in it: caches, outputs, samplers); its
-        limits, or ``None`` with batching off and the backend closed when the device fails
-        the check (or the fresh context cannot be made)."""
+        """Run the device check where ``config.check_device`` asks (``None``: on a device) on
+        a probe context of its own (the same sequences, :func:`probe_n_batch`), then open a
+        fresh one of ``limits``' size for the engine (nothing of the probe's steps stays in
+        it: caches, outputs, samplers). Backend sampling that needs verifying
+        (``info.backend_sampling is None``) is checked first, on a context of its own
+        (:meth:`_check_sampling`). A verdict
+        made earlier in this process for the same ``info.compute_key`` and size is reused
+        (:data:`~.device_check.CHECKS`) and ``limits`` kept. Its limits, or ``None`` with
+        batching off and the backend closed when the device fails the check (or the fresh
+        context cannot be made). A check that cannot run is no verdict on the logits but
+        leaves them unverified: batching is off with that reason (``check_device=False``
+        batches anyway)."""
         device, want = self.info.device, self.config.check_device
-        if not (device is not None if want is None else want) or limits.n_seq_max < 2:
-            return limits
-        if not self.info.can_score:
+        run = (device is not None if want is None else want) and limits.n_seq_max >= 2
+        if run and not self.info.can_score:
             log.warning("llamabatch: check_device: this backend cannot score rows; not checked")
+            run = False
+        if not run:
+            self._sampling_verdict(None, "the device check did not run (check_device)")
             return limits
-        try:
-            check = check_device(self.backend, limits)
-        except Exception as exc:  # noqa: BLE001 - a decode failure fails the check
-            verdict = f"the device check failed to run on {device or 'the CPU'}: {exc}"
-            ok = False
-        else:
-            verdict, ok = check.describe(device), check.ok
-        self.stats.device_check = verdict
-        if ok:
-            log.info("llamabatch: %s", verdict)
-            self.backend.close()
-            try:
-                return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
-            except Exception as exc:  # noqa: BLE001 - as a failed open
-                self._disable(f"the batch context could not be created again: {exc}")
+        on = device or "the CPU"
+        wants_sampling = self.info.backend_sampling is None
+        key = self.info.compute_key
+        memo = None if key is None else (key, slots, n_ctx_seq, self.config.n_batch)
+        known = CHECKS.get(memo)
+        if known is not None and (known[1] is not None or not wants_sampling):
+            if not self._judge(*known, " (the check made earlier in this process)"):
+                self.backend.close()
                 return None
+            return limits
         self.backend.close()
-        self._disable(
-            f"{verdict}. This device gives other logits to a sequence decoded beside "
-            "others than alone, so batched replies would be wrong: every item is "
-            "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
-            "fewer slots, another backend or driver, or check_device=False to batch anyway"
-        )
-        return None
+        check, sampling = None, None
+        try:
+            if wants_sampling:
+                sampling = self._check_sampling(slots, n_ctx_seq)
+            probe = self.backend.open(slots, n_ctx_seq, probe_n_batch(slots, self.config.n_batch))
+            check = check_device(self.backend, probe)
+        except Exception as exc:  # noqa: BLE001 - it could not run: not a verdict on logits
+            self.stats.device_check = (
+                f"the device check could not run on {on} ({_said(exc)}); batched steps "
+                "were not compared with one at a time"
+            )
+        finally:
+            self.backend.close()
+        if check is None:
+            self._disable(
+                f"{self.stats.device_check}, so batched replies are unverified: every item "
+                "is completed alone (check_device=False batches anyway)"
+            )
+            return None
+        if sampling is None or not sampling.detail.startswith(_COULD_NOT_RUN):
+            CHECKS.put(memo, check, sampling)
+        if not self._judge(check, sampling, ""):
+            return None
+        try:
+            return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
+        except Exception as exc:  # noqa: BLE001 - as a failed open
+            self._disable(f"the batch context could not be created again: {exc}")
+            return None
+
+    def _judge(self, check: DeviceCheck, sampling: SamplingCheck | None, reused: str) -> bool:
+        """Act on the verdicts (``reused``: said after them when made earlier): True when
+        batching may go on; else it is off with the first failed step in the reason."""
+        device = self.info.device
+        self.stats.device_check = verdict = check.describe(device) + reused
+        if not check.ok:
+            self._disable(
+                f"{verdict}. This device gives other logits to a sequence decoded beside "
+                "others than alone, so batched replies would be wrong: every item is "
+                "completed alone. Try flash attention on or off (Llama(flash_attn=...)), "
+                "fewer slots, another backend or driver, or check_device=False to batch "
+                "anyway"
+            )
+            return False
+        log.info("llamabatch: %s", verdict)
+        self._sampling_verdict(sampling, "the sampling check could not run")
+        return True
+
+    def _check_sampling(self, slots: int, n_ctx_seq: int) -> SamplingCheck:
+        """:func:`check_sampling` on a context of the engine's own size (its ``n_batch``:
+        backend sampling on the device check's small-``n_batch`` probe context crashed the
+        software Vulkan device), its host pass on a fresh one, closed afterwards; a check
+        that cannot run fails."""
+
+        def reopen() -> BatchLimits:
+            self.backend.close()
+            return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
+
+        try:
+            return check_sampling(
+                self.backend, self.backend.open(slots, n_ctx_seq, self.config.n_batch), reopen
+            )
+        except Exception as exc:  # noqa: BLE001 - it could not run: not verified
+            return SamplingCheck(False, f"{_COULD_NOT_RUN}: {_said(exc)}")
+        finally:
+            self.backend.close()
+
+    def _sampling_verdict(self, check: SamplingCheck | None, unchecked: str) -> None:
+        """Decide backend sampling (:attr:`BackendInfo.backend_sampling`): ``None`` is on only
+        where ``check`` passed; the outcome goes to ``Stats.backend_sampling`` and the log."""
+        asked = self.info.backend_sampling
+        if asked is False:
+            if self.info.backend_sampling_off is not None:
+                self.stats.backend_sampling = f"off: {self.info.backend_sampling_off}"
+            return
+        if asked is True:
+            self.stats.backend_sampling = "on: asked for (backend_sampling=True), not verified"
+            return
+        self._host_sampling = check is None or not check.ok
+        if check is None:
+            self.stats.backend_sampling = f"off: not verified: {unchecked}"
+            log.info("llamabatch: backend sampling %s", self.stats.backend_sampling)
+        elif check.ok:
+            self.stats.backend_sampling = f"on: {check.detail}"
+            log.info("llamabatch: backend sampling %s", self.stats.backend_sampling)
+        else:
+            self.stats.backend_sampling = (
+                f"off: {check.detail}; chains sample on the host (batching is not affected)"
+            )
+            log.warning("llamabatch: backend sampling %s", self.stats.backend_sampling)
 
     def open(self) -> BatchLimits | None:
         """Open the batch context now (else when two valid requests wait); its limits,

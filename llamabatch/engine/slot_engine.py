@@ -74,6 +74,8 @@ class SlotEngine:
         min_copy_tokens: copy another slot's cache (or load a saved state) only when it
             saves at least this many more tokens than the slot's own cache (>= 1).
         cache_ram_bytes: most bytes of states kept in host memory (0: none).
+        host_sampling: start every chain with ``host=True`` (backend sampling not
+            verified on this device: :attr:`BackendInfo.backend_sampling`).
 
     Attributes:
         counts: what it did since :meth:`take_counts` was last called.
@@ -90,9 +92,11 @@ class SlotEngine:
         min_copy_tokens: int = 32,
         cache_ram_bytes: int = 0,
         info: BackendInfo | None = None,
+        host_sampling: bool = False,
     ) -> None:
         self.backend, self.limits = backend, limits
         self.counts = EngineCounts()
+        self.host_sampling = host_sampling
         self.info = info = backend.info if info is None else info
         self.table = SlotTable(limits.n_seq_max)
         self.min_copy_tokens = max(1, min_copy_tokens)
@@ -170,7 +174,10 @@ class SlotEngine:
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
-                self.backend.start_seq(slot.seq_id, req.sampling)
+                if self.host_sampling:
+                    self.backend.start_seq(slot.seq_id, req.sampling, host=True)
+                else:
+                    self.backend.start_seq(slot.seq_id, req.sampling)
         except GrammarError:
             del self.running[slot.seq_id]
             raise

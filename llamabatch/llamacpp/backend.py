@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -31,7 +31,7 @@ from .kv_size import estimate
 from .limits import check_context
 from .llm_state import LlamaGuard, LlamaRows
 from .sampler import SeqSampler, token_logsoftmax
-from .slot_samplers import SlotSamplers
+from .slot_samplers import SlotSamplers, backend_sampling_refused
 from .ubatch import decode_calls
 from .window import cut_floor
 
@@ -94,9 +94,11 @@ class LlamaBackend:
         llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
         backend_sampling: sample the rows of plain chains on the model's device
-            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default) where
-            it is measured to pay: when the ``Llama``'s output layer is on a GPU
-            (docs/performance.md).
+            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default): where
+            it pays, when the ``Llama``'s output layer is on a GPU (docs/performance.md), and
+            only once the generator's device check verified it there (``info.backend_sampling``
+            ``None``: :func:`~llamabatch.engine.device_check.check_sampling`); never by default
+            on a Vulkan device (:func:`~.slot_samplers.backend_sampling_refused`).
 
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
@@ -128,9 +130,13 @@ class LlamaBackend:
         if backend_sampling:
             lib.symbols.require("set_sampler", "sampler_copy")
         device = _ffi.output_device(llm)
+        asked = backend_sampling
+        refused = backend_sampling_refused(device) if asked is None else None
         if backend_sampling is None:
-            backend_sampling = lib.samplers.can_attach() and device is not None
-        #: Plain chains sample on the model's device (resolved from ``backend_sampling``).
+            can = lib.samplers.can_attach() and device is not None
+            backend_sampling = can and refused is None
+        #: Plain chains started with ``host=False`` sample on the model's device (resolved
+        #: from ``backend_sampling``; ``None`` where it may: ``info.backend_sampling``).
         self.backend_sampling = backend_sampling
         self._llm, self._hook = llm, decode_hook
         self.vocab = LlamaVocab(llm, lib.eog_ids(lib.vocab(_ffi.model_of(llm))))
@@ -150,11 +156,22 @@ class LlamaBackend:
             check_batch_params=self.check_batch_params,
             device=device,
             slot_memory=self.slot_memory,
+            backend_sampling=None if asked is None and backend_sampling else asked is True,
+            compute_key=self._compute_key(llm, decode_hook),
+            backend_sampling_off=refused,
         )
         self._ctx: BatchContext | None = None
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
         self._batch: LlamaBatch | None = None
         self._samplers: SlotSamplers | None = None
+
+    def _compute_key(self, llm: Any, decode_hook: DecodeHook | None) -> Hashable | None:
+        """``info.compute_key``: the ``Llama``'s (:func:`llamabatch._ffi.compute_key`) with this
+        backend's class (a subclass may compute otherwise); ``None`` with a decode hook."""
+        key = _ffi.compute_key(llm)
+        if key is None or decode_hook is not None:
+            return None
+        return (type(self).__module__, type(self).__qualname__, key)
 
     def check_batch_params(self, slots: int, n_ctx_seq: int, n_batch: int) -> None:
         """Refuse, before creating it, a batch context llama.cpp would abort or fail on: ValueError

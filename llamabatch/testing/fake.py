@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from ..engine.backend import BackendInfo, BatchLimits, SeqState, SlotMemory
@@ -106,6 +106,22 @@ class FakeBackend:
         one_per_seq_noise: nats added to the score and row maximum of every row decoded in a
             ubatch of one token per sequence (llama.cpp's ``split_equal``), as llama.cpp's
             CPU kernels round such a row differently on some CPUs (0: none).
+        corrupt_long_prefill: nats added to every score of a call that decodes a prompt past
+            ``n_batch`` (= ``n_ubatch``) tokens (a span of several tokens ending beyond
+            position ``n_batch``) beside another sequence's one-token step, as llama.cpp
+            #28211 (0: none).
+        corrupt_refill: nats added to the scores of a prompt decoded from position 0 into a
+            slot emptied by ``trim(seq_id, 0)`` while another slot held a cache, in a call
+            beside another sequence's one-token step, as a leak between requests
+            (llama.cpp #28056; 0: none).
+        backend_sampling: ``info.backend_sampling``: chains without a constraint started
+            with ``host=False`` then "sample on the device" (``StepResult.backend_sampled``
+            counts their rows; ``False``: none do).
+        backend_tokens_differ: a row sampled on the device gives the next token id instead
+            of the reply's, as a device whose sampling differs from the host chain's.
+        compute_key: ``info.compute_key`` (device checks reused in the process for an equal
+            key; ``None``: never).
+        backend_sampling_off: ``info.backend_sampling_off`` (why it is off, for ``Stats``).
         free_bytes, kv_bytes_per_token: with ``free_bytes``, ``info.slot_memory`` reports
             that much free memory on ``device`` (or the host) and ``kv_bytes_per_token`` per
             cached token of a slot (``slots="auto"``); ``None``: not reported.
@@ -156,6 +172,12 @@ class FakeBackend:
         device: str | None = None,
         corrupt_mixed: float = 0.0,
         one_per_seq_noise: float = 0.0,
+        corrupt_long_prefill: float = 0.0,
+        corrupt_refill: float = 0.0,
+        backend_sampling: bool | None = False,
+        backend_tokens_differ: bool = False,
+        compute_key: Hashable | None = None,
+        backend_sampling_off: str | None = None,
         free_bytes: int | None = None,
         kv_bytes_per_token: int = 1024,
     ) -> None:
@@ -192,6 +214,14 @@ class FakeBackend:
         self.device = device
         self.corrupt_mixed = corrupt_mixed
         self.one_per_seq_noise = one_per_seq_noise
+        self.corrupt_long_prefill = corrupt_long_prefill
+        self.corrupt_refill = corrupt_refill
+        self.backend_sampling = backend_sampling
+        self.backend_tokens_differ = backend_tokens_differ
+        self.compute_key = compute_key
+        self.backend_sampling_off = backend_sampling_off
+        self._refilled: set[int] = set()  # emptied by trim(seq, 0) beside other caches
+        self._on_device: set[int] = set()  # seqs whose chain samples "on the device"
         self.free_bytes = free_bytes
         self.kv_bytes_per_token = kv_bytes_per_token
         self.log: list[Call] = []
@@ -222,6 +252,9 @@ class FakeBackend:
             min_score_run=self.min_score_run,
             device=self.device,
             slot_memory=None if self.free_bytes is None else self._slot_memory,
+            backend_sampling=self.backend_sampling,
+            compute_key=self.compute_key,
+            backend_sampling_off=self.backend_sampling_off,
         )
 
     def _slot_memory(self, n_ctx_seq: int) -> SlotMemory:
@@ -424,19 +457,25 @@ class FakeBackend:
     # -- operations on sequences (the Backend protocol's) ----------------------------
     def start_seq(self, seq_id: int, sampling: SamplingParams, host: bool = False) -> None:
         """A fresh sampler state for ``seq_id`` (its cache stays); GrammarError for an item with
-        a constraint with ``refuse_grammar``. Every chain samples on the host: ``host`` changes
-        nothing."""
+        a constraint with ``refuse_grammar``. A chain samples on the host, or with
+        ``backend_sampling`` (not False), ``host=False`` and no constraint "on the device"."""
         seq = self._seq(seq_id, "start_seq")
         self._grammar_fault(sampling)
         if self.check:
             self.log.append(StartSeqCall(seq_id, sampling, tuple(seq.kv)))
         seq.restart(sampling)
+        self._on_device.discard(seq_id)
+        if self.backend_sampling is not False and not host and sampling.constraint is None:
+            self._on_device.add(seq_id)
 
     def trim(self, seq_id: int, n_keep: int) -> bool:
         """Keep positions [0, n_keep); refused (False, cache unknown) on a recurrent fake when
         ``0 < n_keep < len(cache)``."""
         self._seq(seq_id, "trim")
         self._rules.require(isinstance(n_keep, int) and n_keep >= 0, f"trim to {n_keep!r}")
+        slots = self._memory.slots
+        if n_keep == 0 and slots[seq_id].kv and any(x.kv for x in slots if x is not slots[seq_id]):
+            self._refilled.add(seq_id)
         ok = self._memory.trim(seq_id, n_keep)
         if self.check:
             self.log.append(TrimCall(seq_id, n_keep, ok))
@@ -499,6 +538,7 @@ class FakeBackend:
         if self.check:
             self.log.append(ClearCall())
         self._memory.clear(limits.n_seq_max)
+        self._refilled.clear()
 
     def run(self, spans: Sequence[Span]) -> StepResult:
         """Decode ``spans`` (``precise`` ones shaped and split into calls as ``LlamaBackend``
@@ -507,13 +547,19 @@ class FakeBackend:
         plan breaks a rule."""
         outputs: dict[int, SeqOutput] = {}
         n_decoded: dict[int, int] = {}
+        on_device = 0
         for call in decode_calls(spans) if self.shapes else [list(spans)]:
-            outputs.update(self._decode(call))
+            call_outputs, call_on_device = self._decode(call)
+            outputs.update(call_outputs)
+            on_device += call_on_device
             n_decoded.update((span.seq_id, len(span.tokens)) for span in call)
-        return StepResult(tuple(n_decoded[span.seq_id] for span in spans), outputs)
+        return StepResult(
+            tuple(n_decoded[span.seq_id] for span in spans), outputs, backend_sampled=on_device
+        )
 
-    def _decode(self, spans: Sequence[Span]) -> dict[int, SeqOutput]:
-        """One decode call of ``spans``: the outputs of its sequences."""
+    def _decode(self, spans: Sequence[Span]) -> tuple[dict[int, SeqOutput], int]:
+        """One decode call of ``spans``: the outputs of its sequences and how many of their
+        rows were sampled "on the device"."""
         self.num_decode_calls += 1
         if self.check:
             limits = self._open_limits("run")
@@ -523,16 +569,16 @@ class FakeBackend:
         seqs = self._memory.slots
         sampled: list[int | None] = []
         outputs: dict[int, SeqOutput] = {}
-        mixed = any(len(x.tokens) > 1 for x in spans) and any(len(x.tokens) == 1 for x in spans)
+        shift = self._corruption(spans)
         lone = _one_per_seq_rows(spans) if self.one_per_seq_noise else set()
+        on_device = 0
         for span in spans:
             seq = seqs[span.seq_id]
             kv = list(seq.kv)
             self._memory.append(span.seq_id, span.pos, span.tokens)
             if span.targets is not None:  # after append: over a hole it notes
                 scored = self._span_scores(kv, span, seq.hole)
-                if mixed:
-                    scored = _shifted(scored, self.corrupt_mixed)
+                scored = _shifted(scored, shift.get(span.seq_id, 0.0))
                 rows = {r for sid, r in lone if sid == span.seq_id}
                 outputs[span.seq_id] = _shifted(scored, self.one_per_seq_noise, rows)
             if not span.logits:
@@ -551,6 +597,10 @@ class FakeBackend:
                 sampled.append(None)
                 continue
             token = oracle.token_at(self, seq.reply, seq.n_sampled)
+            if span.seq_id in self._on_device:
+                on_device += 1
+                if self.backend_tokens_differ:
+                    token = (token + 1) % self.n_vocab
             seq.n_sampled += 1
             seq.last = token
             seq.is_done = token in self.eog_ids or seq.n_sampled == self._cap(seq.sampling)
@@ -562,7 +612,26 @@ class FakeBackend:
                     self.num_decode_calls, self._records(spans), cast(Tokens, tuple(sampled)), None
                 )
             )
-        return outputs
+        return outputs, on_device
+
+    def _corruption(self, spans: Sequence[Span]) -> dict[int, float]:
+        """seq id -> nats added to its scores in this call (``corrupt_mixed``,
+        ``corrupt_long_prefill``, ``corrupt_refill``)."""
+        beside = any(len(x.tokens) == 1 for x in spans)
+        prompts = [x for x in spans if len(x.tokens) > 1]
+        out = dict.fromkeys((x.seq_id for x in spans), 0.0)
+        if not (beside and prompts):
+            self._refilled -= {x.seq_id for x in spans}
+            return out
+        n_ubatch = self.limits.n_batch if self.limits is not None else 0
+        long = any(x.pos + len(x.tokens) > n_ubatch for x in prompts)
+        for k in out:
+            out[k] += self.corrupt_mixed + (self.corrupt_long_prefill if long else 0.0)
+        for x in prompts:
+            if x.pos == 0 and x.seq_id in self._refilled:
+                out[x.seq_id] += self.corrupt_refill
+        self._refilled -= set(out)
+        return out
 
     def _decode_fails(self, k: int) -> bool:
         at = self.fail_decode_at

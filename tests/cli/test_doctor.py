@@ -77,21 +77,35 @@ def test_every_check_passes_on_the_default_model(model_path):
 
 
 @pytest.mark.real_model
-def test_a_device_that_corrupts_mixed_steps_fails_the_agreement_check(model_path):
+@pytest.mark.parametrize(
+    ("mode", "step", "report", "remedy"),
+    [
+        ("mixed", "mixed step", "#28537", "flash attention on or off"),
+        ("long", "long prefill", "#28211", "another backend (Vulkan instead of HIP)"),
+        ("refill", "refill", "#28056", "fewer slots"),
+    ],
+)
+def test_a_device_that_corrupts_a_defect_shape_fails_the_agreement_check(
+    model_path, mode, step, report, remedy
+):
     """The corrupting stand-in (``tests/cli/corrupting_binding``: the real binding whose
-    logits are wrong in every decode mixing a prompt with other sequences' steps, as
-    llama.cpp #28537 on HIP) fails ``batched = alone`` only, with what to try."""
+    logits are wrong in one shape of decode: a prompt beside other sequences' steps as
+    llama.cpp #28537 on HIP, a prompt past n_ubatch beside them as #28211, a refill into a
+    sequence just removed as #28056) fails ``batched = alone`` only, naming that step, the
+    report and what to try."""
     path = os.pathsep.join([str(CORRUPTING), str(ROOT), os.environ.get("PYTHONPATH", "")])
     done = doctor(
         "--model", model_path, "--slots", 3, "--n-ctx-seq", 256, "--threads", 1,
-        env=dict(os.environ, PYTHONPATH=path),
+        env=dict(os.environ, PYTHONPATH=path, LLAMABATCH_CORRUPT=mode),
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     failed = lines_of(done.stdout, "FAIL")
     assert len(failed) == 1 and "batched = alone" in failed[0], done.stdout
     assert "logits on the CPU disagree" in failed[0] and "3 sequences" in failed[0]
+    assert f"first failed step: {step} (seq " in failed[0]
+    assert f"failed step: {step} (" in done.stdout and report in done.stdout
     assert "device CPU: batched replies on this device would differ" in done.stdout
-    assert "flash attention on or off" in done.stdout and "--slots 1" in done.stdout
+    assert f"try: {remedy}" in done.stdout and "--slots 1" in done.stdout
     assert "5 of 6 checks passed" in done.stdout
 
 

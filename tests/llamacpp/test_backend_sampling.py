@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from llamabatch import BatchGenerator, SamplingParams
+from llamabatch.engine.device_check import check_sampling, probe_n_batch
 from llamabatch.errors import ParameterError
+from llamabatch.llamacpp.backend import LlamaBackend
 
 pytestmark = pytest.mark.real_model
 
@@ -110,3 +112,19 @@ def test_steps_are_split_into_decode_sampling_and_other(llm):
 def test_backend_sampling_must_be_a_bool_or_none(llm, value):
     with pytest.raises(ParameterError, match="backend_sampling"):
         BatchGenerator(llm, backend_sampling=value)
+
+
+def test_the_sampling_check_passes_on_the_real_binding(llm):
+    """``check_sampling`` (what turns default backend sampling on, on a GPU) on llama.cpp's
+    own device chains, here on the CPU: every row sampled there, greedy equal to the host
+    chain, a seed repeated; every sequence empty afterwards."""
+    backend = LlamaBackend(llm, backend_sampling=True)
+    try:
+        limits = backend.open(4, 256, probe_n_batch(4, 512))
+        check = check_sampling(backend, limits)
+        ctx = backend.batch_context
+        assert ctx is not None and all(ctx.seq_pos_max(k) == -1 for k in range(4))
+    finally:
+        backend.close()
+    assert check.ok, check.detail
+    assert "over 16 rows of 4 sequences" in check.detail

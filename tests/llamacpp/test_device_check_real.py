@@ -36,6 +36,28 @@ def test_batched_equals_alone_on_the_cpu(llm, slots):
     assert all(c.ok for c in done)
 
 
+def test_a_second_generator_on_the_same_settings_reuses_the_check(llm):
+    """The verdict is kept for the process by the ``Llama``'s model file, offload, context
+    settings and the batch context's size: the second generator probes nothing and says so;
+    a backend with a decode hook (it may decode otherwise) checks again."""
+    from llamabatch.engine.device_check import CHECKS
+    from llamabatch.llamacpp.backend import LlamaBackend
+
+    CHECKS.clear()
+    said = []
+    for backend in (None, None, LlamaBackend(llm, decode_hook=lambda n: None)):
+        kwargs = {"llm": llm} if backend is None else {"backend": backend}
+        with BatchGenerator(**kwargs, slots=3, n_ctx_seq=256, check_device=True) as gen:
+            done = gen.complete_many(PROMPTS[:3], GREEDY)
+            said.append(gen.stats.device_check)
+        assert all(c.ok and c.path == "batch" for c in done)
+    reused = " (the check made earlier in this process)"
+    assert "logits on the CPU agree" in said[0] and not said[0].endswith(reused)
+    assert said[1] == said[0] + reused
+    assert not said[2].endswith(reused)
+    CHECKS.clear()
+
+
 CORRUPTED_RUN = """
     import json, os, llama_cpp
     from llamabatch import BatchGenerator, SamplingParams
@@ -54,10 +76,24 @@ CORRUPTED_RUN = """
 """
 
 
-def test_a_build_that_corrupts_mixed_steps_is_caught_and_items_complete_alone(model_path):
+@pytest.mark.parametrize(
+    ("mode", "step", "report"),
+    [
+        ("mixed", "mixed step", "#28537"),
+        ("long", "long prefill", "#28211"),
+        ("refill", "refill", "#28056"),
+    ],
+)
+def test_a_build_that_corrupts_a_defect_shape_is_caught_named_and_items_complete_alone(
+    model_path, mode, step, report
+):
+    """The stand-in binding (``tests/cli/corrupting_binding``) wrong only for one shape:
+    a prompt beside other sequences' steps, a prompt past ``n_ubatch`` beside them, or a
+    refill into a sequence just removed; the check names that step first."""
     env = dict(
         os.environ,
         MODEL=str(model_path),
+        LLAMABATCH_CORRUPT=mode,
         PYTHONPATH=os.pathsep.join([str(CORRUPTING), str(ROOT), os.environ.get("PYTHONPATH", "")]),
     )
     run = subprocess.run(
@@ -71,6 +107,7 @@ def test_a_build_that_corrupts_mixed_steps_is_caught_and_items_complete_alone(mo
     line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT "))
     got = json.loads(line[len("RESULT ") :])
     assert "logits on the CPU disagree" in got["check"]
+    assert f"first failed step: {step} (seq " in got["check"] and report in got["check"]
     assert got["check"] in got["reason"] and "every item is completed alone" in got["reason"]
     assert got["paths"] == ["alone"] * 3
     assert got["texts"] == got["alone"]  # alone: single-sequence decodes are not corrupted
