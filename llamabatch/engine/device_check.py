@@ -4,7 +4,7 @@ GPU backends have had defects in exactly the steps the slot engine makes, with e
 reporting success (docs/gpu.md lists the public reports). The probe runs each of those
 shapes as a step on a batch context of its own and compares every row it reads with the
 same tokens decoded one sequence at a time, on the same context. Sequence 0 joins late,
-sequence 1 is refilled, the others decode beside them (:data:`STEPS`, in this order):
+sequence 1 is refilled, the others decode beside them (:data:`PROBE_STEPS`, in this order):
 
 1. ``prompts``: sequences ``1 ..`` prefill a prompt of :data:`PROBE_PROMPT_TOKENS` tokens
    (in as few calls as ``n_batch`` allows);
@@ -17,7 +17,7 @@ sequence 1 is refilled, the others decode beside them (:data:`STEPS`, in this or
    ``n_ubatch``) is prefilled into its slot over several calls, beside one decoded token of
    each other sequence per call.
 
-The steps run with 2, 4 and all of the context's sequences (:func:`slot_counts`); each
+The steps run with 2, 4 and all of the context's sequences (:func:`probe_slot_counts`); each
 sequence decodes the same tokens at every count, so its one-at-a-time rows are read once.
 The context is opened with a small ``n_batch`` (:func:`probe_n_batch`) so that the long
 prefill exceeds it at little cost.
@@ -49,7 +49,7 @@ __all__ = [
     "PROBE_TARGETS",
     "PROBE_TOLERANCE",
     "CHECKS",
-    "STEPS",
+    "PROBE_STEPS",
     "CheckMemo",
     "DeviceCheck",
     "ProbeStep",
@@ -57,7 +57,7 @@ __all__ = [
     "check_device",
     "check_sampling",
     "probe_n_batch",
-    "slot_counts",
+    "probe_slot_counts",
 ]
 
 #: Prompt tokens of each probe sequence (the long prefill: more than ``n_batch``).
@@ -96,7 +96,7 @@ class ProbeStep:
 _FLASH = "flash attention on or off (Llama(flash_attn=...))"
 
 #: The probe's steps, in the order they run (module docstring).
-STEPS = (
+PROBE_STEPS = (
     ProbeStep(
         "prompts",
         "prompts of several sequences in one call",
@@ -130,7 +130,7 @@ STEPS = (
     ),
 )
 
-_BY_NAME = {s.name: s for s in STEPS}
+_BY_NAME = {s.name: s for s in PROBE_STEPS}
 
 
 def probe_n_batch(slots: int, n_batch: int) -> int:
@@ -140,7 +140,7 @@ def probe_n_batch(slots: int, n_batch: int) -> int:
     return min(n_batch, max(PROBE_N_BATCH, 2 * slots))
 
 
-def slot_counts(n_seq_max: int) -> tuple[int, ...]:
+def probe_slot_counts(n_seq_max: int) -> tuple[int, ...]:
     """The sequence counts the probe runs with: 2, 4 and ``n_seq_max`` (those <= it)."""
     return tuple(sorted({k for k in (2, 4, n_seq_max) if 2 <= k <= n_seq_max}))
 
@@ -158,7 +158,7 @@ class DeviceCheck:
         worst: where ``deviation`` was found (``"seq 2, mixed step, 4 sequences"``).
         failed: the first step (in the order they ran) with a row over ``tolerance``, or
             ``None``.
-        counts: the sequence counts probed (:func:`slot_counts`).
+        counts: the sequence counts probed (:func:`probe_slot_counts`).
     """
 
     ok: bool
@@ -207,7 +207,7 @@ class _Phase:
     """One step of the probe: sequences removed first, then per sequence its spans, one
     per round (each round's spans are packed into calls of <= n_batch tokens)."""
 
-    step: int  # index in STEPS
+    step: int  # index in PROBE_STEPS
     removed: tuple[int, ...]
     spans: dict[int, list[Span]]
 
@@ -337,7 +337,7 @@ def check_device(backend: Backend, limits: BatchLimits) -> DeviceCheck:
         )
     vocab = backend.vocab
     phases = _phases(limits, vocab.n_vocab, vocab.eog_ids)
-    counts = slot_counts(s)
+    counts = probe_slot_counts(s)
     nb = limits.n_batch
     try:
         batched = {k: _run(backend, phases, range(k), nb) for k in counts}
@@ -354,7 +354,7 @@ def check_device(backend: Backend, limits: BatchLimits) -> DeviceCheck:
             d = max(abs(a - b) for a, b in zip(row, alone[key]))
             if d != d:  # NaN counts as the worst
                 d = float("inf")
-            where = f"seq {key[1]}, {STEPS[phases[key[0]].step].name}, {n} sequences"
+            where = f"seq {key[1]}, {PROBE_STEPS[phases[key[0]].step].name}, {n} sequences"
             if d > deviation:
                 worst, deviation = where, d
             order = (counts.index(n), key[0], where)
@@ -366,8 +366,8 @@ def check_device(backend: Backend, limits: BatchLimits) -> DeviceCheck:
         tolerance=PROBE_TOLERANCE,
         slots=s,
         rows=rows,
-        worst=worst or f"seq 0, {STEPS[0].name}, {counts[0]} sequences",
-        failed=None if failed is None else STEPS[phases[failed[1]].step],
+        worst=worst or f"seq 0, {PROBE_STEPS[0].name}, {counts[0]} sequences",
+        failed=None if failed is None else PROBE_STEPS[phases[failed[1]].step],
         failed_at="" if failed is None else failed[2],
         counts=counts,
     )

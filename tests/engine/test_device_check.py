@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from llamabatch import BatchConfig, BatchGenerator, SamplingParams
 from llamabatch.engine.device_check import (
     CHECKS,
+    PROBE_STEPS,
     PROBE_TOLERANCE,
-    STEPS,
     check_device,
     check_sampling,
     probe_n_batch,
@@ -100,7 +100,9 @@ def test_each_defect_shape_is_caught_and_named(fault, step, report, caplog):
         done, stats = run(FakeBackend(device="Fake0", **fault))
     reason = stats.batch_disabled_reason
     assert reason is not None and f"first failed step: {step} (seq " in reason
-    assert report in reason and STEPS[[s.name for s in STEPS].index(step)].remedy in reason
+    assert (
+        report in reason and PROBE_STEPS[[s.name for s in PROBE_STEPS].index(step)].remedy in reason
+    )
     assert "mixed step" not in reason.split("first failed step:")[1].split(";")[0]
     assert reason in caplog.text
     assert [c.text for c in done] == [c.text for c in good]
