@@ -116,10 +116,11 @@ class BatchGenerator(Closing):
         backend_sampling: with ``llm``, sample plain chains (no grammar, active penalties,
             logprobs or label scores) on the model's device, llama.cpp's backend sampling:
             the same chain and seed (``Stats.backend_sampled_rows`` counts its rows).
-            ``None``: when the model's output layer is on a GPU and the device check showed
-            that greedy tokens sampled there equal the host chain's and a seeded sample
-            repeats, with the generator's slots (else off: ``Stats.backend_sampling`` says
-            why); True / False: always / never (docs/performance.md).
+            True: on, where the device check runs (on a GPU) only once it showed that greedy
+            tokens sampled there equal the host chain's and a seeded sample repeats, with the
+            generator's slots (else off); ``None`` / False: never (a chain changed after a
+            decode corrupted the heap on a Vulkan device, and a batch changes chains).
+            ``Stats.backend_sampling`` says which and why (docs/performance.md).
         check_device: before the first batch, run the shapes of known multi-sequence GPU
             defects (a prompt beside other sequences' reply steps, a refill into a slot
             just freed, a prompt longer than ``n_ubatch``; with 2, 4 and ``slots``

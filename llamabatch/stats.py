@@ -60,9 +60,10 @@ class Stats:
             ones on the device (``BatchGenerator(check_device=)``), one sentence; ``None``
             when it did not run.
         backend_sampling: whether plain chains sample on the model's device and why, one
-            sentence (``"on: ..."`` or ``"off: ..."``; on a GPU it is on only once the device
-            check showed that greedy tokens sampled there equal the host chain's and a
-            seeded sample repeats); ``None`` where the backend samples on the host only.
+            sentence (``"on: ..."`` or ``"off: ..."``; off unless asked for, and on a GPU on
+            only once the device check showed that greedy tokens sampled there equal the
+            host chain's and a seeded sample repeats); ``None`` where the backend samples
+            on the host only.
     """
 
     items_batched: int = 0

@@ -95,9 +95,9 @@ class BackendInfo:
         slot_memory: ``(n_ctx_seq) -> SlotMemory``, the room for slots of that size
             (``slots="auto"``); ``None``: unknown.
         backend_sampling: plain chains started with ``host=False`` sample on ``device``
-            (llama.cpp's backend sampling): ``True`` as asked; ``None`` may, and the engine
-            asks for it only once the device check verified it (else it starts every chain
-            with ``host=True``); ``False``: every chain samples on the host.
+            (llama.cpp's backend sampling): ``True`` as asked; ``None``: asked for, and where
+            the device check runs the engine uses it only once that check verified it (else it
+            starts every chain with ``host=True``); ``False``: every chain samples on the host.
         compute_key: what decides how a batch context computes, besides its size: the
             model, the device and the settings that choose its kernels (llama.cpp: the
             model file, offloaded layers, flash attention, KV types). The device check's

@@ -186,11 +186,12 @@ class Scheduler:
         batches anyway)."""
         device, want = self.info.device, self.config.check_device
         run = (device is not None if want is None else want) and limits.n_seq_max >= 2
+        why = "check_device=False" if want is False else "no GPU" if device is None else "1 slot"
         if run and not self.info.can_score:
             log.warning("llamabatch: check_device: this backend cannot score rows; not checked")
-            run = False
+            run, why = False, "the backend cannot score rows"
         if not run:
-            self._sampling_verdict(None, "the device check did not run (check_device)")
+            self._sampling_verdict(None, f"the device check did not run ({why})")
             return limits
         on = device or "the CPU"
         wants_sampling = self.info.backend_sampling is None
@@ -270,8 +271,9 @@ class Scheduler:
             self.backend.close()
 
     def _sampling_verdict(self, check: SamplingCheck | None, unchecked: str) -> None:
-        """Decide backend sampling (:attr:`BackendInfo.backend_sampling`): ``None`` is on only
-        where ``check`` passed; the outcome goes to ``Stats.backend_sampling`` and the log."""
+        """Decide backend sampling (:attr:`BackendInfo.backend_sampling`): ``None`` is off
+        where ``check`` failed, on where it passed or did not run (``unchecked`` says why: as
+        asked, unverified); the outcome goes to ``Stats.backend_sampling`` and the log."""
         asked = self.info.backend_sampling
         if asked is False:
             if self.info.backend_sampling_off is not None:
@@ -280,9 +282,11 @@ class Scheduler:
         if asked is True:
             self.stats.backend_sampling = "on: asked for (backend_sampling=True), not verified"
             return
-        self._host_sampling = check is None or not check.ok
+        self._host_sampling = check is not None and not check.ok
         if check is None:
-            self.stats.backend_sampling = f"off: not verified: {unchecked}"
+            self.stats.backend_sampling = (
+                f"on: asked for (backend_sampling=True), not verified: {unchecked}"
+            )
             log.info("llamabatch: backend sampling %s", self.stats.backend_sampling)
         elif check.ok:
             self.stats.backend_sampling = f"on: {check.detail}"

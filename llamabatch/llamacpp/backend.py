@@ -94,11 +94,11 @@ class LlamaBackend:
         llm: a loaded ``llama_cpp.Llama`` (kept alive while the backend exists).
         decode_hook: passed to :class:`BatchContext` (tests inject decode failures).
         backend_sampling: sample the rows of plain chains on the model's device
-            (:class:`~.slot_samplers.SlotSamplers`): True, False, or ``None`` (default): where
-            it pays, when the ``Llama``'s output layer is on a GPU (docs/performance.md), and
-            only once the generator's device check verified it there (``info.backend_sampling``
-            ``None``: :func:`~llamabatch.engine.device_check.check_sampling`); never by default
-            on a Vulkan device (:func:`~.slot_samplers.backend_sampling_refused`).
+            (:class:`~.slot_samplers.SlotSamplers`): True: once the generator's device check
+            verified it there where that check runs (``info.backend_sampling`` ``None``:
+            :func:`~llamabatch.engine.device_check.check_sampling`), else as asked; False or
+            ``None`` (default): on the host, with the reason for a GPU in
+            ``info.backend_sampling_off`` (:func:`~.slot_samplers.backend_sampling_refused`).
 
     Attributes:
         info: partial trims unless the model is recurrent or hybrid; copies, saves and
@@ -132,12 +132,9 @@ class LlamaBackend:
         device = _ffi.output_device(llm)
         asked = backend_sampling
         refused = backend_sampling_refused(device) if asked is None else None
-        if backend_sampling is None:
-            can = lib.samplers.can_attach() and device is not None
-            backend_sampling = can and refused is None
-        #: Plain chains started with ``host=False`` sample on the model's device (resolved
-        #: from ``backend_sampling``; ``None`` where it may: ``info.backend_sampling``).
-        self.backend_sampling = backend_sampling
+        #: Plain chains started with ``host=False`` sample on the model's device (where the
+        #: device check runs, only once it verified them: ``info.backend_sampling`` ``None``).
+        self.backend_sampling = backend_sampling = asked is True
         self._llm, self._hook = llm, decode_hook
         self.vocab = LlamaVocab(llm, lib.eog_ids(lib.vocab(_ffi.model_of(llm))))
         self.n_swa = _ffi.window_of(llm)
@@ -156,7 +153,7 @@ class LlamaBackend:
             check_batch_params=self.check_batch_params,
             device=device,
             slot_memory=self.slot_memory,
-            backend_sampling=None if asked is None and backend_sampling else asked is True,
+            backend_sampling=None if backend_sampling else False,
             compute_key=self._compute_key(llm, decode_hook),
             backend_sampling_off=refused,
         )

@@ -14,21 +14,21 @@ from ..params import SamplingParams
 from .context import BatchContext
 from .sampler import SeqSampler, samples_on_backend
 
-#: Why chains do not sample on a Vulkan device unless asked (``backend_sampling=True``).
-VULKAN_CHAIN_CHANGES = (
-    "on a Vulkan device, a chain attached, replaced or detached (llama_set_sampler) after the "
-    "batch context decoded corrupted the heap at its next decode, and a batch changes chains "
-    "whenever a slot takes an item of other sampling settings (llama-cpp-python 0.3.36)"
+#: Why chains do not sample on the device unless asked (``backend_sampling=True``).
+CHAIN_CHANGES = (
+    "not asked for (backend_sampling=True): a chain attached, replaced or detached "
+    "(llama_set_sampler) after the batch context decoded corrupted the heap at its next "
+    "decode on a Vulkan device, other GPU backends were not tried, and a batch changes "
+    "chains whenever a slot takes an item of other sampling settings (llama-cpp-python 0.3.36)"
 )
 
 
 def backend_sampling_refused(device: str | None) -> str | None:
-    """Why the chains of a batch context whose logits are on ``device`` (ggml names joined by
-    ``"+"``) should not sample there by default, or ``None``: :data:`VULKAN_CHAIN_CHANGES`
-    on a Vulkan device (seen on Mesa's lavapipe; the CPU build does not corrupt)."""
-    if device is not None and any(d.startswith("Vulkan") for d in device.split("+")):
-        return VULKAN_CHAIN_CHANGES
-    return None
+    """Why the chains of a batch context whose logits are on ``device`` do not sample there
+    by default, or ``None`` on the CPU (``device`` ``None``): :data:`CHAIN_CHANGES` (seen on
+    Mesa's lavapipe; the CPU build does not corrupt; the device check cannot try that call
+    order, which ends the process where the defect is)."""
+    return None if device is None else CHAIN_CHANGES
 
 
 class SlotSamplers(Closing):

@@ -180,11 +180,14 @@ def test_backend_sampling_that_differs_from_the_host_is_turned_off_not_batching(
     assert [c.text for c in done] == [c.text for c in good]
 
 
-def test_backend_sampling_unchecked_is_off_and_asked_for_is_on():
+def test_backend_sampling_asked_for_without_the_check_is_on_unverified():
     differ = {"device": "Fake0", "backend_tokens_differ": True}
     _, stats = run(FakeBackend(backend_sampling=None, **differ), check_device=False)
-    assert stats.backend_sampling.startswith("off: not verified")
-    assert stats.backend_sampled_rows == 0
+    assert stats.backend_sampling == (
+        "on: asked for (backend_sampling=True), not verified: the device check did not run "
+        "(check_device=False)"
+    )
+    assert stats.backend_sampled_rows > 0
     _, stats = run(FakeBackend(backend_sampling=True, **differ), sampling=GREEDY)
     assert stats.backend_sampling.startswith("on: asked for") and stats.backend_sampled_rows
     _, stats = run(FakeBackend(device="Fake0"))  # the host only: nothing to say

@@ -77,15 +77,18 @@ def test_prefix_copies_and_host_memory_states_on_device_buffers(llm, reference):
     assert_completions_agree(reference, llm, prompts, batched, alone)
 
 
-def test_backend_sampling_is_off_by_default_on_vulkan_and_agrees_when_asked(llm, reference):
-    """On a Vulkan device chains sample on the host unless asked (a chain changed after a
-    decode corrupted the heap: test_offloaded_archs.py), and ``Stats.backend_sampling`` says
-    why; asked for, greedy replies agree with the host chain's and a seed repeats."""
+def test_backend_sampling_is_off_by_default_and_verified_when_asked(llm, reference):
+    """Chains sample on the host unless asked (a chain changed after a decode corrupted the
+    heap: test_offloaded_archs.py), and ``Stats.backend_sampling`` says why; asked for, the
+    device check verifies it first (greedy tokens sampled on the device equal the host
+    chain's, a seed repeats), then greedy replies agree with the host chain's."""
     on_host, stats = complete(llm, PROMPTS[:3], slots=3)
     assert stats.backend_sampling is not None, stats
-    assert stats.backend_sampling.startswith("off: on a Vulkan device, a chain attached")
+    assert stats.backend_sampling.startswith("off: not asked for (backend_sampling=True)")
     assert stats.backend_sampled_rows == 0
     on_device, device_stats = complete(llm, PROMPTS[:3], slots=3, backend_sampling=True)
+    verdict = device_stats.backend_sampling
+    assert verdict.startswith("on: greedy tokens sampled on the device equal"), verdict
     assert device_stats.backend_sampled_rows > 0
     assert_completions_agree(reference, llm, PROMPTS[:3], on_device, on_host)
     seeded = SamplingParams(temperature=0.9, seed=7, max_tokens=4)
