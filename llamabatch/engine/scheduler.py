@@ -198,11 +198,19 @@ class Scheduler:
         key = self.info.compute_key
         memo = None if key is None else (key, slots, n_ctx_seq, self.config.n_batch)
         known = CHECKS.get(memo)
+        reused = " (the check made earlier in this process)"
         if known is not None and (known[1] is not None or not wants_sampling):
-            if not self._judge(*known, " (the check made earlier in this process)"):
+            if not self._judge(*known, reused):
                 self.backend.close()
                 return None
             return limits
+        if known is not None and known[0].ok:  # the logits are known; only sampling is not
+            self.backend.close()
+            sampling = self._check_sampling(slots, n_ctx_seq)
+            if not sampling.detail.startswith(_COULD_NOT_RUN):
+                CHECKS.put(memo, known[0], sampling)
+            self._judge(known[0], sampling, reused)
+            return self._reopen(slots, n_ctx_seq)
         self.backend.close()
         check, sampling = None, None
         try:
@@ -227,6 +235,10 @@ class Scheduler:
             CHECKS.put(memo, check, sampling)
         if not self._judge(check, sampling, ""):
             return None
+        return self._reopen(slots, n_ctx_seq)
+
+    def _reopen(self, slots: int, n_ctx_seq: int) -> BatchLimits | None:
+        """The engine's context after the checks' own, or ``None`` with batching off."""
         try:
             return self.backend.open(slots, n_ctx_seq, self.config.n_batch)
         except Exception as exc:  # noqa: BLE001 - as a failed open

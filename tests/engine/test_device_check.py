@@ -270,6 +270,23 @@ def test_a_second_generator_with_the_same_settings_reuses_the_check():
         assert not stats.device_check.endswith("earlier in this process)")
 
 
+def test_backend_sampling_asked_for_after_a_check_without_it_runs_only_the_sampling_check():
+    """A verdict on the logits made without backend sampling is reused by a generator that
+    asks for it: only the sampling check runs (on the software Vulkan device the whole
+    check takes minutes)."""
+    first = FakeBackend(device="Fake0", compute_key="model C")
+    _, stats = run(first, sampling=GREEDY)
+    assert probe_calls(first) > 0 and stats.backend_sampling is None
+    asked = FakeBackend(device="Fake0", backend_sampling=None, compute_key="model C")
+    done, again = run(asked, sampling=GREEDY)
+    assert probe_calls(asked) == 0
+    assert again.device_check == stats.device_check + " (the check made earlier in this process)"
+    assert again.backend_sampling.startswith("on: greedy tokens sampled on the device equal")
+    assert again.backend_sampled_rows and {c.path for c in done} == {"batch"}
+    _, third = run(FakeBackend(device="Fake0", backend_sampling=None, compute_key="model C"))
+    assert third.backend_sampling == again.backend_sampling  # now kept with the verdict
+
+
 def test_a_failed_check_is_reused_and_one_that_could_not_run_is_not():
     bad = {"device": "Fake0", "corrupt_refill": 4.0, "compute_key": "bad device"}
     _, stats = run(FakeBackend(**bad))
