@@ -206,10 +206,10 @@ class Scheduler:
             return limits
         if known is not None and known[0].ok:  # the logits are known; only sampling is not
             self.backend.close()
-            sampling = self._check_sampling(slots, n_ctx_seq)
-            if not sampling.detail.startswith(_COULD_NOT_RUN):
-                CHECKS.put(memo, known[0], sampling)
-            self._judge(known[0], sampling, reused)
+            verified = self._check_sampling(slots, n_ctx_seq)
+            if not verified.detail.startswith(_COULD_NOT_RUN):
+                CHECKS.put(memo, known[0], verified)
+            self._judge(known[0], verified, reused)
             return self._reopen(slots, n_ctx_seq)
         self.backend.close()
         check, sampling = None, None
