@@ -166,8 +166,8 @@ class Gated(FakeBackend):
 
 gen = BatchGenerator(backend=Gated({"p1": "one"}), slots=2)
 future = gen.submit("p1")
-threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-try:
+try:  # the Timer inside: on a loaded machine it may fire before result() is entered
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     future.result()
 except KeyboardInterrupt:
     print("interrupted", flush=True)
