@@ -570,7 +570,7 @@ class BatchConfig:
             self.backend_sampling is None or isinstance(self.backend_sampling, bool),
             "backend_sampling",
             self.backend_sampling,
-            "True, False or None (where it pays)",
+            "True, False or None (off)",
         )
         _check(
             self.check_device is None or isinstance(self.check_device, bool),

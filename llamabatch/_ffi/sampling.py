@@ -124,11 +124,6 @@ class SamplerChains:
         names = (self._fn["sampler_name"](self._fn["chain_get"](chain.chain, i)) for i in range(n))
         return [name.decode("utf-8", errors="replace") for name in names]
 
-    def can_attach(self) -> bool:
-        """True when the binding has what backend sampling needs (``llama_set_sampler``,
-        ``llama_sampler_copy``)."""
-        return self._symbols.has("set_sampler") and self._symbols.has("sampler_copy")
-
     def attach(self, ctx: ContextHandle, seq_id: int, chain: SamplerHandle | None) -> bool:
         """``llama_set_sampler(ctx, seq_id, chain)``: llama.cpp runs ``chain`` on the model's
         device for ``seq_id``'s output rows (the stages it can, a prefix of the chain), and

@@ -199,12 +199,12 @@ class Scheduler:
         memo = None if key is None else (key, slots, n_ctx_seq, self.config.n_batch)
         known = CHECKS.get(memo)
         reused = " (the check made earlier in this process)"
-        if known is not None and (known[1] is not None or not wants_sampling):
+        if known is not None and (known[1] is not None or not wants_sampling or not known[0].ok):
             if not self._judge(*known, reused):
                 self.backend.close()
                 return None
             return limits
-        if known is not None and known[0].ok:  # the logits are known; only sampling is not
+        if known is not None:  # the logits agree; only sampling is not known
             self.backend.close()
             verified = self._check_sampling(slots, n_ctx_seq)
             if not verified.detail.startswith(_COULD_NOT_RUN):

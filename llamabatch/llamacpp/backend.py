@@ -122,19 +122,15 @@ class LlamaBackend:
         backend_sampling: bool | None = None,
     ) -> None:
         if backend_sampling is not None and not isinstance(backend_sampling, bool):
-            raise ParameterError(
-                "backend_sampling", backend_sampling, "True, False or None (where it pays)"
-            )
+            raise ParameterError("backend_sampling", backend_sampling, "True, False or None (off)")
         lib = _ffi.load()
         lib.symbols.require("model_get_vocab", "vocab_n_tokens", "vocab_is_eog")
         if backend_sampling:
             lib.symbols.require("set_sampler", "sampler_copy")
         device = _ffi.output_device(llm)
-        asked = backend_sampling
-        refused = backend_sampling_refused(device) if asked is None else None
         #: Plain chains started with ``host=False`` sample on the model's device (where the
         #: device check runs, only once it verified them: ``info.backend_sampling`` ``None``).
-        self.backend_sampling = backend_sampling = asked is True
+        self.backend_sampling = backend_sampling is True
         self._llm, self._hook = llm, decode_hook
         self.vocab = LlamaVocab(llm, lib.eog_ids(lib.vocab(_ffi.model_of(llm))))
         self.n_swa = _ffi.window_of(llm)
@@ -153,9 +149,11 @@ class LlamaBackend:
             check_batch_params=self.check_batch_params,
             device=device,
             slot_memory=self.slot_memory,
-            backend_sampling=None if backend_sampling else False,
+            backend_sampling=None if self.backend_sampling else False,
             compute_key=self._compute_key(llm, decode_hook),
-            backend_sampling_off=refused,
+            backend_sampling_off=(
+                backend_sampling_refused(device) if backend_sampling is None else None
+            ),
         )
         self._ctx: BatchContext | None = None
         self._alone_guard: LlamaGuard | None = None  # items alone since the caller's state
