@@ -174,10 +174,7 @@ class SlotEngine:
         p = self.table.place(req, slot, run)  # from here a failure hands the request back
         try:
             with self._calling("start_seq", changes=False):
-                if self.host_sampling:
-                    self.backend.start_seq(slot.seq_id, req.sampling, host=True)
-                else:
-                    self.backend.start_seq(slot.seq_id, req.sampling)
+                self.backend.start_seq(slot.seq_id, req.sampling, host=self.host_sampling)
         except GrammarError:
             del self.running[slot.seq_id]
             raise
