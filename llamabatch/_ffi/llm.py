@@ -4,6 +4,7 @@ in one place): ``Llama._model.model`` is the ``llama_model *`` (falsy after
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -124,8 +125,6 @@ def compute_key(llm: Any) -> tuple[object, ...] | None:
     ``split_mode``, ``main_gpu``), the output device, the context fields a batch context
     copies (:data:`SHARED_CONTEXT_FIELDS`: flash attention, KV types, ...) and the threads.
     ``None`` when the ``Llama`` has no model file to name."""
-    import os
-
     path = getattr(llm, "model_path", None)
     if not isinstance(path, str) or not os.path.isfile(path):
         return None
